@@ -62,6 +62,23 @@ func Start(t testing.TB, extra ...string) *Server {
 	return nil
 }
 
+// StartOn is Start on a given port, for tests that need Redis to appear
+// at an address chosen before it runs (e.g. a client opened while Redis is down).
+func StartOn(t testing.TB, port int, extra ...string) *Server {
+	t.Helper()
+	if _, err := exec.LookPath(Binary); err != nil {
+		t.Fatalf("redis-server not found on PATH (run: apt-get install -y redis-server): %v", err)
+	}
+	s := &Server{Dir: t.TempDir(), Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port)}
+	s.args = append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.Dir, "--logfile", filepath.Join(s.Dir, "redis.log")}, extra...)
+	if err := s.start(); err != nil {
+		t.Fatalf("redis-server on port %d did not start: %v", port, err)
+	}
+	t.Cleanup(s.Kill)
+	return s
+}
+
 func (s *Server) start() error {
 	s.cmd = exec.Command(Binary, s.args...)
 	if err := s.cmd.Start(); err != nil {

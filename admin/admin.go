@@ -1,0 +1,81 @@
+// Package admin is the admin listener: Prometheus metrics, health and
+// readiness, pprof, the live dashboard, and the token-protected admin API.
+package admin
+
+import (
+	"context"
+	"crypto/subtle"
+	"net/http"
+	"net/http/pprof"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"github.com/seckill-proxy/seckill-proxy/metrics"
+)
+
+// Checker reports whether the process is ready to take buys.
+type Checker interface {
+	Ping(ctx context.Context) error
+}
+
+// Server is the admin HTTP server.
+type Server struct {
+	mux   *http.ServeMux
+	token string
+	log   *zap.Logger
+}
+
+// New builds the admin server. token guards every /admin/ call; an empty
+// token disables them (they answer 403) rather than leaving them open.
+func New(m *metrics.Metrics, ready Checker, token string, log *zap.Logger) *Server {
+	s := &Server{mux: http.NewServeMux(), token: token, log: log}
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		if err := ready.Ping(ctx); err != nil {
+			http.Error(w, "redis: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	s.mux.HandleFunc("/debug/pprof/", pprof.Index)
+	s.mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	s.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	s.mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	s.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return s
+}
+
+// HandleAdmin registers a mutating admin call under /admin/, behind the
+// bearer token.
+func (s *Server) HandleAdmin(pattern string, h http.HandlerFunc) {
+	s.mux.HandleFunc(pattern, s.authorized(h))
+}
+
+// Handle registers a read-only page (dashboard and its data).
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+func (s *Server) authorized(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.token == "" {
+			http.Error(w, `{"error":"admin API disabled: no admin token configured"}`, http.StatusForbidden)
+			return
+		}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) != 1 {
+			http.Error(w, `{"error":"missing or wrong bearer token"}`, http.StatusUnauthorized)
+			return
+		}
+		h(w, r)
+	}
+}
+
+// ServeHTTP makes Server an http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }

@@ -1,0 +1,203 @@
+// Command seckill-proxy is the flash-sale admission proxy: serve, and the
+// operator's commands (validate, preheat, pause, resume, release,
+// reconcile, status). See README.md.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/seckill-proxy/seckill-proxy/config"
+)
+
+// Exit codes (SPEC §2).
+const (
+	exitOK      = 0
+	exitFailed  = 1 // operation failed or invariant broken
+	exitUsage   = 2 // bad usage or bad config
+	usageHeader = `seckill-proxy: flash-sale admission proxy
+
+Usage:
+  seckill-proxy serve     -c FILE                          run the proxy
+  seckill-proxy validate  -c FILE                          check a config
+  seckill-proxy preheat   -c FILE [--activity ID] [--force] load stock into Redis
+  seckill-proxy pause     -c FILE (ID | --all)             kill switch off
+  seckill-proxy resume    -c FILE (ID | --all)             kill switch on
+  seckill-proxy release   -c FILE TOKEN [--reason R]       give a reservation's stock back
+  seckill-proxy reconcile -c FILE [--activity ID] [--repair] [--json]
+  seckill-proxy status    -c FILE [--activity ID] [--json] stock per SKU; exit 1 if broken
+
+Every command takes --help, and --log-format json|console.
+Exit codes: 0 ok, 1 operation failed or invariant broken, 2 bad usage or bad config.
+`
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// exitError carries an exit code out of a command.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func fail(code int, format string, args ...any) error {
+	return &exitError{code: code, err: fmt.Errorf(format, args...)}
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, usageHeader)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	cmds := map[string]func(*cli) error{
+		"serve": cmdServe, "validate": cmdValidate, "preheat": cmdPreheat,
+		"pause": cmdPause, "resume": cmdResume, "release": cmdRelease,
+		"reconcile": cmdReconcile, "status": cmdStatus,
+	}
+	f, ok := cmds[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "seckill-proxy: unknown command %q\n\n%s", args[0], usageHeader)
+		return exitUsage
+	}
+	c := &cli{name: args[0], args: args[1:], stdout: stdout, stderr: stderr}
+	err := f(c)
+	if c.log != nil {
+		_ = c.log.Sync()
+	}
+	if err == nil {
+		return exitOK
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err.Error() != "" {
+			fmt.Fprintln(stderr, ee.err)
+		}
+		return ee.code
+	}
+	fmt.Fprintln(stderr, "seckill-proxy "+c.name+": "+err.Error())
+	return exitFailed
+}
+
+// cli is one command invocation: its flags, positional args and output.
+type cli struct {
+	name           string
+	args           []string
+	stdout, stderr io.Writer
+	fs             *flag.FlagSet
+	cfgPath        string
+	logFormat      string
+	positional     []string
+	log            *zap.Logger
+}
+
+// flags starts the command's flag set with the flags every command shares.
+func (c *cli) flags(usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	fs.StringVar(&c.cfgPath, "c", "", "config `FILE` (required)")
+	fs.StringVar(&c.cfgPath, "config", "", "config `FILE` (same as -c)")
+	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or console")
+	fs.Usage = func() {
+		fmt.Fprintf(c.stderr, "Usage: seckill-proxy %s %s\n\nFlags:\n", c.name, usage)
+		fs.PrintDefaults()
+	}
+	c.fs = fs
+	return fs
+}
+
+// parse parses flags that may come before or after positional arguments.
+func (c *cli) parse() error {
+	rest := c.args
+	for {
+		if err := c.fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return &exitError{code: exitUsage, err: errors.New("")}
+		}
+		rest = c.fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		c.positional = append(c.positional, rest[0])
+		rest = rest[1:]
+	}
+	if c.cfgPath == "" {
+		c.fs.Usage()
+		return fail(exitUsage, "seckill-proxy %s: -c FILE is required", c.name)
+	}
+	if c.logFormat != "json" && c.logFormat != "console" {
+		return fail(exitUsage, "seckill-proxy %s: --log-format must be json or console", c.name)
+	}
+	return nil
+}
+
+// config loads the config; a bad one is exit 2 with every FILE:LINE error.
+func (c *cli) config() (*config.Config, error) {
+	cfg, err := config.Load(c.cfgPath)
+	if err != nil {
+		return nil, &exitError{code: exitUsage, err: err}
+	}
+	return cfg, nil
+}
+
+// logger builds the structured logger: JSON to stderr by default.
+func (c *cli) logger() *zap.Logger {
+	if c.log != nil {
+		return c.log
+	}
+	encCfg := zap.NewProductionEncoderConfig()
+	encCfg.TimeKey = "ts"
+	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
+	var enc zapcore.Encoder
+	if c.logFormat == "console" {
+		encCfg.EncodeLevel = zapcore.CapitalColorLevelEncoder
+		enc = zapcore.NewConsoleEncoder(encCfg)
+	} else {
+		enc = zapcore.NewJSONEncoder(encCfg)
+	}
+	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(c.stderr)), zap.InfoLevel)
+	// The hot path may log per request under failure: sample so a Redis
+	// outage during a spike does not turn into a logging outage.
+	core = zapcore.NewSamplerWithOptions(core, 1e9, 10, 100)
+	c.log = zap.New(core).With(zap.String("cmd", c.name))
+	return c.log
+}
+
+// activities picks the activities a command acts on: one by --activity, or all.
+func activities(cfg *config.Config, id string) ([]*config.Activity, error) {
+	if id != "" {
+		a := cfg.Activity(id)
+		if a == nil {
+			var ids []string
+			for _, x := range cfg.Activities {
+				ids = append(ids, x.ID)
+			}
+			return nil, fail(exitUsage, "no activity %q in %s (activities: %s)", id, cfg.Path, strings.Join(ids, ", "))
+		}
+		return []*config.Activity{a}, nil
+	}
+	out := make([]*config.Activity, 0, len(cfg.Activities))
+	for i := range cfg.Activities {
+		out = append(out, &cfg.Activities[i])
+	}
+	return out, nil
+}

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/lua"
+	"github.com/seckill-proxy/seckill-proxy/store"
+)
+
+func cmdValidate(c *cli) error {
+	c.flags("-c FILE")
+	if err := c.parse(); err != nil {
+		return err
+	}
+	cfg, err := c.config()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "%s: ok (%d activities)\n", cfg.Path, len(cfg.Activities))
+	return nil
+}
+
+// open loads the config and connects to Redis for a one-shot command.
+func (c *cli) open() (*config.Config, *store.Store, error) {
+	cfg, err := c.config()
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := store.OpenNow(cfg.Redis, c.logger())
+	if err != nil {
+		return nil, nil, fail(exitFailed, "seckill-proxy %s: %v", c.name, err)
+	}
+	return cfg, st, nil
+}
+
+func cmdPreheat(c *cli) error {
+	fs := c.flags("-c FILE [--activity ID] [--force]")
+	act := fs.String("activity", "", "only this activity `ID` (default: all)")
+	force := fs.Bool("force", false, "overwrite stock of a running activity, deleting its reservations")
+	if err := c.parse(); err != nil {
+		return err
+	}
+	cfg, st, err := c.open()
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	acts, err := activities(cfg, *act)
+	if err != nil {
+		return err
+	}
+	failed := false
+	for _, a := range acts {
+		out, err := st.Preheat(context.Background(), a, *force, time.Now())
+		switch {
+		case errors.Is(err, store.ErrRunning):
+			failed = true
+			fmt.Fprintf(c.stderr, "%s: refused: %v\n", a.ID, err)
+		case err != nil:
+			return fail(exitFailed, "preheat %s: %v", a.ID, err)
+		default:
+			var total int64
+			for _, k := range a.SKUs {
+				total += k.Stock
+			}
+			fmt.Fprintf(c.stdout, "%s: %s (%d SKUs, %d units, %d shards)\n", a.ID, out, len(a.SKUs), total, a.Shards)
+		}
+	}
+	if failed {
+		return &exitError{code: exitFailed, err: errors.New("")}
+	}
+	return nil
+}
+
+func cmdPause(c *cli) error  { return switchCmd(c, true) }
+func cmdResume(c *cli) error { return switchCmd(c, false) }
+
+func switchCmd(c *cli, paused bool) error {
+	fs := c.flags("-c FILE (ID | --all)")
+	all := fs.Bool("all", false, "every activity in the config")
+	if err := c.parse(); err != nil {
+		return err
+	}
+	if *all == (len(c.positional) == 1) || len(c.positional) > 1 {
+		return fail(exitUsage, "seckill-proxy %s: give exactly one activity ID, or --all", c.name)
+	}
+	cfg, st, err := c.open()
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	id := ""
+	if !*all {
+		id = c.positional[0]
+	}
+	acts, err := activities(cfg, id)
+	if err != nil {
+		return err
+	}
+	for _, a := range acts {
+		if err := st.SetPaused(context.Background(), a.ID, paused); err != nil {
+			return fail(exitFailed, "%s %s: %v", c.name, a.ID, err)
+		}
+		fmt.Fprintf(c.stdout, "%s: %sd\n", a.ID, c.name)
+	}
+	return nil
+}
+
+func cmdRelease(c *cli) error {
+	fs := c.flags("-c FILE TOKEN [--reason R]")
+	reason := fs.String("reason", "manual", "why: cancel, unpaid, refund, ...")
+	if err := c.parse(); err != nil {
+		return err
+	}
+	if len(c.positional) != 1 {
+		return fail(exitUsage, "seckill-proxy release: give exactly one TOKEN")
+	}
+	tok, err := store.ParseToken(c.positional[0])
+	if err != nil {
+		return fail(exitUsage, "seckill-proxy release: %q is not a reservation token", c.positional[0])
+	}
+	cfg, st, err := c.open()
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if cfg.Activity(tok.Activity) == nil {
+		return fail(exitFailed, "release: activity %q of the token is not in %s", tok.Activity, cfg.Path)
+	}
+	ctx := context.Background()
+	f, err := st.Flags(ctx, tok.Activity)
+	if err != nil {
+		return fail(exitFailed, "release: %v", err)
+	}
+	code, err := st.Release(ctx, tok, f.Shards, *reason, time.Now().UnixMilli(), false)
+	if err != nil {
+		return fail(exitFailed, "release: %v", err)
+	}
+	switch code {
+	case lua.OK:
+		fmt.Fprintf(c.stdout, "%s: released (%s)\n", c.positional[0], *reason)
+	case lua.Same:
+		fmt.Fprintf(c.stdout, "%s: already released; nothing changed\n", c.positional[0])
+	case lua.Unknown:
+		return fail(exitFailed, "release: no reservation %s", c.positional[0])
+	default:
+		return fail(exitFailed, "release: refused (%s): stock counters of the shard are inconsistent; run status", code)
+	}
+	return nil
+}
+
+func cmdStatus(c *cli) error {
+	fs := c.flags("-c FILE [--activity ID] [--json]")
+	act := fs.String("activity", "", "only this activity `ID` (default: all)")
+	asJSON := fs.Bool("json", false, "machine-readable output")
+	if err := c.parse(); err != nil {
+		return err
+	}
+	cfg, st, err := c.open()
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	acts, err := activities(cfg, *act)
+	if err != nil {
+		return err
+	}
+	var doc struct {
+		Activities []store.ActivityStatus `json:"activities"`
+	}
+	ok := true
+	for _, a := range acts {
+		s, err := st.Status(context.Background(), a)
+		if err != nil {
+			return fail(exitFailed, "status %s: %v", a.ID, err)
+		}
+		ok = ok && s.OK()
+		doc.Activities = append(doc.Activities, s)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(c.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(doc); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "activity\tsku\tinitial\tremaining\tpending\tconfirmed\treleased\tok\t")
+		for _, a := range doc.Activities {
+			for _, k := range a.SKUs {
+				okText := "ok"
+				switch {
+				case !k.Preheated:
+					okText = "not preheated"
+				case !k.OK:
+					okText = "BROKEN: " + k.Problem
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t\n", a.ID, k.ID, k.Initial, k.Remaining, k.Pending, k.Confirmed, k.Released, okText)
+			}
+		}
+		_ = tw.Flush()
+	}
+	if !ok {
+		return &exitError{code: exitFailed, err: errors.New("stock invariant broken: initial != remaining + pending + confirmed")}
+	}
+	return nil
+}

@@ -1,0 +1,187 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/netip"
+	"os"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+
+	yaml "go.yaml.in/yaml/v3"
+)
+
+// Load reads, decodes, defaults and validates the config file at path. Any
+// problem, including an unreadable file, comes back as an *Errors listing
+// every problem found, each as FILE:LINE with FILE being path as given.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &Errors{List: []Error{{File: path, Msg: err.Error()}}}
+	}
+	return Parse(path, data)
+}
+
+// Parse is Load without the file system: path is used only in messages and
+// as Config.Path. Tests and reload-from-memory use it.
+func Parse(path string, data []byte) (*Config, error) {
+	c := &Config{Path: path}
+	m := newMeta()
+	d := &decoder{m: m, budget: nodeBudget}
+
+	root, err := parseYAML(data)
+	if err != nil {
+		return nil, fileErrors(path, []Error{*err})
+	}
+	if root != nil {
+		m.root = max(root.Line, 1)
+		d.value(root, reflect.ValueOf(c).Elem(), "", 0)
+	}
+
+	c.setDefaults(m)
+	v := &validator{m: m}
+	v.config(c)
+
+	if errs := append(d.errs, v.errs...); len(errs) > 0 {
+		return nil, fileErrors(path, errs)
+	}
+	return c, nil
+}
+
+// yamlLine pulls the line out of yaml.v3 syntax errors ("yaml: line 3: ...").
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// parseYAML returns the content of the single document in data, or nil when
+// data holds no document at all.
+func parseYAML(data []byte) (*yaml.Node, *Error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil
+		}
+		return nil, syntaxError(err)
+	}
+	var extra yaml.Node
+	switch err := dec.Decode(&extra); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		return nil, syntaxError(err)
+	default:
+		// A second document would be silently ignored by a plain Unmarshal;
+		// an operator who wrote one meant something by it.
+		return nil, &Error{Line: max(extra.Line, 1), Msg: "only one YAML document is allowed"}
+	}
+	if doc.Kind == yaml.DocumentNode {
+		if len(doc.Content) == 0 {
+			return nil, nil
+		}
+		return doc.Content[0], nil
+	}
+	return &doc, nil
+}
+
+func syntaxError(err error) *Error {
+	msg := err.Error()
+	if sm := yamlLine.FindStringSubmatch(msg); sm != nil {
+		if line, convErr := strconv.Atoi(sm[1]); convErr == nil {
+			return &Error{Line: line, Msg: "YAML syntax: " + sm[2]}
+		}
+	}
+	return &Error{Line: 1, Msg: "YAML syntax: " + msg}
+}
+
+func fileErrors(path string, list []Error) *Errors {
+	for i := range list {
+		list[i].File = path
+	}
+	sort.SliceStable(list, func(i, j int) bool { return list[i].Line < list[j].Line })
+	return &Errors{List: list}
+}
+
+// Activity returns the activity with the given id, or nil: an id in a URL or
+// an admin call is user input and may name nothing.
+func (c *Config) Activity(id string) *Activity {
+	for i := range c.Activities {
+		if c.Activities[i].ID == id {
+			return &c.Activities[i]
+		}
+	}
+	return nil
+}
+
+// SKU returns the activity's SKU with the given id, or nil when the SKU is not
+// on sale in this activity (the UNKNOWN_ITEM case).
+func (a *Activity) SKU(id string) *SKU {
+	for i := range a.SKUs {
+		if a.SKUs[i].ID == id {
+			return &a.SKUs[i]
+		}
+	}
+	return nil
+}
+
+// TrustedPrefixes returns trusted_proxies parsed, a bare address becoming a
+// single-host prefix. It parses on each call so a Config built by hand (in
+// tests) works too; callers on the hot path should keep the result.
+func (c *Config) TrustedPrefixes() []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(c.TrustedProxies))
+	for _, s := range c.TrustedProxies {
+		if p, ok := parsePrefix(s); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// parsePrefix accepts a CIDR or a bare IP, since operators often list a
+// single load balancer without a /32.
+func parsePrefix(s string) (netip.Prefix, bool) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), true
+	}
+	if a, err := netip.ParseAddr(s); err == nil && a.Zone() == "" {
+		a = a.Unmap()
+		return netip.PrefixFrom(a, a.BitLen()), true
+	}
+	return netip.Prefix{}, false
+}
+
+// Message returns the operator's text for a SPEC code, or def when the config
+// does not override it, so shoppers can be addressed in their own language.
+func (c *Config) Message(code string, def string) string {
+	if msg, ok := c.Messages[code]; ok {
+		return msg
+	}
+	return def
+}
+
+// AdminToken returns the bearer token for mutating admin calls. Secrets live
+// in the environment, never in the file, so configs can be committed; an
+// empty result means the variable is unset.
+func (c *Config) AdminToken() string { return getenv(c.Admin.TokenEnv) }
+
+// SigningSecret returns the HMAC key for X-Seckill-Signature, read from the
+// environment for the same reason as AdminToken.
+func (c *Config) SigningSecret() string { return getenv(c.Upstream.SigningSecretEnv) }
+
+// RedisPassword returns the Redis password, or "" when password_env is not
+// configured or the variable is unset.
+func (c *Config) RedisPassword() string { return getenv(c.Redis.PasswordEnv) }
+
+func getenv(name string) string {
+	if name == "" {
+		return ""
+	}
+	return os.Getenv(name)
+}
+
+// StartMs is the start of the sale in Unix milliseconds, the unit of the
+// shopper-facing start_ms field and of the Redis scripts.
+func (a *Activity) StartMs() int64 { return a.Start.UnixMilli() }
+
+// EndMs is the end of the sale in Unix milliseconds.
+func (a *Activity) EndMs() int64 { return a.End.UnixMilli() }

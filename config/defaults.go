@@ -1,0 +1,87 @@
+package config
+
+import "time"
+
+// Defaults of SPEC §3. They are named so README, examples and tests can refer
+// to one source of truth.
+const (
+	DefaultListen           = ":8080"
+	DefaultPublicPrefix     = "/_seckill"
+	DefaultAdminListen      = "127.0.0.1:9090"
+	DefaultAdminTokenEnv    = "SECKILL_ADMIN_TOKEN"
+	DefaultSigningSecretEnv = "SECKILL_SIGNING_SECRET"
+	DefaultRedisAddr        = "127.0.0.1:6379"
+	DefaultKeyPrefix        = "seckill"
+	DefaultRoutePath        = "/api/seckill/{activity}/{sku}/buy"
+	DefaultOrderIDFrom      = "json:/order_id"
+)
+
+// setOnce gives *p the default v unless the file set it. Presence, not the
+// zero value, decides: an explicit `shards: 0` must be reported as an error,
+// and an explicit `client_cache: false` must stay false.
+func setOnce[T any](m *meta, p *T, v T) {
+	if !m.has(p) {
+		*p = v
+	}
+}
+
+// setDefaults fills every field the file left out. It is the only place
+// defaults live, so SPEC §3 and the code are compared in one read.
+func (c *Config) setDefaults(m *meta) {
+	setOnce(m, &c.Listen, DefaultListen)
+	setOnce(m, &c.PublicPrefix, DefaultPublicPrefix)
+	setOnce(m, &c.Admin.Listen, DefaultAdminListen)
+	setOnce(m, &c.Admin.TokenEnv, DefaultAdminTokenEnv)
+
+	setOnce(m, &c.Upstream.Timeout, 3*time.Second)
+	setOnce(m, &c.Upstream.MaxConns, 1024)
+	setOnce(m, &c.Upstream.SigningSecretEnv, DefaultSigningSecretEnv)
+
+	setOnce(m, &c.Redis.Addrs, []string{DefaultRedisAddr})
+	setOnce(m, &c.Redis.Timeout, 200*time.Millisecond)
+	setOnce(m, &c.Redis.ClientCache, true)
+	setOnce(m, &c.Redis.KeyPrefix, DefaultKeyPrefix)
+	if len(c.Redis.Addrs) > 1 {
+		// Several seeds only make sense for a cluster; a single-node client
+		// would silently use the first and ignore the rest.
+		c.Redis.Cluster = true
+	}
+
+	setOnce(m, &c.TrustedProxies, []string{"127.0.0.1/32"})
+
+	// A source is defaulted as a whole: `user: {cookie: uid}` must not also
+	// inherit the default header and end up with two sources.
+	setOnce(m, &c.Identity.User, Source{Header: "X-User-Id"})
+	setOnce(m, &c.Identity.Device, Source{Header: "X-Device-Id"})
+	setOnce(m, &c.Identity.RequestID, Source{Header: "X-Request-Id"})
+
+	setRate(m, &c.Limits.PerIP, 10, 20)
+	setRate(m, &c.Limits.PerDevice, 5, 10)
+	setRate(m, &c.Limits.PerUser, 2, 5)
+
+	for i := range c.Activities {
+		a := &c.Activities[i]
+		setOnce(m, &a.Route.Method, "POST")
+		setOnce(m, &a.Route.Path, DefaultRoutePath)
+		setOnce(m, &a.Route.SkuFrom, "path")
+		setOnce(m, &a.PerUserLimit, 1)
+		// Without a cap a request for qty 100 would be refused by the
+		// per-user limit anyway; tying max_qty to it keeps them consistent.
+		setOnce(m, &a.MaxQty, a.PerUserLimit)
+		setOnce(m, &a.Shards, 8)
+		setRate(m, &a.AdmissionRate, 20000, 30000)
+		setOnce(m, &a.Mode, ModeSync)
+		setOnce(m, &a.Queue.Workers, 32)
+		setOnce(m, &a.Queue.Rate, 2000)
+		setOnce(m, &a.PendingTimeout, 10*time.Minute)
+		setOnce(m, &a.OrderIDFrom, DefaultOrderIDFrom)
+		setOnce(m, &a.KeyTTLAfterEnd, 24*time.Hour)
+	}
+}
+
+// setRate defaults rate and burst separately, so `{rate: 50}` keeps the
+// default burst.
+func setRate(m *meta, r *Rate, rate float64, burst int) {
+	setOnce(m, &r.Rate, rate)
+	setOnce(m, &r.Burst, burst)
+}

@@ -1,0 +1,409 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+const maxStock = 1_000_000_000
+
+var (
+	idPattern     = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	envPattern    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	tokenPattern  = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$") // RFC 9110 token
+	routeMethods  = []string{"GET", "POST", "PUT", "PATCH", "DELETE"}
+	knownMessages = map[string]bool{
+		"QUEUED": true, "PENDING": true, "ALREADY_PURCHASED": true, "SOLD_OUT": true,
+		"NOT_STARTED": true, "ENDED": true, "NOT_READY": true, "PAUSED": true,
+		"BUSY": true, "RATE_LIMITED": true, "BLOCKED": true, "UNKNOWN_ITEM": true,
+		"BAD_REQUEST": true, "STORE_UNAVAILABLE": true, "UPSTREAM_FAILED": true,
+		"UPSTREAM_TIMEOUT": true,
+	}
+)
+
+// validator checks a defaulted Config. It reads lines from meta so each
+// message points at the offending node, or at its nearest present parent when
+// the node itself is missing.
+type validator struct {
+	m    *meta
+	errs []Error
+}
+
+func (v *validator) errorf(line int, format string, args ...any) {
+	v.errs = append(v.errs, Error{Line: line, Msg: fmt.Sprintf(format, args...)})
+}
+
+// ok reports whether p holds a usable value: defaulted or decoded. Fields that
+// failed to decode were already reported.
+func (v *validator) ok(p any) bool { return !v.m.failed(p) }
+
+func (v *validator) config(c *Config) {
+	v.hostPort(&c.Listen, "listen", c.Listen)
+	v.hostPort(&c.Admin.Listen, "admin.listen", c.Admin.Listen, &c.Admin)
+	if p := c.PublicPrefix; !strings.HasPrefix(p, "/") || len(p) < 2 || strings.HasSuffix(p, "/") {
+		v.errorf(v.m.line(&c.PublicPrefix), "public_prefix must start with \"/\" and not end with one, got %q", p)
+	}
+	v.envName(&c.Admin.TokenEnv, "admin.token_env", c.Admin.TokenEnv, &c.Admin)
+	v.upstream(c)
+	v.redis(c)
+	for i, s := range c.TrustedProxies {
+		if _, ok := parsePrefix(s); !ok {
+			v.errorf(v.m.line(&c.TrustedProxies[i], &c.TrustedProxies), "trusted_proxies: %q is neither a CIDR nor an IP address", s)
+		}
+	}
+	v.source(&c.Identity.User, "identity.user", false, &c.Identity)
+	v.source(&c.Identity.Device, "identity.device", false, &c.Identity)
+	// request_id may be switched off with `request_id: {}`: idempotency keys
+	// are optional on requests, and a shop may not want them honoured.
+	v.source(&c.Identity.RequestID, "identity.request_id", true, &c.Identity)
+	v.rate(&c.Limits.PerIP, "limits.per_ip", &c.Limits)
+	v.rate(&c.Limits.PerDevice, "limits.per_device", &c.Limits)
+	v.rate(&c.Limits.PerUser, "limits.per_user", &c.Limits)
+	for code := range c.Messages {
+		if !knownMessages[code] {
+			v.errorf(v.m.line(mapEntry{&c.Messages, code}, &c.Messages), "messages: %q is not a SPEC response code", code)
+		}
+	}
+	v.activities(c)
+}
+
+func (v *validator) upstream(c *Config) {
+	u := &c.Upstream
+	switch {
+	case !v.m.has(&u.URL):
+		v.errorf(v.m.line(&c.Upstream), "upstream.url is required")
+	case v.ok(&u.URL):
+		if msg := httpURL(u.URL); msg != "" {
+			v.errorf(v.m.line(&u.URL), "upstream.url %s", msg)
+		}
+	}
+	if v.ok(&u.Timeout) && u.Timeout <= 0 {
+		v.errorf(v.m.line(&u.Timeout, &c.Upstream), "upstream.timeout must be positive, got %s", u.Timeout)
+	}
+	if v.ok(&u.MaxConns) && u.MaxConns < 1 {
+		v.errorf(v.m.line(&u.MaxConns, &c.Upstream), "upstream.max_conns must be at least 1, got %d", u.MaxConns)
+	}
+	v.envName(&u.SigningSecretEnv, "upstream.signing_secret_env", u.SigningSecretEnv, &c.Upstream)
+}
+
+func (v *validator) redis(c *Config) {
+	r := &c.Redis
+	if v.ok(&r.Addrs) && len(r.Addrs) == 0 {
+		v.errorf(v.m.line(&r.Addrs, &c.Redis), "redis.addrs needs at least one address")
+	}
+	for i, a := range r.Addrs {
+		v.hostPort(&r.Addrs[i], "redis.addrs", a, &r.Addrs)
+	}
+	if v.ok(&r.Timeout) && r.Timeout <= 0 {
+		v.errorf(v.m.line(&r.Timeout, &c.Redis), "redis.timeout must be positive, got %s", r.Timeout)
+	}
+	// Braces would open a hash tag of their own and move keys of one SKU to
+	// different cluster slots, breaking the single-slot scripts.
+	if r.KeyPrefix == "" || strings.ContainsAny(r.KeyPrefix, "{}") {
+		v.errorf(v.m.line(&r.KeyPrefix, &c.Redis), "redis.key_prefix must be non-empty and contain no braces, got %q", r.KeyPrefix)
+	}
+	if r.PasswordEnv != "" {
+		v.envName(&r.PasswordEnv, "redis.password_env", r.PasswordEnv, &c.Redis)
+	}
+}
+
+func (v *validator) activities(c *Config) {
+	ids := make(map[string]int)       // id → line of first use
+	routes := make(map[string]string) // method+path → id of first user
+	for i := range c.Activities {
+		a := &c.Activities[i]
+		if v.m.failed(a) {
+			continue // not a mapping: already reported, nothing to check
+		}
+		name := fmt.Sprintf("activity #%d", i+1)
+		if a.ID != "" {
+			name = fmt.Sprintf("activity %q", a.ID)
+		}
+		at := func(p any) int { return v.m.line(p, a) }
+
+		switch {
+		case !v.m.has(&a.ID) || a.ID == "":
+			v.errorf(at(&a.ID), "%s: id is required", name)
+		case !idPattern.MatchString(a.ID):
+			v.errorf(at(&a.ID), "%s: id must match [A-Za-z0-9_-]{1,64}", name)
+		default:
+			if first, dup := ids[a.ID]; dup {
+				v.errorf(at(&a.ID), "%s: id is already used at line %d", name, first)
+			} else {
+				ids[a.ID] = at(&a.ID)
+			}
+		}
+
+		v.route(a, name)
+		if v.ok(&a.Route.Method) && v.ok(&a.Route.Path) && !strings.Contains(a.Route.Path, "{activity}") {
+			// Without {activity} in the path, nothing in the request says
+			// which of two identical routes it is for.
+			key := a.Route.Method + " " + a.Route.Path
+			if other, dup := routes[key]; dup {
+				v.errorf(v.m.line(&a.Route.Path, &a.Route, a), "%s: route %s is already used by activity %q; add {activity} to the path to tell them apart", name, key, other)
+			} else {
+				routes[key] = a.ID
+			}
+		}
+
+		v.window(a, name)
+		v.skus(a, name)
+
+		if v.ok(&a.PerUserLimit) && a.PerUserLimit < 1 {
+			v.errorf(at(&a.PerUserLimit), "%s: per_user_limit must be at least 1, got %d", name, a.PerUserLimit)
+		} else if v.ok(&a.PerUserLimit) && v.ok(&a.MaxQty) && (a.MaxQty < 1 || a.MaxQty > a.PerUserLimit) {
+			v.errorf(at(&a.MaxQty), "%s: max_qty must be between 1 and per_user_limit (%d), got %d", name, a.PerUserLimit, a.MaxQty)
+		}
+		if v.ok(&a.Shards) && (a.Shards < 1 || a.Shards > 1024) {
+			v.errorf(at(&a.Shards), "%s: shards must be between 1 and 1024, got %d", name, a.Shards)
+		}
+		v.rate(&a.AdmissionRate, name+": admission_rate", a)
+		if v.ok(&a.Mode) && a.Mode != ModeSync && a.Mode != ModeQueue {
+			v.errorf(at(&a.Mode), "%s: mode must be %q or %q, got %q", name, ModeSync, ModeQueue, a.Mode)
+		}
+		if v.ok(&a.Queue.Workers) && a.Queue.Workers < 1 {
+			v.errorf(v.m.line(&a.Queue.Workers, &a.Queue, a), "%s: queue.workers must be at least 1, got %d", name, a.Queue.Workers)
+		}
+		if v.ok(&a.Queue.Rate) && a.Queue.Rate <= 0 {
+			v.errorf(v.m.line(&a.Queue.Rate, &a.Queue, a), "%s: queue.rate must be positive, got %g", name, a.Queue.Rate)
+		}
+		if v.ok(&a.PendingTimeout) && a.PendingTimeout <= 0 {
+			v.errorf(at(&a.PendingTimeout), "%s: pending_timeout must be positive, got %s", name, a.PendingTimeout)
+		}
+		if v.ok(&a.KeyTTLAfterEnd) && a.KeyTTLAfterEnd <= 0 {
+			v.errorf(at(&a.KeyTTLAfterEnd), "%s: key_ttl_after_end must be positive, got %s", name, a.KeyTTLAfterEnd)
+		}
+		if a.Verify.URL != "" {
+			if msg := httpURL(a.Verify.URL); msg != "" {
+				v.errorf(v.m.line(&a.Verify.URL, &a.Verify, a), "%s: verify.url %s", name, msg)
+			} else if !strings.Contains(a.Verify.URL, "{token}") {
+				v.errorf(v.m.line(&a.Verify.URL, &a.Verify, a), "%s: verify.url must contain {token}, or the shop cannot tell which order is asked for", name)
+			}
+		}
+		if v.ok(&a.OrderIDFrom) {
+			if msg := orderIDFrom(a.OrderIDFrom); msg != "" {
+				v.errorf(at(&a.OrderIDFrom), "%s: order_id_from %s", name, msg)
+			}
+		}
+	}
+}
+
+func (v *validator) route(a *Activity, name string) {
+	r := &a.Route
+	at := func(p any) int { return v.m.line(p, r, a) }
+	if v.ok(&r.Method) && !slices.Contains(routeMethods, r.Method) {
+		v.errorf(at(&r.Method), "%s: route.method must be one of %s, got %q", name, strings.Join(routeMethods, " "), r.Method)
+	}
+	if v.ok(&r.Path) {
+		if msg := routePath(r.Path); msg != "" {
+			v.errorf(at(&r.Path), "%s: route.path %s", name, msg)
+		} else if r.SkuFrom == "path" && !hasSegment(r.Path, "{sku}") {
+			v.errorf(at(&r.Path), "%s: route.path must contain a {sku} segment when sku_from is path", name)
+		}
+	}
+	if v.ok(&r.SkuFrom) {
+		if msg := valueFrom(r.SkuFrom, true); msg != "" {
+			v.errorf(at(&r.SkuFrom), "%s: route.sku_from %s", name, msg)
+		}
+	}
+	if v.ok(&r.QtyFrom) && r.QtyFrom != "" {
+		if msg := valueFrom(r.QtyFrom, false); msg != "" {
+			v.errorf(at(&r.QtyFrom), "%s: route.qty_from %s", name, msg)
+		}
+	}
+}
+
+func (v *validator) window(a *Activity, name string) {
+	startOK, endOK := v.m.has(&a.Start), v.m.has(&a.End)
+	if !startOK {
+		v.errorf(v.m.line(a), "%s: start is required", name)
+	}
+	if !endOK {
+		v.errorf(v.m.line(a), "%s: end is required", name)
+	}
+	if startOK && endOK && v.ok(&a.Start) && v.ok(&a.End) && !a.End.After(a.Start) {
+		v.errorf(v.m.line(&a.End), "%s: end (%s) must be after start (%s)", name, a.End.Format(time.RFC3339), a.Start.Format(time.RFC3339))
+	}
+}
+
+func (v *validator) skus(a *Activity, name string) {
+	if v.ok(&a.SKUs) && len(a.SKUs) == 0 {
+		v.errorf(v.m.line(&a.SKUs, a), "%s: skus needs at least one sku", name)
+	}
+	ids := make(map[string]int)
+	for i := range a.SKUs {
+		s := &a.SKUs[i]
+		if v.m.failed(s) {
+			continue
+		}
+		at := func(p any) int { return v.m.line(p, s, &a.SKUs, a) }
+		switch {
+		case s.ID == "":
+			v.errorf(at(&s.ID), "%s: sku id is required", name)
+		case !idPattern.MatchString(s.ID):
+			v.errorf(at(&s.ID), "%s: sku id %q must match [A-Za-z0-9_-]{1,64}", name, s.ID)
+		default:
+			if first, dup := ids[s.ID]; dup {
+				v.errorf(at(&s.ID), "%s: sku %q is already listed at line %d", name, s.ID, first)
+			} else {
+				ids[s.ID] = at(&s.ID)
+			}
+		}
+		if !v.m.has(&s.Stock) {
+			v.errorf(at(&s.Stock), "%s: sku %q: stock is required", name, s.ID)
+		} else if v.ok(&s.Stock) && (s.Stock < 0 || s.Stock > maxStock) {
+			v.errorf(at(&s.Stock), "%s: sku %q: stock must be between 0 and %d, got %d", name, s.ID, maxStock, s.Stock)
+		}
+	}
+}
+
+// rate checks a token bucket; parents are the fallbacks for the line.
+func (v *validator) rate(r *Rate, name string, parents ...any) {
+	if v.ok(&r.Rate) && r.Rate <= 0 {
+		v.errorf(v.m.line(append([]any{&r.Rate, r}, parents...)...), "%s.rate must be positive, got %g", name, r.Rate)
+	}
+	if v.ok(&r.Burst) && r.Burst < 1 {
+		v.errorf(v.m.line(append([]any{&r.Burst, r}, parents...)...), "%s.burst must be at least 1, got %d", name, r.Burst)
+	}
+}
+
+// source checks that exactly one place is named for an identity, since
+// reading two and picking one would let a client choose who it is.
+func (v *validator) source(s *Source, name string, optional bool, parent any) {
+	if !v.ok(s) {
+		return
+	}
+	line := v.m.line(s, parent)
+	set := 0
+	for _, f := range []struct{ kind, val string }{{"header", s.Header}, {"cookie", s.Cookie}, {"query", s.Query}} {
+		if f.val == "" {
+			continue
+		}
+		set++
+		if f.kind != "query" && !tokenPattern.MatchString(f.val) {
+			v.errorf(line, "%s: %q is not a valid %s name", name, f.val, f.kind)
+		}
+	}
+	switch {
+	case set > 1:
+		v.errorf(line, "%s: set exactly one of header, cookie or query", name)
+	case set == 0 && !optional:
+		v.errorf(line, "%s: set one of header, cookie or query", name)
+	}
+}
+
+func (v *validator) hostPort(p *string, name, s string, parents ...any) {
+	if !v.ok(p) {
+		return
+	}
+	if _, _, err := net.SplitHostPort(s); err != nil {
+		v.errorf(v.m.line(append([]any{p}, parents...)...), "%s: want host:port, got %q", name, s)
+	}
+}
+
+// envName checks a *_env field. Only the name is checked: secrets are
+// commonly injected after validation (CI validates without them).
+func (v *validator) envName(p *string, name, s string, parent any) {
+	if v.ok(p) && !envPattern.MatchString(s) {
+		v.errorf(v.m.line(p, parent), "%s: %q is not a valid environment variable name", name, s)
+	}
+}
+
+// httpURL returns why s is not an absolute http(s) URL with a host, or "".
+func httpURL(s string) string {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("is not a URL: %q", s)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Sprintf("must start with http:// or https://, got %q", s)
+	case u.Host == "":
+		return fmt.Sprintf("needs a host, got %q", s)
+	}
+	return ""
+}
+
+// routePath returns why p is not a usable route pattern, or "".
+func routePath(p string) string {
+	if !strings.HasPrefix(p, "/") {
+		return fmt.Sprintf("must start with \"/\", got %q", p)
+	}
+	if strings.ContainsAny(p, "?#") {
+		return fmt.Sprintf("must be a path without query or fragment, got %q", p)
+	}
+	seen := make(map[string]bool)
+	for _, seg := range strings.Split(p[1:], "/") {
+		if !strings.ContainsAny(seg, "{}") {
+			continue
+		}
+		if seg != "{activity}" && seg != "{sku}" {
+			return fmt.Sprintf("may only use {activity} and {sku} as whole segments, got %q", seg)
+		}
+		if seen[seg] {
+			return fmt.Sprintf("uses %s twice", seg)
+		}
+		seen[seg] = true
+	}
+	return ""
+}
+
+func hasSegment(p, seg string) bool {
+	return slices.Contains(strings.Split(p, "/"), seg)
+}
+
+// valueFrom returns why s is not a valid sku_from/qty_from, or "".
+func valueFrom(s string, allowPath bool) string {
+	if s == "path" {
+		if allowPath {
+			return ""
+		}
+		return "cannot be path; use query:NAME, form:NAME or json:/pointer"
+	}
+	kind, arg, _ := strings.Cut(s, ":")
+	switch kind {
+	case "query", "form":
+		if arg == "" {
+			return fmt.Sprintf("needs a name after %q", kind+":")
+		}
+		return ""
+	case "json":
+		return jsonPointer(arg)
+	}
+	if allowPath {
+		return fmt.Sprintf("must be path, query:NAME, form:NAME or json:/pointer, got %q", s)
+	}
+	return fmt.Sprintf("must be empty, query:NAME, form:NAME or json:/pointer, got %q", s)
+}
+
+// orderIDFrom returns why s is not a valid order_id_from, or "".
+func orderIDFrom(s string) string {
+	kind, arg, _ := strings.Cut(s, ":")
+	switch kind {
+	case "json":
+		return jsonPointer(arg)
+	case "header":
+		if !tokenPattern.MatchString(arg) {
+			return fmt.Sprintf("needs a header name after \"header:\", got %q", s)
+		}
+		return ""
+	}
+	return fmt.Sprintf("must be json:/pointer or header:NAME, got %q", s)
+}
+
+// jsonPointer returns why p is not an RFC 6901 pointer to a member, or "".
+func jsonPointer(p string) string {
+	if !strings.HasPrefix(p, "/") {
+		return fmt.Sprintf("needs a JSON pointer starting with \"/\" after \"json:\", got %q", p)
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] == '~' && (i+1 == len(p) || (p[i+1] != '0' && p[i+1] != '1')) {
+			return fmt.Sprintf("JSON pointer %q has \"~\" not followed by 0 or 1", p)
+		}
+	}
+	return ""
+}

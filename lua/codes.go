@@ -1,0 +1,72 @@
+package lua
+
+// Code is the first element of every script's reply.
+type Code int64
+
+// Every script return code, shared by all scripts so one switch reads any reply.
+const (
+	// OK: the script did what was asked.
+	OK Code = 1
+	// Empty: the shard has fewer units than asked for.
+	Empty Code = 2
+	// Pending: the buyer's limit is reached and the last reservation is in flight.
+	Pending Code = 3
+	// Purchased: the buyer's limit is reached by confirmed reservations.
+	Purchased Code = 4
+	// NotReady: the shard was never preheated (or its keys expired).
+	NotReady Code = 5
+	// Same: the transition had already happened; nothing changed.
+	Same Code = 6
+	// Released: confirm found the reservation released; nothing changed.
+	Released Code = 7
+	// Unknown: no reservation has that token.
+	Unknown Code = 8
+	// Confirmed: a pending-only release found the reservation confirmed.
+	Confirmed Code = 9
+	// Broken: the shard's counters break the stock invariant; nothing changed.
+	Broken Code = 10
+)
+
+// String names the code for logs and errors.
+func (c Code) String() string {
+	switch c {
+	case OK:
+		return "OK"
+	case Empty:
+		return "EMPTY"
+	case Pending:
+		return "PENDING"
+	case Purchased:
+		return "PURCHASED"
+	case NotReady:
+		return "NOT_READY"
+	case Same:
+		return "SAME"
+	case Released:
+		return "RELEASED"
+	case Unknown:
+		return "UNKNOWN"
+	case Confirmed:
+		return "CONFIRMED"
+	case Broken:
+		return "BROKEN"
+	}
+	return "INVALID"
+}
+
+// SpecCode is the SPEC §4 code a buyer sees for a reserve reply, or "" when
+// the reply is not an answer on its own (OK goes on to the shop, Empty to a
+// steal). Codes of confirm and release are for operators, not buyers.
+func (c Code) SpecCode() string {
+	switch c {
+	case Pending:
+		return "PENDING"
+	case Purchased:
+		return "ALREADY_PURCHASED"
+	case NotReady:
+		return "NOT_READY"
+	case Empty:
+		return "SOLD_OUT"
+	}
+	return ""
+}

@@ -1,0 +1,642 @@
+package lua_test
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
+	"github.com/seckill-proxy/seckill-proxy/lua"
+)
+
+// Keys of one shard, as store/keys.go names them.
+const (
+	kStock   = "t:{a:s:0}:stock"
+	kUsers   = "t:{a:s:0}:users"
+	kRes     = "t:{a:s:0}:res"
+	kPending = "t:{a:s:0}:pending"
+	kLog     = "t:{a:s:0}:log"
+	kOut     = "t:{a:s:0}:out"
+	kMovesIn = "t:{a:s:0}:movesin"
+	kMoves   = "t:{a:s:0}:moves"
+)
+
+var (
+	reserveKeys = []string{kStock, kUsers, kRes, kPending, kLog, kOut, kMovesIn}
+	stealKeys   = []string{kStock, kMoves, kOut}
+	confirmKeys = []string{kStock, kRes, kPending}
+	releaseKeys = []string{kStock, kUsers, kRes, kPending, kOut}
+	depositKeys = []string{kStock, kOut, kMovesIn}
+)
+
+// fx is one private redis-server and a client to it.
+type fx struct {
+	t   *testing.T
+	c   rueidis.Client
+	exp int64 // expire-at ms handed to scripts: an hour from now
+}
+
+func newFx(t *testing.T) *fx {
+	t.Helper()
+	srv := redistest.Start(t)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return &fx{t: t, c: c, exp: time.Now().Add(time.Hour).UnixMilli()}
+}
+
+func (f *fx) do(args ...string) rueidis.RedisResult {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return f.c.Do(ctx, f.c.B().Arbitrary(args[0]).Args(args[1:]...).Build())
+}
+
+func (f *fx) mustDo(args ...string) {
+	f.t.Helper()
+	if err := f.do(args...).Error(); err != nil {
+		f.t.Fatalf("%v: %v", args, err)
+	}
+}
+
+// reset empties the server and seeds it with setup commands.
+func (f *fx) reset(setup [][]string) {
+	f.t.Helper()
+	f.mustDo("FLUSHALL")
+	for _, cmd := range setup {
+		f.mustDo(cmd...)
+	}
+}
+
+// run executes a script (EVALSHA, EVAL on NOSCRIPT) and returns its reply
+// as text, integers formatted in base 10.
+func (f *fx) run(src string, keys, args []string) []string {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	arr, err := rueidis.NewLuaScript(src).Exec(ctx, f.c, keys, args).ToArray()
+	if err != nil {
+		f.t.Fatalf("script: %v", err)
+	}
+	out := make([]string, len(arr))
+	for i, m := range arr {
+		if n, err := m.ToInt64(); err == nil {
+			out[i] = strconv.FormatInt(n, 10)
+		} else if s, err := m.ToString(); err == nil {
+			out[i] = s
+		} else {
+			f.t.Fatalf("reply[%d]: neither integer nor string: %v", i, m)
+		}
+	}
+	return out
+}
+
+func (f *fx) hash(key string) map[string]string {
+	f.t.Helper()
+	m, err := f.do("HGETALL", key).AsStrMap()
+	if err != nil {
+		f.t.Fatalf("HGETALL %s: %v", key, err)
+	}
+	return m
+}
+
+func (f *fx) int(args ...string) int64 {
+	f.t.Helper()
+	n, err := f.do(args...).AsInt64()
+	if err != nil {
+		f.t.Fatalf("%v: %v", args, err)
+	}
+	return n
+}
+
+func (f *fx) exists(key string) bool { return f.int("EXISTS", key) == 1 }
+
+// wantTTL fails unless key exists with an expiry set.
+func (f *fx) wantTTL(key string) {
+	f.t.Helper()
+	if ttl := f.int("PTTL", key); ttl <= 0 {
+		f.t.Errorf("PTTL %s = %d, want an expiry", key, ttl)
+	}
+}
+
+func (f *fx) wantHash(key string, want map[string]string) {
+	f.t.Helper()
+	got := f.hash(key)
+	for k, v := range want {
+		if got[k] != v {
+			f.t.Errorf("%s[%s] = %q, want %q (all: %v)", key, k, got[k], v, got)
+		}
+	}
+}
+
+func wantReply(t *testing.T, got, want []string) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("reply = %q, want %q", got, want)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("reply = %q, want %q", got, want)
+		}
+	}
+}
+
+func stock(r, i, p, c, x int) []string {
+	return []string{"HSET", kStock, "r", strconv.Itoa(r), "i", strconv.Itoa(i), "p", strconv.Itoa(p), "c", strconv.Itoa(c), "x", strconv.Itoa(x)}
+}
+
+// reserveArgs builds reserve.lua's ARGV; now ms is always 1000.
+func (f *fx) reserveArgs(user string, qty, limit int, id string, queue bool, depUnits int, moveID string) []string {
+	q := "0"
+	if queue {
+		q = "1"
+	}
+	return []string{user, strconv.Itoa(qty), strconv.Itoa(limit), id, "1000", strconv.FormatInt(f.exp, 10), q,
+		strconv.Itoa(depUnits), moveID, "1000", "a.s.0." + id}
+}
+
+func TestReserve(t *testing.T) {
+	f := newFx(t)
+	tests := []struct {
+		name  string
+		setup [][]string
+		give  func(f *fx) []string // ARGV
+		want  []string
+		check func(f *fx)
+	}{
+		{
+			name:  "ok sync",
+			setup: [][]string{stock(3, 3, 0, 0, 0)},
+			give:  func(f *fx) []string { return f.reserveArgs("u1", 1, 1, "T1", false, 0, "") },
+			want:  []string{"1", "2"},
+			check: func(f *fx) {
+				f.wantHash(kStock, map[string]string{"r": "2", "i": "3", "p": "1", "c": "0", "x": "0"})
+				f.wantHash(kUsers, map[string]string{"u1": "1|T1"})
+				f.wantHash(kRes, map[string]string{"T1": "p|u1|1|1000||"})
+				if score, err := f.do("ZSCORE", kPending, "T1").AsInt64(); err != nil || score != 1000 {
+					f.t.Errorf("pending score = %d, %v; want 1000", score, err)
+				}
+				if f.exists(kOut) {
+					f.t.Error("out flag set while stock remains")
+				}
+				if f.exists(kLog) {
+					f.t.Error("sync mode wrote a stream entry")
+				}
+				f.wantTTL(kUsers)
+				f.wantTTL(kRes)
+				f.wantTTL(kPending)
+			},
+		},
+		{
+			name:  "ok last unit sets out flag",
+			setup: [][]string{stock(1, 1, 0, 0, 0)},
+			give:  func(f *fx) []string { return f.reserveArgs("u1", 1, 1, "T1", false, 0, "") },
+			want:  []string{"1", "0"},
+			check: func(f *fx) {
+				f.wantHash(kStock, map[string]string{"r": "0", "p": "1"})
+				if !f.exists(kOut) {
+					f.t.Error("out flag missing at r == 0")
+				}
+				f.wantTTL(kOut)
+			},
+		},
+		{
+			name:  "ok queue mode writes stream entry",
+			setup: [][]string{stock(5, 5, 0, 0, 0)},
+			give:  func(f *fx) []string { return f.reserveArgs("u1", 2, 2, "T1", true, 0, "") },
+			want:  []string{"1", "3"},
+			check: func(f *fx) {
+				if n := f.int("XLEN", kLog); n != 1 {
+					f.t.Fatalf("XLEN = %d, want 1", n)
+				}
+				entries, err := f.do("XRANGE", kLog, "-", "+").ToArray()
+				if err != nil || len(entries) != 1 {
+					f.t.Fatalf("XRANGE: %v", err)
+				}
+				e, _ := entries[0].ToArray()
+				fields, _ := e[1].AsStrSlice()
+				if len(fields) != 2 || fields[0] != "t" || fields[1] != "a.s.0.T1" {
+					f.t.Errorf("stream entry = %q, want [t a.s.0.T1]", fields)
+				}
+				f.wantTTL(kLog)
+				f.wantHash(kUsers, map[string]string{"u1": "2|T1"})
+				f.wantHash(kRes, map[string]string{"T1": "p|u1|2|1000||"})
+			},
+		},
+		{
+			name:  "ok second unit within limit",
+			setup: [][]string{stock(5, 6, 1, 0, 0), {"HSET", kUsers, "u1", "1|T0"}, {"HSET", kRes, "T0", "p|u1|1|900||"}},
+			give:  func(f *fx) []string { return f.reserveArgs("u1", 1, 2, "T1", false, 0, "") },
+			want:  []string{"1", "4"},
+			check: func(f *fx) {
+				f.wantHash(kUsers, map[string]string{"u1": "2|T1"})
+				f.wantHash(kStock, map[string]string{"r": "4", "p": "2"})
+			},
+		},
+		{
+			name:  "empty",
+			setup: [][]string{stock(0, 1, 1, 0, 0)},
+			give:  func(f *fx) []string { return f.reserveArgs("u1", 1, 1, "T1", false, 0, "") },
+			want:  []string{"2", "0"},
+			check: func(f *fx) {
+				f.wantHash(kStock, map[string]string{"r": "0", "p": "1"})
+				if f.exists(kUsers) || f.exists(kRes) || f.exists(kPending) {
+					f.t.Error("EMPTY wrote a reservation")
+				}
+			},
+		},
+		{
+			name:  "empty reports remaining when qty is larger",
+			setup: [][]string{stock(1, 1, 0, 0, 0)},
+			give:  func(f *fx) []string { return f.reserveArgs("u1", 2, 2, "T1", false, 0, "") },
+			want:  []string{"2", "1"},
+			check: func(f *fx) { f.wantHash(kStock, map[string]string{"r": "1", "p": "0"}) },
+		},
+		{
+			name:  "pending",
+			setup: [][]string{stock(4, 5, 1, 0, 0), {"HSET", kUsers, "u1", "1|T0"}, {"HSET", kRes, "T0", "p|u1|1|900||"}},
+			give:  func(f *fx) []string { return f.reserveArgs("u1", 1, 1, "T1", false, 0, "") },
+			want:  []string{"3", "T0"},
+			check: func(f *fx) {
+				f.wantHash(kStock, map[string]string{"r": "4", "p": "1"})
+				f.wantHash(kUsers, map[string]string{"u1": "1|T0"})
+			},
+		},
+		{
+			name:  "purchased with order id",
+			setup: [][]string{stock(4, 5, 0, 1, 0), {"HSET", kUsers, "u1", "1|T0"}, {"HSET", kRes, "T0", "c|u1|1|900|O-9|"}},
+			give:  func(f *fx) []string { return f.reserveArgs("u1", 1, 1, "T1", false, 0, "") },
+			want:  []string{"4", "T0", "O-9"},
+			check: func(f *fx) { f.wantHash(kStock, map[string]string{"r": "4", "c": "1"}) },
+		},
+		{
+			name:  "purchased without order id",
+			setup: [][]string{stock(4, 5, 0, 1, 0), {"HSET", kUsers, "u1", "1|T0"}, {"HSET", kRes, "T0", "c|u1|1|900||"}},
+			give:  func(f *fx) []string { return f.reserveArgs("u1", 1, 1, "T1", false, 0, "") },
+			want:  []string{"4", "T0", ""},
+		},
+		{
+			name: "not ready",
+			give: func(f *fx) []string { return f.reserveArgs("u1", 1, 1, "T1", false, 0, "") },
+			want: []string{"5"},
+			check: func(f *fx) {
+				if n := f.int("DBSIZE"); n != 0 {
+					f.t.Errorf("NOT_READY wrote %d keys", n)
+				}
+			},
+		},
+		{
+			name:  "deposit then reserve",
+			setup: [][]string{stock(0, 1, 0, 1, 0), {"SET", kOut, "1"}},
+			give:  func(f *fx) []string { return f.reserveArgs("u1", 1, 1, "T1", false, 3, "M1") },
+			want:  []string{"1", "2"},
+			check: func(f *fx) {
+				f.wantHash(kStock, map[string]string{"r": "2", "i": "4", "p": "1", "c": "1"})
+				if f.exists(kOut) {
+					f.t.Error("out flag kept after a deposit")
+				}
+				if f.int("SISMEMBER", kMovesIn, "M1") != 1 {
+					f.t.Error("move id not recorded")
+				}
+				f.wantTTL(kMovesIn)
+			},
+		},
+		{
+			name:  "deposit already done is skipped",
+			setup: [][]string{stock(0, 1, 0, 1, 0), {"SET", kOut, "1"}, {"SADD", kMovesIn, "M1"}},
+			give:  func(f *fx) []string { return f.reserveArgs("u1", 1, 1, "T1", false, 3, "M1") },
+			want:  []string{"2", "0"},
+			check: func(f *fx) {
+				f.wantHash(kStock, map[string]string{"r": "0", "i": "1"})
+				if !f.exists(kOut) {
+					f.t.Error("out flag removed without a deposit")
+				}
+			},
+		},
+		{
+			name:  "deposit lands even when the limit refuses",
+			setup: [][]string{stock(0, 1, 1, 0, 0), {"HSET", kUsers, "u1", "1|T0"}, {"HSET", kRes, "T0", "p|u1|1|900||"}},
+			give:  func(f *fx) []string { return f.reserveArgs("u1", 1, 1, "T1", false, 2, "M1") },
+			want:  []string{"3", "T0"},
+			check: func(f *fx) { f.wantHash(kStock, map[string]string{"r": "2", "i": "3", "p": "1"}) },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f.t = t
+			f.reset(tt.setup)
+			wantReply(t, f.run(lua.Reserve, reserveKeys, tt.give(f)), tt.want)
+			if tt.check != nil {
+				tt.check(f)
+			}
+		})
+	}
+}
+
+func TestReserveDepositIsIdempotentByMoveID(t *testing.T) {
+	f := newFx(t)
+	f.reset([][]string{stock(0, 0, 0, 0, 0)})
+	wantReply(t, f.run(lua.Reserve, reserveKeys, f.reserveArgs("u1", 1, 1, "T1", false, 2, "M1")), []string{"1", "1"})
+	wantReply(t, f.run(lua.Reserve, reserveKeys, f.reserveArgs("u2", 1, 1, "T2", false, 2, "M1")), []string{"1", "0"})
+	wantReply(t, f.run(lua.Reserve, reserveKeys, f.reserveArgs("u3", 1, 1, "T3", false, 2, "M1")), []string{"2", "0"})
+	f.wantHash(kStock, map[string]string{"r": "0", "i": "2", "p": "2"})
+	// deposit.lua shares the move-id set: the same move cannot land twice.
+	wantReply(t, f.run(lua.Deposit, depositKeys, []string{"M1", "2", strconv.FormatInt(f.exp, 10)}), []string{"6"})
+	f.wantHash(kStock, map[string]string{"r": "0", "i": "2"})
+}
+
+func TestSteal(t *testing.T) {
+	f := newFx(t)
+	tests := []struct {
+		name      string
+		setup     [][]string
+		need      int
+		want      []string
+		wantR     string
+		wantOut   bool
+		wantMoved string // moves record, "" = none
+	}{
+		{name: "half of the donor when more than needed", setup: [][]string{stock(10, 12, 1, 1, 0)}, need: 1,
+			want: []string{"1", "5"}, wantR: "5", wantMoved: "3|5|1000"},
+		{name: "half rounds up", setup: [][]string{stock(5, 5, 0, 0, 0)}, need: 1,
+			want: []string{"1", "3"}, wantR: "2", wantMoved: "3|3|1000"},
+		{name: "need when more than half", setup: [][]string{stock(10, 10, 0, 0, 0)}, need: 7,
+			want: []string{"1", "7"}, wantR: "3", wantMoved: "3|7|1000"},
+		{name: "capped at remaining sets out", setup: [][]string{stock(3, 3, 0, 0, 0)}, need: 5,
+			want: []string{"1", "3"}, wantR: "0", wantOut: true, wantMoved: "3|3|1000"},
+		{name: "last unit sets out", setup: [][]string{stock(1, 2, 0, 1, 0)}, need: 1,
+			want: []string{"1", "1"}, wantR: "0", wantOut: true, wantMoved: "3|1|1000"},
+		{name: "empty", setup: [][]string{stock(0, 2, 1, 1, 0), {"SET", kOut, "1"}}, need: 1,
+			want: []string{"2", "0"}, wantR: "0", wantOut: true},
+		{name: "not ready", need: 1, want: []string{"5", "0"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f.t = t
+			f.reset(tt.setup)
+			before := f.hash(kStock)
+			got := f.run(lua.Steal, stealKeys, []string{strconv.Itoa(tt.need), "M1", "3", "1000", strconv.FormatInt(f.exp, 10)})
+			wantReply(t, got, tt.want)
+			after := f.hash(kStock)
+			if after["r"] != tt.wantR && tt.setup != nil {
+				t.Errorf("r = %q, want %q", after["r"], tt.wantR)
+			}
+			if tt.setup != nil {
+				// The units leave the donor's initial too, so the donor keeps i = r + p + c.
+				moved, _ := strconv.Atoi(got[1])
+				bi, _ := strconv.Atoi(before["i"])
+				if ai, _ := strconv.Atoi(after["i"]); ai != bi-moved {
+					t.Errorf("i = %d, want %d", ai, bi-moved)
+				}
+			}
+			if f.exists(kOut) != tt.wantOut {
+				t.Errorf("out flag = %v, want %v", f.exists(kOut), tt.wantOut)
+			}
+			if tt.wantOut && tt.want[0] == "1" {
+				f.wantTTL(kOut)
+			}
+			moves := f.hash(kMoves)
+			if tt.wantMoved == "" {
+				if len(moves) != 0 {
+					t.Errorf("moves = %v, want none", moves)
+				}
+			} else {
+				if moves["M1"] != tt.wantMoved {
+					t.Errorf("moves[M1] = %q, want %q", moves["M1"], tt.wantMoved)
+				}
+				f.wantTTL(kMoves)
+			}
+		})
+	}
+}
+
+func TestConfirm(t *testing.T) {
+	f := newFx(t)
+	pending := [][]string{stock(4, 5, 1, 0, 0), {"HSET", kRes, "T1", "p|u1|1|900||"}, {"ZADD", kPending, "900", "T1"}}
+	tests := []struct {
+		name    string
+		setup   [][]string
+		token   string
+		want    []string
+		wantRec string
+		wantP   string
+		wantC   string
+	}{
+		{name: "ok", setup: pending, token: "T1", want: []string{"1"}, wantRec: "c|u1|1|900|O-1|", wantP: "0", wantC: "1"},
+		{name: "same", setup: [][]string{stock(4, 5, 0, 1, 0), {"HSET", kRes, "T1", "c|u1|1|900|O-0|"}},
+			token: "T1", want: []string{"6"}, wantRec: "c|u1|1|900|O-0|", wantP: "0", wantC: "1"},
+		{name: "released", setup: [][]string{stock(5, 5, 0, 0, 1), {"HSET", kRes, "T1", "x|u1|1|900||shop said no"}},
+			token: "T1", want: []string{"7"}, wantRec: "x|u1|1|900||shop said no", wantP: "0", wantC: "0"},
+		{name: "unknown", setup: pending, token: "T9", want: []string{"8"}, wantRec: "p|u1|1|900||", wantP: "1", wantC: "0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f.t = t
+			f.reset(tt.setup)
+			wantReply(t, f.run(lua.Confirm, confirmKeys, []string{tt.token, "O-1"}), tt.want)
+			f.wantHash(kRes, map[string]string{"T1": tt.wantRec})
+			f.wantHash(kStock, map[string]string{"p": tt.wantP, "c": tt.wantC})
+			if tt.want[0] == "1" && f.int("ZCARD", kPending) != 0 {
+				t.Error("confirmed token still in pending zset")
+			}
+		})
+	}
+}
+
+func TestRelease(t *testing.T) {
+	f := newFx(t)
+	tests := []struct {
+		name        string
+		setup       [][]string
+		only        string // ARGV[4]
+		want        []string
+		wantStock   map[string]string
+		wantRec     string
+		wantUser    string // users[u1] after, "" = field deleted
+		wantOut     bool
+		wantPending int64
+	}{
+		{
+			name: "ok from pending, last unit of the user",
+			setup: [][]string{stock(0, 1, 1, 0, 0), {"SET", kOut, "1"}, {"HSET", kUsers, "u1", "1|T1"},
+				{"HSET", kRes, "T1", "p|u1|1|900||"}, {"ZADD", kPending, "900", "T1"}},
+			only: "1", want: []string{"1", "1"},
+			wantStock: map[string]string{"r": "1", "i": "1", "p": "0", "c": "0", "x": "1"},
+			wantRec:   "x|u1|1|900||shop 500",
+		},
+		{
+			name: "ok from confirmed keeps other units of the user",
+			setup: [][]string{stock(3, 6, 1, 2, 0), {"HSET", kUsers, "u1", "3|T2"},
+				{"HSET", kRes, "T1", "c|u1|2|900|O-1|"}, {"HSET", kRes, "T2", "p|u1|1|950||"}, {"ZADD", kPending, "950", "T2"}},
+			only: "0", want: []string{"1", "5"},
+			wantStock:   map[string]string{"r": "5", "i": "6", "p": "1", "c": "0", "x": "2"},
+			wantRec:     "x|u1|2|900|O-1|shop 500",
+			wantUser:    "1|T2",
+			wantPending: 1,
+		},
+		{
+			name:      "same",
+			setup:     [][]string{stock(2, 2, 0, 0, 1), {"HSET", kRes, "T1", "x|u1|1|900||earlier"}},
+			only:      "0",
+			want:      []string{"6", "2"},
+			wantStock: map[string]string{"r": "2", "x": "1"},
+			wantRec:   "x|u1|1|900||earlier",
+		},
+		{
+			name:      "unknown",
+			setup:     [][]string{stock(2, 2, 0, 0, 0)},
+			only:      "0",
+			want:      []string{"8", "0"},
+			wantStock: map[string]string{"r": "2", "x": "0"},
+		},
+		{
+			name:      "confirmed refused by pending-only release",
+			setup:     [][]string{stock(0, 1, 0, 1, 0), {"SET", kOut, "1"}, {"HSET", kUsers, "u1", "1|T1"}, {"HSET", kRes, "T1", "c|u1|1|900|O-1|"}},
+			only:      "1",
+			want:      []string{"9", "0"},
+			wantStock: map[string]string{"r": "0", "c": "1", "x": "0"},
+			wantRec:   "c|u1|1|900|O-1|",
+			wantUser:  "1|T1",
+			wantOut:   true,
+		},
+		{
+			name: "broken: counters already above initial",
+			setup: [][]string{stock(5, 5, 1, 0, 0), {"HSET", kUsers, "u1", "1|T1"},
+				{"HSET", kRes, "T1", "p|u1|1|900||"}, {"ZADD", kPending, "900", "T1"}},
+			only: "0", want: []string{"10", "5"},
+			wantStock:   map[string]string{"r": "5", "i": "5", "p": "1", "x": "0"},
+			wantRec:     "p|u1|1|900||",
+			wantUser:    "1|T1",
+			wantPending: 1,
+		},
+		{
+			name: "broken: fewer pending than the reservation holds",
+			setup: [][]string{stock(4, 5, 1, 0, 0), {"HSET", kUsers, "u1", "2|T1"},
+				{"HSET", kRes, "T1", "p|u1|2|900||"}, {"ZADD", kPending, "900", "T1"}},
+			only: "0", want: []string{"10", "4"},
+			wantStock:   map[string]string{"r": "4", "p": "1", "x": "0"},
+			wantRec:     "p|u1|2|900||",
+			wantUser:    "2|T1",
+			wantPending: 1,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f.t = t
+			f.reset(tt.setup)
+			wantReply(t, f.run(lua.Release, releaseKeys, []string{"T1", "shop 500", "2000", tt.only}), tt.want)
+			f.wantHash(kStock, tt.wantStock)
+			if tt.wantRec != "" {
+				f.wantHash(kRes, map[string]string{"T1": tt.wantRec})
+			}
+			users := f.hash(kUsers)
+			if u, ok := users["u1"]; tt.wantUser == "" && ok || u != tt.wantUser {
+				t.Errorf("users[u1] = %q (present %v), want %q", u, ok, tt.wantUser)
+			}
+			if f.exists(kOut) != tt.wantOut {
+				t.Errorf("out flag = %v, want %v", f.exists(kOut), tt.wantOut)
+			}
+			if n := f.int("ZCARD", kPending); n != tt.wantPending {
+				t.Errorf("pending zset size = %d, want %d", n, tt.wantPending)
+			}
+		})
+	}
+}
+
+func TestDeposit(t *testing.T) {
+	f := newFx(t)
+	tests := []struct {
+		name      string
+		setup     [][]string
+		want      []string
+		wantStock map[string]string
+		wantOut   bool
+	}{
+		{name: "ok", setup: [][]string{stock(0, 1, 0, 1, 0), {"SET", kOut, "1"}},
+			want: []string{"1"}, wantStock: map[string]string{"r": "3", "i": "4", "c": "1"}},
+		{name: "same", setup: [][]string{stock(0, 1, 0, 1, 0), {"SET", kOut, "1"}, {"SADD", kMovesIn, "M1"}},
+			want: []string{"6"}, wantStock: map[string]string{"r": "0", "i": "1"}, wantOut: true},
+		{name: "not ready", want: []string{"5"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f.t = t
+			f.reset(tt.setup)
+			wantReply(t, f.run(lua.Deposit, depositKeys, []string{"M1", "3", strconv.FormatInt(f.exp, 10)}), tt.want)
+			if tt.wantStock != nil {
+				f.wantHash(kStock, tt.wantStock)
+			}
+			if f.exists(kOut) != tt.wantOut {
+				t.Errorf("out flag = %v, want %v", f.exists(kOut), tt.wantOut)
+			}
+			if tt.want[0] == "1" {
+				f.wantTTL(kMovesIn)
+				// A replay is a no-op.
+				wantReply(t, f.run(lua.Deposit, depositKeys, []string{"M1", "3", strconv.FormatInt(f.exp, 10)}), []string{"6"})
+				f.wantHash(kStock, tt.wantStock)
+			}
+			if tt.want[0] == "5" && f.int("DBSIZE") != 0 {
+				t.Error("NOT_READY wrote keys")
+			}
+		})
+	}
+}
+
+// TestScriptSHA pins every script: a change to one must be deliberate, and
+// this test updated with it (deployed instances cache scripts by SHA).
+func TestScriptSHA(t *testing.T) {
+	tests := []struct {
+		name string
+		src  string
+		want string
+	}{
+		{name: "reserve", src: lua.Reserve, want: "2582742ab118e03813eaea2d6cc9ba755280faf0"},
+		{name: "steal", src: lua.Steal, want: "d347fe60c1714b1301724c0b1e37ace826c6896c"},
+		{name: "confirm", src: lua.Confirm, want: "3a995b0f27ba60890936e4ae9cb8ad6322e0e775"},
+		{name: "release", src: lua.Release, want: "2ce89a28f3e2a164e869c76db3a4a5fbbbae8cf8"},
+		{name: "deposit", src: lua.Deposit, want: "f1c5e8900ca6ae6e6cf529787f5855e7a16419bf"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sum := sha1.Sum([]byte(tt.src))
+			if got := hex.EncodeToString(sum[:]); got != tt.want {
+				t.Errorf("%s.lua SHA1 = %s, want %s: if the change is on purpose, update this test", tt.name, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestCodeString(t *testing.T) {
+	for c := lua.OK; c <= lua.Broken; c++ {
+		if s := c.String(); s == "INVALID" || s == "" {
+			t.Errorf("Code(%d).String() = %q", c, s)
+		}
+	}
+	for _, c := range []lua.Code{0, lua.Broken + 1, -1} {
+		if s := c.String(); s != "INVALID" {
+			t.Errorf("Code(%d).String() = %q, want INVALID", c, s)
+		}
+	}
+	tests := []struct {
+		give lua.Code
+		want string
+	}{
+		{lua.Pending, "PENDING"},
+		{lua.Purchased, "ALREADY_PURCHASED"},
+		{lua.NotReady, "NOT_READY"},
+		{lua.Empty, "SOLD_OUT"},
+		{lua.OK, ""},
+	}
+	for _, tt := range tests {
+		if got := tt.give.SpecCode(); got != tt.want {
+			t.Errorf("%v.SpecCode() = %q, want %q", tt.give, got, tt.want)
+		}
+	}
+}

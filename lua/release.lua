@@ -1,0 +1,51 @@
+-- release.lua: pending -> released or confirmed -> released, once; the units
+-- go back on the shelf and the buyer may buy again within their limit.
+-- Never lifts remaining above what the shard's invariant allows.
+--
+-- KEYS[1] stock  KEYS[2] users  KEYS[3] res  KEYS[4] pending  KEYS[5] out
+-- ARGV[1] token id  ARGV[2] reason  ARGV[3] now ms
+-- ARGV[4] "1" = only release a pending reservation (the shop said no, or verify
+--         proved the order absent); "0" = also a confirmed one (refund, cancel)
+--
+-- Returns {code, remaining}:
+--   {1, r}  OK: released now
+--   {6, r}  SAME: already released (nothing changed)
+--   {8, 0}  UNKNOWN: no such reservation
+--   {9, r}  CONFIRMED: pending-only release of a confirmed reservation refused
+--   {10, r} BROKEN: stock counters would break the invariant; nothing changed
+local rec = redis.call('HGET', KEYS[3], ARGV[1])
+if not rec then
+  return {8, 0}
+end
+local state, user, qty, ms, oid = string.match(rec, '^(%a)|([^|]*)|(%d+)|(%d*)|([^|]*)')
+local st = redis.call('HMGET', KEYS[1], 'r', 'i', 'p', 'c')
+local r, i, p, c = tonumber(st[1]), tonumber(st[2]), tonumber(st[3]), tonumber(st[4])
+if state == 'x' then
+  return {6, r}
+end
+if state == 'c' and ARGV[4] == '1' then
+  return {9, r}
+end
+qty = tonumber(qty)
+local from = 'p'
+if state == 'c' then from = 'c' end
+if (from == 'p' and p < qty) or (from == 'c' and c < qty) or r + p + c > i then
+  return {10, r}
+end
+redis.call('HINCRBY', KEYS[1], from, -qty)
+redis.call('HINCRBY', KEYS[1], 'x', qty)
+r = redis.call('HINCRBY', KEYS[1], 'r', qty)
+redis.call('DEL', KEYS[5])
+redis.call('HSET', KEYS[3], ARGV[1], 'x|' .. user .. '|' .. qty .. '|' .. ms .. '|' .. oid .. '|' .. ARGV[2])
+redis.call('ZREM', KEYS[4], ARGV[1])
+local held = redis.call('HGET', KEYS[2], user)
+if held then
+  local u, last = string.match(held, '^(%d+)|(.*)$')
+  u = tonumber(u) - qty
+  if u <= 0 then
+    redis.call('HDEL', KEYS[2], user)
+  else
+    redis.call('HSET', KEYS[2], user, u .. '|' .. last)
+  end
+end
+return {1, r}

@@ -1,0 +1,74 @@
+-- reserve.lua: take stock for one buyer on the buyer's home shard, atomically.
+-- Optionally first deposits units moved from a donor shard by steal.lua
+-- (idempotent by move id), so a buyer whose home shard ran dry still gets
+-- stock without a second round trip after the move.
+--
+-- KEYS[1] stock   hash  r=remaining i=initial p=pending c=confirmed x=released
+-- KEYS[2] users   hash  user -> "<units>|<last token id>"
+-- KEYS[3] res     hash  token id -> "<state>|<user>|<qty>|<ms>|<order id>|<reason>"
+-- KEYS[4] pending zset  token id -> created ms
+-- KEYS[5] log     stream of reservations (queue mode only)
+-- KEYS[6] out     string, exists while r == 0 (read through client-side caching)
+-- KEYS[7] movesin set   move ids already deposited here
+-- ARGV[1] user  ARGV[2] qty  ARGV[3] per-user limit  ARGV[4] token id
+-- ARGV[5] now ms (proxy clock)  ARGV[6] expire-at ms  ARGV[7] "1" = queue mode
+-- ARGV[8] units to deposit  ARGV[9] move id ("" = no deposit)
+-- ARGV[10] stream max length (approximate trim)  ARGV[11] token (full, for the stream)
+--
+-- Returns {code, ...}:
+--   {1, remaining}            OK: reserved, pending marker and record written
+--   {2, remaining}            EMPTY: home shard has fewer than qty units
+--   {3, token id}             PENDING: limit reached, last reservation still pending
+--   {4, token id, order id}   PURCHASED: limit reached, last reservation confirmed
+--   {5}                       NOT_READY: shard was never preheated (or expired)
+local r = redis.call('HGET', KEYS[1], 'r')
+if not r then
+  return {5}
+end
+r = tonumber(r)
+local qty = tonumber(ARGV[2])
+
+if ARGV[9] ~= '' and redis.call('SADD', KEYS[7], ARGV[9]) == 1 then
+  local k = tonumber(ARGV[8])
+  redis.call('HINCRBY', KEYS[1], 'i', k)
+  r = redis.call('HINCRBY', KEYS[1], 'r', k)
+  if r > 0 then redis.call('DEL', KEYS[6]) end
+  if redis.call('SCARD', KEYS[7]) == 1 then redis.call('PEXPIREAT', KEYS[7], ARGV[6]) end
+end
+
+local held = redis.call('HGET', KEYS[2], ARGV[1])
+local units = 0
+if held then
+  local u, last = string.match(held, '^(%d+)|(.*)$')
+  units = tonumber(u)
+  if units + qty > tonumber(ARGV[3]) then
+    local rec = redis.call('HGET', KEYS[3], last)
+    if rec and string.sub(rec, 1, 1) == 'p' then
+      return {3, last}
+    end
+    local oid = ''
+    if rec then oid = string.match(rec, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)') or '' end
+    return {4, last, oid}
+  end
+end
+
+if r < qty then
+  return {2, r}
+end
+
+r = redis.call('HINCRBY', KEYS[1], 'r', -qty)
+redis.call('HINCRBY', KEYS[1], 'p', qty)
+if r == 0 then redis.call('SET', KEYS[6], '1', 'PXAT', ARGV[6]) end
+redis.call('HSET', KEYS[2], ARGV[1], (units + qty) .. '|' .. ARGV[4])
+redis.call('HSET', KEYS[3], ARGV[4], 'p|' .. ARGV[1] .. '|' .. qty .. '|' .. ARGV[5] .. '||')
+redis.call('ZADD', KEYS[4], ARGV[5], ARGV[4])
+if ARGV[7] == '1' then
+  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[10], '*', 't', ARGV[11])
+end
+if units == 0 and redis.call('HLEN', KEYS[2]) == 1 then
+  redis.call('PEXPIREAT', KEYS[2], ARGV[6])
+  redis.call('PEXPIREAT', KEYS[3], ARGV[6])
+  redis.call('PEXPIREAT', KEYS[4], ARGV[6])
+  if ARGV[7] == '1' then redis.call('PEXPIREAT', KEYS[5], ARGV[6]) end
+end
+return {1, r}

@@ -1,0 +1,33 @@
+-- steal.lua: move units out of a donor shard towards a buyer's dry home shard.
+-- The move is recorded on the donor until the home shard has deposited it
+-- (reserve.lua with the same move id), so a crash between the two steps is
+-- finished by the reconciler, never lost.
+--
+-- KEYS[1] stock  hash of the donor shard (see reserve.lua)
+-- KEYS[2] moves  hash  move id -> "<home shard>|<units>|<ms>"
+-- KEYS[3] out    string, exists while r == 0
+-- ARGV[1] units needed  ARGV[2] move id  ARGV[3] home shard index
+-- ARGV[4] now ms  ARGV[5] expire-at ms
+--
+-- Returns {code, units moved}:
+--   {1, k}   OK: k units (>= 1) left the donor
+--   {2, 0}   EMPTY: donor has nothing to give
+--   {5, 0}   NOT_READY: donor shard was never preheated
+local r = redis.call('HGET', KEYS[1], 'r')
+if not r then
+  return {5, 0}
+end
+r = tonumber(r)
+if r <= 0 then
+  return {2, 0}
+end
+-- Take half of what the donor has (at least what is needed), so stock flows
+-- towards the shards buyers are asking on and later buyers there need no move.
+local k = math.max(tonumber(ARGV[1]), math.floor((r + 1) / 2))
+if k > r then k = r end
+redis.call('HINCRBY', KEYS[1], 'i', -k)
+r = redis.call('HINCRBY', KEYS[1], 'r', -k)
+if r == 0 then redis.call('SET', KEYS[3], '1', 'PXAT', ARGV[5]) end
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. '|' .. k .. '|' .. ARGV[4])
+if redis.call('HLEN', KEYS[2]) == 1 then redis.call('PEXPIREAT', KEYS[2], ARGV[5]) end
+return {1, k}

@@ -1,0 +1,82 @@
+// Package metrics holds every Prometheus metric of seckill-proxy as typed
+// fields, built once and passed to the components that record them, so the
+// hot path touches pre-resolved counters only.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics is the set of metrics one proxy process exports.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	// Outcomes counts buy answers by activity and SPEC code (ADMITTED for
+	// winners forwarded in sync mode).
+	Outcomes *prometheus.CounterVec
+	// Rejections counts refusals by the layer that refused and the reason.
+	Rejections *prometheus.CounterVec
+	// BuyLatency is the whole buy request as the proxy handled it, by activity.
+	BuyLatency *prometheus.HistogramVec
+	// ScriptLatency is each Redis script call, by script.
+	ScriptLatency *prometheus.HistogramVec
+	// UpstreamLatency is each forwarded request to the shop, by outcome
+	// (ok, refused, failed, timeout, passthrough).
+	UpstreamLatency *prometheus.HistogramVec
+	// Settlements counts reservation transitions by kind and result.
+	Settlements *prometheus.CounterVec
+	// RedisSaved counts buy requests answered with no Redis call.
+	RedisSaved *prometheus.CounterVec
+	// StockMoves counts units moved between shards of a SKU.
+	StockMoves *prometheus.CounterVec
+	// Passthrough counts ordinary (non-buy) requests by status class.
+	Passthrough *prometheus.CounterVec
+	// ReconcileAlerts counts reconciler findings that need a person.
+	ReconcileAlerts *prometheus.CounterVec
+}
+
+// latencyBuckets span 50µs (a local refusal) to 10s (a stuck shop).
+var latencyBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+// New builds and registers every metric.
+func New() *Metrics {
+	r := prometheus.NewRegistry()
+	m := &Metrics{
+		Registry: r,
+		Outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_buy_outcomes_total", Help: "Buy requests answered, by activity and SPEC code.",
+		}, []string{"activity", "code"}),
+		Rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_rejections_total", Help: "Buy requests refused, by the layer that refused and why.",
+		}, []string{"layer", "reason"}),
+		BuyLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "seckill_buy_duration_seconds", Help: "Time to answer a buy request, shop included for winners.", Buckets: latencyBuckets,
+		}, []string{"activity"}),
+		ScriptLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "seckill_redis_script_duration_seconds", Help: "Redis script calls, by script.", Buckets: latencyBuckets,
+		}, []string{"script"}),
+		UpstreamLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "seckill_upstream_duration_seconds", Help: "Requests forwarded to the shop, by outcome.", Buckets: latencyBuckets,
+		}, []string{"outcome"}),
+		Settlements: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_reservation_transitions_total", Help: "Reservation transitions, by kind (confirm, release) and result.",
+		}, []string{"kind", "result"}),
+		RedisSaved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_redis_calls_saved_total", Help: "Buy requests answered from local memory with no Redis call, by reason.",
+		}, []string{"reason"}),
+		StockMoves: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_stock_moves_total", Help: "Stock moves between shards of one SKU (a buyer's home shard ran dry).",
+		}, []string{"activity"}),
+		Passthrough: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_passthrough_requests_total", Help: "Ordinary requests passed to the shop, by status class.",
+		}, []string{"class"}),
+		ReconcileAlerts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_reconcile_alerts_total", Help: "Reconciler findings that need a person, by activity and kind.",
+		}, []string{"activity", "kind"}),
+	}
+	r.MustRegister(m.Outcomes, m.Rejections, m.BuyLatency, m.ScriptLatency, m.UpstreamLatency,
+		m.Settlements, m.RedisSaved, m.StockMoves, m.Passthrough, m.ReconcileAlerts,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}

@@ -1,0 +1,237 @@
+package proxy
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"github.com/seckill-proxy/seckill-proxy/admission"
+	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/lua"
+)
+
+// upstream is the shop: one client for winners (never retried: a buy is
+// not idempotent from the proxy's side) and one for ordinary traffic.
+type upstream struct {
+	buy      *fasthttp.HostClient
+	pass     *fasthttp.HostClient
+	https    bool
+	basePath string
+	timeout  time.Duration
+	secret   []byte
+}
+
+// dialError marks a failure to connect: nothing reached the shop, so the
+// outcome is a definite no.
+type dialError struct{ err error }
+
+func (e dialError) Error() string { return "dial shop: " + e.err.Error() }
+func (e dialError) Unwrap() error { return e.err }
+
+func newUpstream(u config.Upstream, secret string) (*upstream, error) {
+	pu, err := url.Parse(u.URL)
+	if err != nil {
+		return nil, fmt.Errorf("upstream.url: %w", err)
+	}
+	host := pu.Host
+	https := pu.Scheme == "https"
+	if pu.Port() == "" {
+		if https {
+			host += ":443"
+		} else {
+			host += ":80"
+		}
+	}
+	dialTimeout := min(u.Timeout, 2*time.Second)
+	dial := func(addr string) (net.Conn, error) {
+		c, err := fasthttp.DialTimeout(addr, dialTimeout)
+		if err != nil {
+			return nil, dialError{err}
+		}
+		return c, nil
+	}
+	mk := func() *fasthttp.HostClient {
+		return &fasthttp.HostClient{
+			Addr:                          host,
+			IsTLS:                         https,
+			Dial:                          dial,
+			MaxConns:                      u.MaxConns,
+			MaxConnWaitTimeout:            u.Timeout,
+			ReadTimeout:                   u.Timeout,
+			WriteTimeout:                  u.Timeout,
+			MaxIdleConnDuration:           4 * time.Second, // below the usual 5 s keep-alive of shops
+			NoDefaultUserAgentHeader:      true,
+			DisableHeaderNamesNormalizing: true,
+			DisablePathNormalizing:        true,
+		}
+	}
+	up := &upstream{buy: mk(), pass: mk(), https: https, timeout: u.Timeout,
+		basePath: strings.TrimSuffix(pu.Path, "/"), secret: []byte(secret)}
+	up.buy.RetryIfErr = func(*fasthttp.Request, int, error) (bool, bool) { return false, false }
+	return up, nil
+}
+
+func (u *upstream) closeIdleLater() {
+	time.AfterFunc(30*time.Second, func() {
+		u.buy.CloseIdleConnections()
+		u.pass.CloseIdleConnections()
+	})
+}
+
+// prepare points the request at the shop and appends X-Forwarded-For.
+func (u *upstream) prepare(ctx *fasthttp.RequestCtx) {
+	req := &ctx.Request
+	if u.https {
+		req.URI().SetScheme("https")
+	}
+	if u.basePath != "" {
+		req.URI().SetPathBytes(append([]byte(u.basePath), req.URI().PathOriginal()...))
+	}
+	ip := ctx.RemoteIP().String()
+	if prior := req.Header.Peek("X-Forwarded-For"); len(prior) > 0 {
+		req.Header.Set("X-Forwarded-For", string(prior)+", "+ip)
+	} else {
+		req.Header.Set("X-Forwarded-For", ip)
+	}
+}
+
+// sign is X-Seckill-Signature: t=<unix ms>,v1=hex(HMAC-SHA256(secret,
+// "<t>.<token>.<activity>.<sku>.<qty>.<user>")).
+func sign(secret []byte, nowMs int64, token, act, sku, qty, user string) string {
+	t := strconv.FormatInt(nowMs, 10)
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(t + "." + token + "." + act + "." + sku + "." + qty + "." + user))
+	return "t=" + t + ",v1=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// forwardWinner sends an admitted buy to the shop and settles the
+// reservation by what the shop said: 2xx confirms, any other status or a
+// failed connection releases, silence keeps it pending for the reconciler.
+func (s *Server) forwardWinner(ctx *fasthttp.RequestCtx, st *state, r *admission.Request, d admission.Decision, ans *answer) {
+	up := st.upstream
+	a := r.Activity
+	tok := ans.token
+	qty := strconv.FormatInt(r.Qty, 10)
+	h := &ctx.Request.Header
+	h.Set("X-Seckill-Token", tok)
+	h.Set("X-Seckill-Activity", a.ID)
+	h.Set("X-Seckill-Sku", r.SKU)
+	h.Set("X-Seckill-Qty", qty)
+	h.Set("X-Seckill-User", r.User)
+	h.Set("X-Seckill-Signature", sign(up.secret, time.Now().UnixMilli(), tok, a.ID, r.SKU, qty, r.User))
+	up.prepare(ctx)
+
+	t0 := time.Now()
+	err := up.buy.DoTimeout(&ctx.Request, &ctx.Response, up.timeout)
+	elapsed := time.Since(t0).Seconds()
+	status := ctx.Response.StatusCode()
+
+	switch {
+	case err == nil && status >= 200 && status < 300:
+		s.m.UpstreamLatency.WithLabelValues("ok").Observe(elapsed)
+		oid := orderID(&ctx.Response, a.OrderIDFrom)
+		s.settle("confirm", func(c context.Context) (lua.Code, error) {
+			return s.book.Confirm(c, d.Token, d.Shards, oid)
+		}, tok)
+		ctx.Response.Header.Set("X-Seckill-Token", tok)
+		st.outcome[a.ID].byCode[admission.Admitted].Inc()
+	case err == nil || isDefiniteNo(err):
+		outcome, reason := "refused", "shop_status_"+strconv.Itoa(status)
+		if err != nil {
+			outcome, reason = "failed", "shop_unreachable"
+			s.log.Warn("shop unreachable; reservation released", zap.String("token", tok), zap.Error(err))
+		}
+		s.m.UpstreamLatency.WithLabelValues(outcome).Observe(elapsed)
+		s.settle("release", func(c context.Context) (lua.Code, error) {
+			return s.book.Release(c, d.Token, d.Shards, reason, time.Now().UnixMilli(), true)
+		}, tok)
+		ans.code, ans.token = admission.UpstreamFailed, ""
+		if err == nil {
+			ans.upstream = status
+		}
+		s.answer(ctx, st, a, ans)
+	default:
+		s.m.UpstreamLatency.WithLabelValues("timeout").Observe(elapsed)
+		s.log.Warn("shop outcome unknown; reservation stays pending for the reconciler", zap.String("token", tok), zap.Error(err))
+		ans.code = admission.UpstreamTimeout
+		s.answer(ctx, st, a, ans)
+	}
+}
+
+// isDefiniteNo reports whether err proves the shop never got the request.
+func isDefiniteNo(err error) bool {
+	var de dialError
+	return errors.As(err, &de) || errors.Is(err, fasthttp.ErrNoFreeConns)
+}
+
+// settle runs one reservation transition with its own deadline: the
+// buyer's connection may already be gone, the reservation must not wait.
+func (s *Server) settle(kind string, f func(context.Context) (lua.Code, error), tok string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	code, err := f(ctx)
+	result := code.String()
+	if err != nil {
+		result = "error"
+		s.log.Error(kind+" failed; the reconciler will settle it", zap.String("token", tok), zap.Error(err))
+	} else if kind == "confirm" && code == lua.Released {
+		s.log.Error("shop confirmed a reservation that was already released: the shop holds an order for stock back on sale",
+			zap.String("token", tok))
+	}
+	s.m.Settlements.WithLabelValues(kind, result).Inc()
+}
+
+// orderID finds the shop's order id in its 2xx answer: json:/pointer or
+// header:NAME.
+func orderID(resp *fasthttp.Response, from string) string {
+	kind, name, _ := strings.Cut(from, ":")
+	switch kind {
+	case "header":
+		return string(resp.Header.Peek(name))
+	case "json":
+		body := resp.Body()
+		if len(body) == 0 || len(body) > 1<<20 {
+			return ""
+		}
+		var v any
+		dec := json.NewDecoder(strings.NewReader(string(body)))
+		dec.UseNumber()
+		if dec.Decode(&v) != nil {
+			return ""
+		}
+		return string(lookupPointer(v, splitPointer(name)))
+	}
+	return ""
+}
+
+// pass forwards an ordinary request to the shop as it is.
+func (s *Server) pass(ctx *fasthttp.RequestCtx, st *state) {
+	up := st.upstream
+	up.prepare(ctx)
+	t0 := time.Now()
+	err := up.pass.DoTimeout(&ctx.Request, &ctx.Response, up.timeout)
+	s.m.UpstreamLatency.WithLabelValues("passthrough").Observe(time.Since(t0).Seconds())
+	if err != nil {
+		ctx.Response.Reset()
+		if errors.Is(err, fasthttp.ErrTimeout) {
+			ctx.Error("upstream timeout", fasthttp.StatusGatewayTimeout)
+		} else {
+			ctx.Error("bad gateway", fasthttp.StatusBadGateway)
+		}
+		s.m.Passthrough.WithLabelValues("error").Inc()
+		return
+	}
+	s.m.Passthrough.WithLabelValues(strconv.Itoa(ctx.Response.StatusCode()/100) + "xx").Inc()
+}

@@ -1,0 +1,185 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/store"
+)
+
+// public serves the proxy's own endpoints under the public prefix:
+// time, activities/{id}, reservations/{token}.
+func (s *Server) public(ctx *fasthttp.RequestCtx, st *state, rest []byte) {
+	if !ctx.IsGet() && !ctx.IsHead() {
+		jsonError(ctx, fasthttp.StatusMethodNotAllowed, "method not allowed")
+		return
+	}
+	switch {
+	case string(rest) == "time":
+		b := append([]byte(`{"server_time_ms":`), strconv.FormatInt(time.Now().UnixMilli(), 10)...)
+		writeJSON(ctx, 200, append(b, '}'))
+	case bytes.HasPrefix(rest, []byte("activities/")):
+		s.activity(ctx, st, string(rest[len("activities/"):]))
+	case bytes.HasPrefix(rest, []byte("reservations/")):
+		s.reservation(ctx, st, string(rest[len("reservations/"):]))
+	default:
+		jsonError(ctx, fasthttp.StatusNotFound, "not found")
+	}
+}
+
+func writeJSON(ctx *fasthttp.RequestCtx, status int, body []byte) {
+	ctx.Response.Reset()
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.Response.Header.Set("Cache-Control", "no-store")
+	ctx.SetBody(body)
+}
+
+func jsonError(ctx *fasthttp.RequestCtx, status int, msg string) {
+	b := append([]byte(`{"error":`), appendJSONString(nil, msg)...)
+	writeJSON(ctx, status, append(b, '}'))
+}
+
+// displayCache keeps each activity's public state for displayTTL, so a
+// page refreshed by a million buyers costs Redis one status read per
+// instance per TTL.
+type displayCache struct {
+	mu sync.Mutex
+	m  map[string]displayEntry
+}
+
+type displayEntry struct {
+	at   time.Time
+	body []byte
+}
+
+const displayTTL = 500 * time.Millisecond
+
+func (s *Server) activity(ctx *fasthttp.RequestCtx, st *state, id string) {
+	a := st.cfg.Activity(id)
+	if a == nil {
+		jsonError(ctx, fasthttp.StatusNotFound, "no such activity")
+		return
+	}
+	now := time.Now()
+	s.display.mu.Lock()
+	e, ok := s.display.m[id]
+	s.display.mu.Unlock()
+	if ok && now.Sub(e.at) < displayTTL {
+		writeJSON(ctx, 200, e.body)
+		return
+	}
+	body, err := s.renderActivity(a, now)
+	if err != nil {
+		jsonError(ctx, fasthttp.StatusServiceUnavailable, "state unavailable")
+		return
+	}
+	s.display.mu.Lock()
+	if s.display.m == nil {
+		s.display.m = map[string]displayEntry{}
+	}
+	s.display.m[id] = displayEntry{at: now, body: body}
+	s.display.mu.Unlock()
+	writeJSON(ctx, 200, body)
+}
+
+func (s *Server) renderActivity(a *config.Activity, now time.Time) ([]byte, error) {
+	cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	stt, err := s.book.Status(cctx, a)
+	if err != nil {
+		return nil, err
+	}
+	soldOut := len(stt.SKUs) > 0
+	for _, k := range stt.SKUs {
+		if !k.Preheated || k.Remaining > 0 {
+			soldOut = false
+		}
+	}
+	state := "open"
+	switch {
+	case now.Before(a.Start):
+		state = "upcoming"
+	case !now.Before(a.End):
+		state = "ended"
+	case stt.Paused:
+		state = "paused"
+	case soldOut:
+		state = "sold_out"
+	}
+	b := []byte(`{"id":`)
+	b = appendJSONString(b, a.ID)
+	b = append(b, `,"state":`...)
+	b = appendJSONString(b, state)
+	b = append(b, `,"start_ms":`...)
+	b = strconv.AppendInt(b, a.StartMs(), 10)
+	b = append(b, `,"end_ms":`...)
+	b = strconv.AppendInt(b, a.EndMs(), 10)
+	b = append(b, `,"server_time_ms":`...)
+	b = strconv.AppendInt(b, now.UnixMilli(), 10)
+	b = append(b, `,"skus":[`...)
+	for i, k := range stt.SKUs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"id":`...)
+		b = appendJSONString(b, k.ID)
+		b = append(b, `,"initial":`...)
+		b = strconv.AppendInt(b, k.Initial, 10)
+		b = append(b, `,"remaining":`...)
+		b = strconv.AppendInt(b, k.Remaining, 10)
+		b = append(b, '}')
+	}
+	return append(b, "]}"...), nil
+}
+
+func (s *Server) reservation(ctx *fasthttp.RequestCtx, st *state, raw string) {
+	tok, err := store.ParseToken(raw)
+	if err != nil || st.cfg.Activity(tok.Activity) == nil {
+		jsonError(ctx, fasthttp.StatusNotFound, "no such reservation")
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	f, err := s.book.Flags(cctx, tok.Activity)
+	if err != nil {
+		jsonError(ctx, fasthttp.StatusServiceUnavailable, "state unavailable")
+		return
+	}
+	r, ok, err := s.book.Lookup(cctx, tok, f.Shards)
+	if err != nil {
+		jsonError(ctx, fasthttp.StatusServiceUnavailable, "state unavailable")
+		return
+	}
+	if !ok {
+		jsonError(ctx, fasthttp.StatusNotFound, "no such reservation")
+		return
+	}
+	b := []byte(`{"token":`)
+	b = appendJSONString(b, raw)
+	b = append(b, `,"state":`...)
+	b = appendJSONString(b, r.State)
+	b = append(b, `,"activity":`...)
+	b = appendJSONString(b, tok.Activity)
+	b = append(b, `,"sku":`...)
+	b = appendJSONString(b, tok.SKU)
+	b = append(b, `,"qty":`...)
+	b = strconv.AppendInt(b, r.Qty, 10)
+	b = append(b, `,"created_ms":`...)
+	b = strconv.AppendInt(b, r.CreatedMs, 10)
+	if r.OrderID != "" {
+		b = append(b, `,"order_id":`...)
+		b = appendJSONString(b, r.OrderID)
+	}
+	if r.Reason != "" {
+		b = append(b, `,"reason":`...)
+		b = appendJSONString(b, r.Reason)
+	}
+	writeJSON(ctx, 200, append(b, '}'))
+}

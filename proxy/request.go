@@ -1,0 +1,231 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/netip"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/seckill-proxy/seckill-proxy/config"
+)
+
+// maxIDLen bounds user, device and request ids: longer ones are refused,
+// never truncated (two users must not collide).
+const maxIDLen = 128
+
+// maxBuyBody bounds a buy request's body; a buy needs a few fields.
+const maxBuyBody = 64 << 10
+
+// extractor reads one configured value out of a request.
+type extractor struct {
+	kind string // header | cookie | query | form | json | path
+	name string // header/cookie/query/form name, or JSON pointer
+	ptr  []string
+}
+
+func newSourceExtractor(s config.Source) extractor {
+	switch {
+	case s.Header != "":
+		return extractor{kind: "header", name: s.Header}
+	case s.Cookie != "":
+		return extractor{kind: "cookie", name: s.Cookie}
+	case s.Query != "":
+		return extractor{kind: "query", name: s.Query}
+	}
+	return extractor{}
+}
+
+// newFromExtractor parses "path", "query:NAME", "form:NAME", "json:/pointer".
+func newFromExtractor(from string) extractor {
+	kind, name, _ := strings.Cut(from, ":")
+	e := extractor{kind: kind, name: name}
+	if kind == "json" {
+		e.ptr = splitPointer(name)
+	}
+	return e
+}
+
+// splitPointer splits an RFC 6901 JSON pointer into unescaped tokens.
+func splitPointer(p string) []string {
+	if p == "" || p == "/" {
+		return nil
+	}
+	parts := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	for i, s := range parts {
+		parts[i] = strings.ReplaceAll(strings.ReplaceAll(s, "~1", "/"), "~0", "~")
+	}
+	return parts
+}
+
+// errBody means the body could not be parsed as the config says it is.
+type errBody struct{}
+
+func (errBody) Error() string { return "malformed body" }
+
+// get returns the value (which may alias ctx's buffers) or nil when absent.
+// body is the parsed JSON body, decoded at most once per request.
+func (e *extractor) get(ctx *fasthttp.RequestCtx, pathSKU []byte, body *jsonBody) ([]byte, error) {
+	switch e.kind {
+	case "header":
+		return ctx.Request.Header.Peek(e.name), nil
+	case "cookie":
+		return ctx.Request.Header.Cookie(e.name), nil
+	case "query":
+		return ctx.QueryArgs().Peek(e.name), nil
+	case "form":
+		return ctx.PostArgs().Peek(e.name), nil
+	case "path":
+		return pathSKU, nil
+	case "json":
+		v, err := body.get(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return lookupPointer(v, e.ptr), nil
+	}
+	return nil, nil
+}
+
+// jsonBody decodes the request body once, on first use.
+type jsonBody struct {
+	done bool
+	v    any
+	err  error
+}
+
+func (b *jsonBody) get(ctx *fasthttp.RequestCtx) (any, error) {
+	if !b.done {
+		b.done = true
+		raw := ctx.Request.Body()
+		if len(bytes.TrimSpace(raw)) == 0 {
+			b.err = errBody{}
+		} else {
+			dec := json.NewDecoder(bytes.NewReader(raw))
+			dec.UseNumber()
+			if err := dec.Decode(&b.v); err != nil {
+				b.err = errBody{}
+			}
+		}
+	}
+	return b.v, b.err
+}
+
+// lookupPointer resolves a JSON pointer in a decoded value; strings and
+// numbers come back as their text, anything else as absent.
+func lookupPointer(v any, ptr []string) []byte {
+	for _, tok := range ptr {
+		switch x := v.(type) {
+		case map[string]any:
+			v = x[tok]
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(x) {
+				return nil
+			}
+			v = x[i]
+		default:
+			return nil
+		}
+	}
+	switch x := v.(type) {
+	case string:
+		return []byte(x)
+	case json.Number:
+		return []byte(x.String())
+	}
+	return nil
+}
+
+// validID reports whether b may be used as a user, device or request id:
+// 1..maxIDLen bytes of valid UTF-8 with no control characters and no '|'
+// (the separator of reservation records in Redis).
+func validID(b []byte) bool {
+	if len(b) == 0 || len(b) > maxIDLen || !utf8.Valid(b) {
+		return false
+	}
+	for _, c := range b {
+		if c < 0x20 || c == 0x7f || c == '|' {
+			return false
+		}
+	}
+	return true
+}
+
+// parseQty reads a positive decimal quantity; 0 means invalid.
+func parseQty(b []byte) int64 {
+	if len(b) == 0 || len(b) > 9 {
+		return 0
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n
+}
+
+// clientIP is the buyer's address: the peer, or, when the peer is a trusted
+// proxy, the right-most X-Forwarded-For entry that is not itself trusted.
+func clientIP(ctx *fasthttp.RequestCtx, trusted []netip.Prefix) netip.Addr {
+	peer, _ := netip.AddrFromSlice(ctx.RemoteIP())
+	peer = peer.Unmap()
+	if !isTrusted(peer, trusted) {
+		return peer
+	}
+	xff := ctx.Request.Header.Peek("X-Forwarded-For")
+	for len(xff) > 0 {
+		var part []byte
+		if i := bytes.LastIndexByte(xff, ','); i >= 0 {
+			part, xff = xff[i+1:], xff[:i]
+		} else {
+			part, xff = xff, nil
+		}
+		a, err := netip.ParseAddr(string(bytes.TrimSpace(part)))
+		if err != nil {
+			return peer
+		}
+		a = a.Unmap()
+		if !isTrusted(a, trusted) {
+			return a
+		}
+		peer = a
+	}
+	return peer
+}
+
+func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
+	for _, p := range trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// stripSeckillHeaders removes every client-sent X-Seckill-* header: only the
+// proxy may speak for a reservation.
+func stripSeckillHeaders(h *fasthttp.RequestHeader) {
+	var names [8][]byte
+	n := 0
+	for k := range h.All() {
+		if len(k) >= 10 && bytes.EqualFold(k[:10], []byte("X-Seckill-")) {
+			if n == len(names) {
+				break
+			}
+			names[n] = append([]byte(nil), k...)
+			n++
+		}
+	}
+	for i := 0; i < n; i++ {
+		h.DelBytes(names[i])
+	}
+	if n == len(names) { // more than fit: go again until none is left
+		stripSeckillHeaders(h)
+	}
+}

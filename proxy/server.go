@@ -1,0 +1,263 @@
+// Package proxy is the fasthttp front of seckill-proxy: it matches buy
+// routes, extracts the buyer's identity, SKU and quantity, asks admission,
+// forwards winners to the shop with a signed token, settles the
+// reservation by the shop's answer, serves the proxy's own public
+// endpoints, and passes every other request straight through.
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"github.com/seckill-proxy/seckill-proxy/admission"
+	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/lua"
+	"github.com/seckill-proxy/seckill-proxy/metrics"
+	"github.com/seckill-proxy/seckill-proxy/store"
+)
+
+// Deciders is what the proxy needs of admission.
+type Deciders interface {
+	Decide(ctx context.Context, r *admission.Request) admission.Decision
+}
+
+// Book is what the proxy needs to settle and show reservations;
+// *store.Store implements it.
+type Book interface {
+	Confirm(ctx context.Context, t store.Token, shards int, orderID string) (lua.Code, error)
+	Release(ctx context.Context, t store.Token, shards int, reason string, nowMs int64, pendingOnly bool) (lua.Code, error)
+	Lookup(ctx context.Context, t store.Token, shards int) (store.Reservation, bool, error)
+	Flags(ctx context.Context, act string) (store.Flags, error)
+	Status(ctx context.Context, a *config.Activity) (store.ActivityStatus, error)
+}
+
+var _ Book = (*store.Store)(nil)
+
+// Server is the public listener.
+type Server struct {
+	cur     atomic.Pointer[state]
+	decide  Deciders
+	book    Book
+	m       *metrics.Metrics
+	log     *zap.Logger
+	srv     *fasthttp.Server
+	display displayCache
+}
+
+// state is everything derived from one config, swapped whole on reload.
+type state struct {
+	cfg      *config.Config
+	routes   []*route
+	prefix   []byte
+	trusted  []netip.Prefix
+	user     extractor
+	device   extractor
+	reqID    extractor
+	skuFrom  map[*config.Activity]extractor
+	qtyFrom  map[*config.Activity]extractor
+	upstream *upstream
+	messages [32]string
+	outcome  map[string]*outcomeCounters
+}
+
+type outcomeCounters struct {
+	byCode  []prometheus.Counter
+	latency prometheus.Observer
+}
+
+// New builds a Server for cfg.
+func New(cfg *config.Config, d Deciders, b Book, m *metrics.Metrics, log *zap.Logger) (*Server, error) {
+	s := &Server{decide: d, book: b, m: m, log: log}
+	if err := s.Apply(cfg); err != nil {
+		return nil, err
+	}
+	s.srv = &fasthttp.Server{
+		Handler:               s.handle,
+		Name:                  "seckill-proxy",
+		ReadBufferSize:        16 << 10, // headers beyond this get 431
+		MaxRequestBodySize:    8 << 20,
+		ReadTimeout:           30 * time.Second,
+		WriteTimeout:          30 * time.Second,
+		IdleTimeout:           90 * time.Second,
+		NoDefaultServerHeader: true,
+		NoDefaultDate:         false,
+		ReduceMemoryUsage:     false,
+		Logger:                zap.NewStdLog(log.Named("fasthttp")),
+	}
+	return s, nil
+}
+
+// Apply swaps in a new config (reload). The old one keeps serving requests
+// already in flight.
+func (s *Server) Apply(cfg *config.Config) error {
+	up, err := newUpstream(cfg.Upstream, cfg.SigningSecret())
+	if err != nil {
+		return err
+	}
+	st := &state{
+		cfg:      cfg,
+		routes:   compileRoutes(cfg.Activities),
+		prefix:   []byte(strings.TrimSuffix(cfg.PublicPrefix, "/") + "/"),
+		trusted:  cfg.TrustedPrefixes(),
+		user:     newSourceExtractor(cfg.Identity.User),
+		device:   newSourceExtractor(cfg.Identity.Device),
+		reqID:    newSourceExtractor(cfg.Identity.RequestID),
+		skuFrom:  map[*config.Activity]extractor{},
+		qtyFrom:  map[*config.Activity]extractor{},
+		upstream: up,
+		outcome:  map[string]*outcomeCounters{},
+	}
+	for i := range cfg.Activities {
+		a := &cfg.Activities[i]
+		st.skuFrom[a] = newFromExtractor(a.Route.SkuFrom)
+		if a.Route.QtyFrom != "" {
+			st.qtyFrom[a] = newFromExtractor(a.Route.QtyFrom)
+		}
+		oc := &outcomeCounters{latency: s.m.BuyLatency.WithLabelValues(a.ID)}
+		for _, c := range admission.AllCodes() {
+			oc.byCode = append(oc.byCode, s.m.Outcomes.WithLabelValues(a.ID, c.String()))
+		}
+		st.outcome[a.ID] = oc
+	}
+	for _, c := range admission.AllCodes() {
+		st.messages[c] = cfg.Message(c.String(), c.DefaultMessage())
+	}
+	if old := s.cur.Swap(st); old != nil {
+		old.upstream.closeIdleLater()
+	}
+	return nil
+}
+
+// Serve accepts connections on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+
+// Shutdown stops accepting and waits for requests in flight.
+func (s *Server) Shutdown(ctx context.Context) error { return s.srv.ShutdownWithContext(ctx) }
+
+// Handler exposes the request handler (for in-process tests and benchmarks).
+func (s *Server) Handler() fasthttp.RequestHandler { return s.handle }
+
+func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	st := s.cur.Load()
+	stripSeckillHeaders(&ctx.Request.Header)
+	path := ctx.Path()
+	if bytes.HasPrefix(path, st.prefix) {
+		s.public(ctx, st, path[len(st.prefix):])
+		return
+	}
+	method := ctx.Method()
+	for _, r := range st.routes {
+		if m, ok := r.matchPath(method, path); ok {
+			s.buy(ctx, st, m)
+			return
+		}
+	}
+	s.pass(ctx, st)
+}
+
+// buy runs one buy request through admission and, for a winner, the shop.
+func (s *Server) buy(ctx *fasthttp.RequestCtx, st *state, m match) {
+	t0 := time.Now()
+	a := m.act
+	if a == nil {
+		s.answer(ctx, st, nil, &answer{code: admission.UnknownItem})
+		return
+	}
+	ans := answer{activity: a.ID}
+	req, code := s.parse(ctx, st, a, m)
+	if code != admission.Admitted {
+		ans.code = code
+		s.answer(ctx, st, a, &ans)
+		st.outcome[a.ID].latency.Observe(time.Since(t0).Seconds())
+		return
+	}
+	ans.sku = req.SKU
+	d := s.decide.Decide(ctx, &req)
+	ans.code, ans.retryAfter = d.Code, d.RetryAfter
+	if d.Token.ID != "" {
+		ans.token = d.Token.String()
+	}
+	ans.orderID = d.OrderID
+	switch d.Code {
+	case admission.Admitted:
+		s.forwardWinner(ctx, st, &req, d, &ans)
+	case admission.NotStarted, admission.Ended:
+		ans.startMs, ans.endMs, ans.serverTime = a.StartMs(), a.EndMs(), true
+		s.answer(ctx, st, a, &ans)
+	default:
+		s.answer(ctx, st, a, &ans)
+	}
+	st.outcome[a.ID].latency.Observe(time.Since(t0).Seconds())
+}
+
+// parse extracts and checks the request's shape; any failure is BAD_REQUEST
+// (or UNKNOWN_ITEM for a SKU this activity does not sell) and reserves nothing.
+func (s *Server) parse(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, m match) (admission.Request, admission.Code) {
+	var body jsonBody
+	if len(ctx.Request.Body()) > maxBuyBody {
+		return admission.Request{}, admission.BadRequest
+	}
+	user, err := st.user.get(ctx, nil, &body)
+	if err != nil || !validID(user) {
+		return admission.Request{}, admission.BadRequest
+	}
+	sx := st.skuFrom[a]
+	sku, err := sx.get(ctx, m.sku, &body)
+	if err != nil || len(sku) == 0 || !utf8Printable(sku) {
+		return admission.Request{}, admission.BadRequest
+	}
+	req := admission.Request{Activity: a, Qty: 1, User: string(user)}
+	if k := a.SKU(string(sku)); k != nil {
+		req.SKU = k.ID // the config's string: no per-request allocation kept
+	} else {
+		return admission.Request{}, admission.UnknownItem
+	}
+	if qx, ok := st.qtyFrom[a]; ok {
+		q, err := qx.get(ctx, m.sku, &body)
+		if err != nil {
+			return admission.Request{}, admission.BadRequest
+		}
+		if q != nil {
+			if req.Qty = parseQty(q); req.Qty == 0 {
+				return admission.Request{}, admission.BadRequest
+			}
+		}
+	}
+	if req.Qty > a.MaxQty {
+		return admission.Request{}, admission.BadRequest
+	}
+	if dev, _ := st.device.get(ctx, nil, &body); len(dev) > 0 {
+		if !validID(dev) {
+			return admission.Request{}, admission.BadRequest
+		}
+		req.Device = string(dev)
+	}
+	if rid, _ := st.reqID.get(ctx, nil, &body); len(rid) > 0 {
+		if !validID(rid) {
+			return admission.Request{}, admission.BadRequest
+		}
+		req.RequestID = string(rid)
+	}
+	req.IP = clientIP(ctx, st.trusted)
+	return req, admission.Admitted
+}
+
+func utf8Printable(b []byte) bool { return validID(b) }
+
+// answer writes a proxy-made answer and counts it.
+func (s *Server) answer(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, ans *answer) {
+	ans.message = st.messages[ans.code]
+	writeAnswer(ctx, ans)
+	if a != nil {
+		st.outcome[a.ID].byCode[ans.code].Inc()
+	}
+}

@@ -1,0 +1,367 @@
+package store
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/lua"
+)
+
+// Flags are an activity's switches as every instance sees them.
+type Flags struct {
+	Ready  bool  // stock was preheated
+	Paused bool  // kill switch is off
+	Shards int   // shards preheated
+	Ver    int64 // preheat time, ms
+}
+
+// Flags reads the activity's meta hash through client-side caching, so a
+// pause reaches every instance by invalidation, with no polling of our own.
+func (s *Store) Flags(ctx context.Context, act string) (Flags, error) {
+	c, err := s.Client()
+	if err != nil {
+		return Flags{}, err
+	}
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	m, err := c.DoCache(cctx, c.B().Hgetall().Key(s.MetaKey(act)).Cache(), flagTTL).AsStrMap()
+	if err != nil {
+		return Flags{}, wrap(err)
+	}
+	f := Flags{Ready: m["ready"] == "1", Paused: m["paused"] == "1"}
+	f.Shards, _ = strconv.Atoi(m["shards"])
+	f.Ver, _ = strconv.ParseInt(m["ver"], 10, 64)
+	return f, nil
+}
+
+// SetPaused flips an activity's kill switch.
+func (s *Store) SetPaused(ctx context.Context, act string, paused bool) error {
+	c, err := s.Client()
+	if err != nil {
+		return err
+	}
+	v := "0"
+	if paused {
+		v = "1"
+	}
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	return wrap(c.Do(cctx, c.B().Hset().Key(s.MetaKey(act)).FieldValue().FieldValue("paused", v).Build()).Error())
+}
+
+// PreheatOutcome says what Preheat did.
+type PreheatOutcome int
+
+// Preheat outcomes.
+const (
+	PreheatCreated     PreheatOutcome = iota + 1 // stock written for the first time
+	PreheatUnchanged                             // stock already as configured: nothing done
+	PreheatOverwritten                           // stock replaced (not running, or --force)
+)
+
+func (o PreheatOutcome) String() string {
+	switch o {
+	case PreheatCreated:
+		return "created"
+	case PreheatUnchanged:
+		return "unchanged"
+	case PreheatOverwritten:
+		return "overwritten"
+	}
+	return "?"
+}
+
+// ExpireAt is when an activity's keys expire: key_ttl_after_end after its end.
+func ExpireAt(a *config.Activity) int64 {
+	return a.End.Add(a.KeyTTLAfterEnd).UnixMilli()
+}
+
+// Preheat loads an activity's stock into Redis. It is idempotent when stock
+// is already as configured, and refuses (ErrRunning) to overwrite an
+// activity that is inside its window or has reservations, unless force.
+// Overwriting deletes every reservation of the activity's SKUs.
+func (s *Store) Preheat(ctx context.Context, a *config.Activity, force bool, now time.Time) (PreheatOutcome, error) {
+	c, err := s.Client()
+	if err != nil {
+		return 0, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*s.timeout+5*time.Second)
+	defer cancel()
+	meta, err := c.Do(cctx, c.B().Hgetall().Key(s.MetaKey(a.ID)).Build()).AsStrMap()
+	if err != nil {
+		return 0, wrap(err)
+	}
+	outcome := PreheatCreated
+	if meta["ready"] == "1" {
+		if sameStock(meta, a) {
+			return PreheatUnchanged, nil
+		}
+		if !force {
+			if !now.Before(a.Start) && now.Before(a.End) {
+				return 0, ErrRunning
+			}
+			// Look for sales in the SKUs Redis holds, not the new config's:
+			// a SKU dropped from the config would otherwise be wiped unseen.
+			held := *a
+			held.SKUs = nil
+			for f, v := range meta {
+				if id, ok := strings.CutPrefix(f, "sku:"); ok {
+					held.SKUs = append(held.SKUs, config.SKU{ID: id, Stock: atoi(v)})
+				}
+			}
+			st, err := s.Status(ctx, &held)
+			if err != nil {
+				return 0, err
+			}
+			for _, k := range st.SKUs {
+				if k.Pending+k.Confirmed+k.Released > 0 {
+					return 0, ErrRunning
+				}
+			}
+		}
+		outcome = PreheatOverwritten
+		if err := s.wipe(cctx, c, a.ID, meta); err != nil {
+			return 0, err
+		}
+	}
+	exp := ExpireAt(a)
+	for _, sku := range a.SKUs {
+		k := s.keys.get(a.ID, sku.ID, a.Shards)
+		for i, sk := range k.Shards {
+			share := sku.Stock / int64(a.Shards)
+			if int64(i) < sku.Stock%int64(a.Shards) {
+				share++
+			}
+			cmds := rueidis.Commands{
+				c.B().Del().Key(sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves).Build(),
+				c.B().Hset().Key(sk.Stock).FieldValue().FieldValue("r", itoa(share)).FieldValue("i", itoa(share)).
+					FieldValue("p", "0").FieldValue("c", "0").FieldValue("x", "0").Build(),
+				c.B().Pexpireat().Key(sk.Stock).MillisecondsTimestamp(exp).Build(),
+			}
+			if share == 0 {
+				cmds = append(cmds, c.B().Set().Key(sk.Out).Value("1").Pxat(time.UnixMilli(exp)).Build())
+			}
+			for _, r := range c.DoMulti(cctx, cmds...) {
+				if err := r.Error(); err != nil {
+					return 0, wrap(err)
+				}
+			}
+		}
+	}
+	fv := c.B().Hset().Key(s.MetaKey(a.ID)).FieldValue().FieldValue("shards", strconv.Itoa(a.Shards)).
+		FieldValue("ver", itoa(now.UnixMilli())).FieldValue("ready", "1").FieldValue("paused", meta["paused"]+"")
+	for _, sku := range a.SKUs {
+		fv = fv.FieldValue("sku:"+sku.ID, itoa(sku.Stock))
+	}
+	for _, r := range c.DoMulti(cctx,
+		c.B().Del().Key(s.MetaKey(a.ID)).Build(),
+		fv.Build(),
+		c.B().Pexpireat().Key(s.MetaKey(a.ID)).MillisecondsTimestamp(exp).Build(),
+	) {
+		if err := r.Error(); err != nil {
+			return 0, wrap(err)
+		}
+	}
+	return outcome, nil
+}
+
+func sameStock(meta map[string]string, a *config.Activity) bool {
+	if meta["shards"] != strconv.Itoa(a.Shards) {
+		return false
+	}
+	n := 0
+	for f := range meta {
+		if strings.HasPrefix(f, "sku:") {
+			n++
+		}
+	}
+	if n != len(a.SKUs) {
+		return false
+	}
+	for _, sku := range a.SKUs {
+		if meta["sku:"+sku.ID] != itoa(sku.Stock) {
+			return false
+		}
+	}
+	return true
+}
+
+// wipe deletes every shard key of the SKUs an earlier preheat wrote.
+func (s *Store) wipe(ctx context.Context, c rueidis.Client, act string, meta map[string]string) error {
+	shards, _ := strconv.Atoi(meta["shards"])
+	for f := range meta {
+		sku, ok := strings.CutPrefix(f, "sku:")
+		if !ok || shards <= 0 {
+			continue
+		}
+		for _, sk := range s.keys.get(act, sku, shards).Shards {
+			err := c.Do(ctx, c.B().Del().Key(sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves).Build()).Error()
+			if err != nil {
+				return wrap(err)
+			}
+		}
+	}
+	return nil
+}
+
+// SKUStatus is one SKU's stock as Redis holds it. Released units are
+// already inside Remaining.
+type SKUStatus struct {
+	ID        string `json:"id"`
+	Initial   int64  `json:"initial"`
+	Remaining int64  `json:"remaining"`
+	Pending   int64  `json:"pending"`
+	Confirmed int64  `json:"confirmed"`
+	Released  int64  `json:"released"`
+	// InTransit counts units moving between shards (inside Remaining).
+	InTransit int64 `json:"in_transit"`
+	Preheated bool  `json:"preheated"`
+	OK        bool  `json:"ok"`
+	// Problem says what breaks the invariant when OK is false.
+	Problem string `json:"problem,omitempty"`
+}
+
+// ActivityStatus is every SKU of one activity.
+type ActivityStatus struct {
+	ID     string      `json:"id"`
+	Paused bool        `json:"paused"`
+	SKUs   []SKUStatus `json:"skus"`
+}
+
+// OK reports whether every SKU keeps the stock invariant.
+func (a ActivityStatus) OK() bool {
+	for _, s := range a.SKUs {
+		if !s.OK {
+			return false
+		}
+	}
+	return true
+}
+
+// Status reads every shard's counters and checks, per SKU,
+// initial = remaining + pending + confirmed, per shard and in total, and
+// that nothing is negative or confirmed beyond initial.
+func (s *Store) Status(ctx context.Context, a *config.Activity) (ActivityStatus, error) {
+	c, err := s.Client()
+	if err != nil {
+		return ActivityStatus{}, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*s.timeout+5*time.Second)
+	defer cancel()
+	meta, err := c.Do(cctx, c.B().Hgetall().Key(s.MetaKey(a.ID)).Build()).AsStrMap()
+	if err != nil {
+		return ActivityStatus{}, wrap(err)
+	}
+	out := ActivityStatus{ID: a.ID, Paused: meta["paused"] == "1"}
+	shards, _ := strconv.Atoi(meta["shards"])
+	for _, sku := range a.SKUs {
+		st := SKUStatus{ID: sku.ID, OK: true}
+		init, preheated := meta["sku:"+sku.ID]
+		if meta["ready"] != "1" || !preheated || shards <= 0 {
+			out.SKUs = append(out.SKUs, st)
+			continue
+		}
+		st.Preheated = true
+		st.Initial = atoi(init)
+		k := s.keys.get(a.ID, sku.ID, shards)
+		cmds := make(rueidis.Commands, 0, len(k.Shards))
+		for _, sk := range k.Shards {
+			cmds = append(cmds, c.B().Hmget().Key(sk.Stock).Field("r", "i", "p", "c", "x").Build())
+		}
+		var sumI int64
+		for i, r := range c.DoMulti(cctx, cmds...) {
+			arr, err := r.ToArray()
+			if err != nil {
+				return ActivityStatus{}, wrap(err)
+			}
+			var v [5]int64
+			for j := range arr {
+				if j < 5 {
+					v[j], _ = arr[j].AsInt64()
+				}
+			}
+			if arr[1].IsNil() {
+				st.OK, st.Problem = false, "shard "+strconv.Itoa(i)+" is missing (expired or deleted)"
+			}
+			st.Remaining += v[0]
+			sumI += v[1]
+			st.Pending += v[2]
+			st.Confirmed += v[3]
+			st.Released += v[4]
+			if v[0] < 0 || v[2] < 0 || v[3] < 0 || v[0]+v[2]+v[3] != v[1] {
+				st.OK, st.Problem = false, "shard "+strconv.Itoa(i)+": remaining+pending+confirmed != initial"
+			}
+		}
+		st.InTransit = st.Initial - sumI
+		st.Remaining += st.InTransit
+		if st.InTransit < 0 {
+			st.OK, st.Problem = false, "shards hold more than the initial stock"
+		}
+		if st.Confirmed > st.Initial {
+			st.OK, st.Problem = false, "oversold: confirmed > initial"
+		}
+		if st.Initial != st.Remaining+st.Pending+st.Confirmed && st.Problem == "" {
+			st.OK, st.Problem = false, "initial != remaining+pending+confirmed"
+		}
+		out.SKUs = append(out.SKUs, st)
+	}
+	return out, nil
+}
+
+// SettleMoves finishes stock moves older than age whose deposit never ran,
+// and forgets the ones that landed. It returns how many it deposited.
+func (s *Store) SettleMoves(ctx context.Context, a *config.Activity, age time.Duration, now time.Time) (int, error) {
+	c, err := s.Client()
+	if err != nil {
+		return 0, err
+	}
+	deposit := rueidis.NewLuaScript(lua.Deposit)
+	exp := itoa(ExpireAt(a))
+	n := 0
+	for _, sku := range a.SKUs {
+		k := s.keys.get(a.ID, sku.ID, a.Shards)
+		for _, donor := range k.Shards {
+			cctx, cancel := s.ctx(ctx)
+			moves, err := c.Do(cctx, c.B().Hgetall().Key(donor.Moves).Build()).AsStrMap()
+			cancel()
+			if err != nil {
+				return n, wrap(err)
+			}
+			for id, v := range moves {
+				parts := strings.Split(v, "|")
+				if len(parts) != 3 {
+					continue
+				}
+				home, _ := strconv.Atoi(parts[0])
+				if home < 0 || home >= len(k.Shards) || now.UnixMilli()-atoi(parts[2]) < age.Milliseconds() {
+					continue
+				}
+				hk := k.Shards[home]
+				cctx, cancel := s.ctx(ctx)
+				r, err := ints(deposit.Exec(cctx, c, []string{hk.Stock, hk.Out, hk.MovesIn}, []string{id, parts[1], exp}))
+				cancel()
+				if err != nil {
+					return n, err
+				}
+				if lua.Code(r[0]) == lua.OK {
+					n++
+				}
+				if lua.Code(r[0]) == lua.NotReady {
+					continue
+				}
+				cctx, cancel = s.ctx(ctx)
+				err = c.Do(cctx, c.B().Hdel().Key(donor.Moves).Field(id).Build()).Error()
+				cancel()
+				if err != nil {
+					return n, wrap(err)
+				}
+			}
+		}
+	}
+	return n, nil
+}

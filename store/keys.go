@@ -1,0 +1,144 @@
+package store
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// ShardKeys are the names of every key one stock shard owns. They share one
+// hash tag, {activity:sku:shard}, so every script runs in one cluster slot,
+// and the shards of one hot SKU spread over the cluster's nodes.
+type ShardKeys struct {
+	Stock   string // hash r, i, p, c, x
+	Users   string // hash user -> "<units>|<token id>"
+	Res     string // hash token id -> reservation record
+	Pending string // zset token id -> created ms
+	Log     string // stream of reservations (queue mode)
+	Out     string // string, exists while the shard is empty
+	MovesIn string // set of move ids deposited here
+	Moves   string // hash move id -> "<home>|<units>|<ms>" (moves out, unsettled)
+}
+
+// SKUKeys are the keys of every shard of one SKU, built once per SKU.
+type SKUKeys struct {
+	Shards []ShardKeys
+	// reserveKeys and friends are the KEYS slices of each script per shard,
+	// built once so the hot path allocates none.
+	reserveKeys [][]string
+	outKeys     []string
+}
+
+func newSKUKeys(prefix, act, sku string, shards int) *SKUKeys {
+	k := &SKUKeys{Shards: make([]ShardKeys, shards), reserveKeys: make([][]string, shards), outKeys: make([]string, shards)}
+	for s := 0; s < shards; s++ {
+		base := prefix + ":{" + act + ":" + sku + ":" + strconv.Itoa(s) + "}:"
+		sk := ShardKeys{
+			Stock: base + "stock", Users: base + "users", Res: base + "res", Pending: base + "pending",
+			Log: base + "log", Out: base + "out", MovesIn: base + "movesin", Moves: base + "moves",
+		}
+		k.Shards[s] = sk
+		k.reserveKeys[s] = []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn}
+		k.outKeys[s] = sk.Out
+	}
+	return k
+}
+
+// keyCache hands out SKUKeys by activity and SKU, building each once.
+type keyCache struct {
+	prefix string
+	mu     sync.RWMutex
+	m      map[string]map[string]*SKUKeys
+}
+
+func (c *keyCache) get(act, sku string, shards int) *SKUKeys {
+	c.mu.RLock()
+	k := c.m[act][sku]
+	c.mu.RUnlock()
+	if k != nil && len(k.Shards) == shards {
+		return k
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]map[string]*SKUKeys{}
+	}
+	if c.m[act] == nil {
+		c.m[act] = map[string]*SKUKeys{}
+	}
+	k = c.m[act][sku]
+	if k == nil || len(k.Shards) != shards {
+		k = newSKUKeys(c.prefix, act, sku, shards)
+		c.m[act][sku] = k
+	}
+	return k
+}
+
+// MetaKey is the activity's meta hash: initial stock per SKU, shards,
+// preheat version, ready and paused flags. It changes rarely, so every
+// instance reads it through client-side caching.
+func MetaKey(prefix, act string) string { return prefix + ":{" + act + "}:meta" }
+
+// HomeShard is the shard where user's purchases of one SKU are decided:
+// FNV-1a of the user id, so every instance agrees with no coordination.
+func HomeShard(user string, shards int) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(user); i++ {
+		h ^= uint32(user[i])
+		h *= 16777619
+	}
+	return int(h % uint32(shards))
+}
+
+// Token names one reservation: the shard whose keys hold it and a random,
+// unguessable id. Its text form is "<activity>.<sku>.<shard>.<id>"; ids of
+// activities and SKUs never contain a dot (config validation sees to it).
+type Token struct {
+	Activity string
+	SKU      string
+	Shard    int
+	ID       string
+}
+
+// ErrBadToken means a token's text is not one this proxy issues.
+var ErrBadToken = errors.New("malformed reservation token")
+
+// String is the token's text form, sent to the shop and the buyer.
+func (t Token) String() string {
+	return t.Activity + "." + t.SKU + "." + strconv.Itoa(t.Shard) + "." + t.ID
+}
+
+// ParseToken reads a token's text form.
+func ParseToken(s string) (Token, error) {
+	if len(s) > 256 {
+		return Token{}, ErrBadToken
+	}
+	parts := strings.Split(s, ".")
+	if len(parts) != 4 || parts[0] == "" || parts[1] == "" || len(parts[3]) != tokenIDLen {
+		return Token{}, ErrBadToken
+	}
+	shard, err := strconv.Atoi(parts[2])
+	if err != nil || shard < 0 || shard > 1<<16 {
+		return Token{}, ErrBadToken
+	}
+	for i := 0; i < len(parts[3]); i++ {
+		c := parts[3][i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return Token{}, ErrBadToken
+		}
+	}
+	return Token{Activity: parts[0], SKU: parts[1], Shard: shard, ID: parts[3]}, nil
+}
+
+// tokenIDLen is the length of 16 random bytes in unpadded base64url: 128
+// bits, so ids can be neither guessed nor collide.
+const tokenIDLen = 22
+
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}

@@ -1,0 +1,203 @@
+package store
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/seckill-proxy/seckill-proxy/lua"
+)
+
+// Reservation is one reservation record as Redis holds it.
+type Reservation struct {
+	Token     Token
+	State     string // pending | confirmed | released
+	User      string
+	Qty       int64
+	CreatedMs int64
+	OrderID   string
+	Reason    string // why it was released
+}
+
+// Reservation states as shown to buyers and operators.
+const (
+	StatePending   = "pending"
+	StateConfirmed = "confirmed"
+	StateReleased  = "released"
+)
+
+func stateName(b byte) string {
+	switch b {
+	case 'p':
+		return StatePending
+	case 'c':
+		return StateConfirmed
+	case 'x':
+		return StateReleased
+	}
+	return "unknown"
+}
+
+// parseRecord reads "<state>|<user>|<qty>|<ms>|<order id>|<reason>".
+func parseRecord(t Token, rec string) (Reservation, bool) {
+	parts := strings.SplitN(rec, "|", 6)
+	if len(parts) < 5 || len(parts[0]) != 1 {
+		return Reservation{}, false
+	}
+	r := Reservation{Token: t, State: stateName(parts[0][0]), User: parts[1], OrderID: parts[4]}
+	r.Qty = atoi(parts[2])
+	r.CreatedMs = atoi(parts[3])
+	if len(parts) == 6 {
+		r.Reason = parts[5]
+	}
+	return r, true
+}
+
+func atoi(s string) int64 {
+	var n int64
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return n
+		}
+		n = n*10 + int64(s[i]-'0')
+	}
+	return n
+}
+
+// Lookup reads a reservation; ok is false when there is none.
+func (s *Store) Lookup(ctx context.Context, t Token, shards int) (Reservation, bool, error) {
+	c, err := s.Client()
+	if err != nil {
+		return Reservation{}, false, err
+	}
+	if t.Shard >= shards {
+		return Reservation{}, false, nil
+	}
+	k := s.keys.get(t.Activity, t.SKU, shards).Shards[t.Shard]
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	rec, err := c.Do(cctx, c.B().Hget().Key(k.Res).Field(t.ID).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return Reservation{}, false, nil
+	}
+	if err != nil {
+		return Reservation{}, false, wrap(err)
+	}
+	r, ok := parseRecord(t, rec)
+	if !ok {
+		return Reservation{}, false, ErrInvalidResponse
+	}
+	return r, true, nil
+}
+
+// Confirm turns a pending reservation into a confirmed one, recording the
+// shop's order id. Replies: OK, Same (already confirmed), Released (it was
+// released before: the shop holds an order for released stock, alert),
+// Unknown.
+func (s *Store) Confirm(ctx context.Context, t Token, shards int, orderID string) (lua.Code, error) {
+	c, err := s.Client()
+	if err != nil {
+		return 0, err
+	}
+	if t.Shard >= shards {
+		return lua.Unknown, nil
+	}
+	k := s.keys.get(t.Activity, t.SKU, shards).Shards[t.Shard]
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	r, err := ints(s.confirm.Exec(cctx, c, []string{k.Stock, k.Res, k.Pending}, []string{t.ID, sanitize(orderID)}))
+	if err != nil {
+		return 0, err
+	}
+	return lua.Code(r[0]), nil
+}
+
+// Release gives a reservation's units back. With pendingOnly, a confirmed
+// reservation is left alone (reply Confirmed): that is how the proxy and the
+// reconciler release, so a late 2xx is never undone. Replies: OK, Same
+// (already released), Unknown, Confirmed, Broken.
+func (s *Store) Release(ctx context.Context, t Token, shards int, reason string, nowMs int64, pendingOnly bool) (lua.Code, error) {
+	c, err := s.Client()
+	if err != nil {
+		return 0, err
+	}
+	if t.Shard >= shards {
+		return lua.Unknown, nil
+	}
+	k := s.keys.get(t.Activity, t.SKU, shards).Shards[t.Shard]
+	only := "0"
+	if pendingOnly {
+		only = "1"
+	}
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	r, err := ints(s.release.Exec(cctx, c, []string{k.Stock, k.Users, k.Res, k.Pending, k.Out},
+		[]string{t.ID, sanitize(reason), itoa(nowMs), only}))
+	if err != nil {
+		return 0, err
+	}
+	return lua.Code(r[0]), nil
+}
+
+// sanitize keeps a free-text field from breaking the '|' record format.
+func sanitize(s string) string {
+	if len(s) > 128 {
+		s = s[:128]
+	}
+	return strings.ReplaceAll(s, "|", "/")
+}
+
+// StalePending lists reservations of one SKU pending since before
+// olderThanMs (by their creation time), at most limit per shard, from the
+// pending index: no scan of all reservations.
+func (s *Store) StalePending(ctx context.Context, act, sku string, shards int, olderThanMs int64, limit int64) ([]Reservation, error) {
+	c, err := s.Client()
+	if err != nil {
+		return nil, err
+	}
+	k := s.keys.get(act, sku, shards)
+	var out []Reservation
+	for i, sk := range k.Shards {
+		cctx, cancel := s.ctx(ctx)
+		ids, err := c.Do(cctx, c.B().Zrange().Key(sk.Pending).Min("-inf").Max(itoa(olderThanMs)).Byscore().Limit(0, limit).Build()).AsStrSlice()
+		cancel()
+		if err != nil {
+			return nil, wrap(err)
+		}
+		for _, id := range ids {
+			t := Token{Activity: act, SKU: sku, Shard: i, ID: id}
+			r, ok, err := s.Lookup(ctx, t, shards)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				r = Reservation{Token: t, State: "missing"}
+			}
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// TryLease takes or renews a named lease for holder for ttl. It returns
+// true while holder has it: one instance at a time runs the reconciler.
+func (s *Store) TryLease(ctx context.Context, name, holder string, ttl time.Duration) (bool, error) {
+	c, err := s.Client()
+	if err != nil {
+		return false, err
+	}
+	key := s.prefix + ":{lease}:" + name
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	// Renew only our own lease; take it only when free.
+	v, err := c.Do(cctx, c.B().Eval().Script(`local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
+if not v then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end
+return 0`).Numkeys(1).Key(key).Arg(holder, itoa(ttl.Milliseconds())).Build()).AsInt64()
+	if err != nil {
+		return false, wrap(err)
+	}
+	return v == 1, nil
+}

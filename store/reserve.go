@@ -1,0 +1,239 @@
+package store
+
+import (
+	"context"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/seckill-proxy/seckill-proxy/lua"
+)
+
+var getenv = os.Getenv
+
+// ReserveRequest is one buyer asking for units of one SKU.
+type ReserveRequest struct {
+	Activity string
+	SKU      string
+	User     string
+	Qty      int64
+	Limit    int64 // per-user limit
+	Shards   int
+	Queue    bool  // also write a stream entry for queue-mode workers
+	NowMs    int64 // proxy clock, for the reservation's timestamp
+	ExpireAt int64 // ms; every key the script creates expires then
+}
+
+// ReserveResult is what Redis decided.
+type ReserveResult struct {
+	Code    lua.Code // OK, Empty (sold out), Pending, Purchased, NotReady
+	Token   Token    // the new reservation (OK) or the buyer's last one (Pending, Purchased)
+	OrderID string   // Purchased: the shop's order id where known
+	// FromMemory is true when the answer came from client-side cached
+	// sold-out flags, with no script run.
+	FromMemory bool
+	// Moves counts stock moves between shards this request needed.
+	Moves int
+}
+
+// streamMaxLen bounds each shard's reservation stream (queue mode). The
+// stream is a feed for workers, not the record: reservations live in res.
+const streamMaxLen = "100000"
+
+// Reserve runs the admission decision for one buyer: the per-user limit,
+// duplicate detection, stock check, decrement, reservation record, pending
+// marker and (queue mode) stream entry, in one script on the buyer's home
+// shard. When the home shard is dry, units are moved from a donor shard
+// (steal.lua) and deposited by the same reserve call that uses them, so no
+// buyer is refused while another shard has stock.
+func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, error) {
+	c, err := s.Client()
+	if err != nil {
+		return ReserveResult{}, err
+	}
+	k := s.keys.get(q.Activity, q.SKU, q.Shards)
+	home := HomeShard(q.User, q.Shards)
+	out, err := s.outFlags(ctx, c, k)
+	if err != nil {
+		return ReserveResult{}, err
+	}
+	if allTrue(out) {
+		return ReserveResult{Code: lua.Empty, FromMemory: true}, nil
+	}
+	id := newID()
+	tok := Token{Activity: q.Activity, SKU: q.SKU, Shard: home, ID: id}
+	args := []string{q.User, itoa(q.Qty), itoa(q.Limit), id, itoa(q.NowMs), itoa(q.ExpireAt), "0", "0", "", streamMaxLen, tok.String()}
+	if q.Queue {
+		args[6] = "1"
+	}
+	var res ReserveResult
+	need := q.Qty
+	skipReserve := out[home] // the home shard is known dry: move stock first
+	for attempt := 0; attempt <= 2*q.Shards; attempt++ {
+		if !skipReserve {
+			r, err := s.runReserve(ctx, c, k.reserveKeys[home], args)
+			if err != nil {
+				return ReserveResult{}, err
+			}
+			switch lua.Code(r.code) {
+			case lua.OK:
+				return ReserveResult{Code: lua.OK, Token: tok, Moves: res.Moves}, nil
+			case lua.Pending, lua.Purchased:
+				last := Token{Activity: q.Activity, SKU: q.SKU, Shard: home, ID: r.token}
+				return ReserveResult{Code: lua.Code(r.code), Token: last, OrderID: r.orderID, Moves: res.Moves}, nil
+			case lua.NotReady:
+				return ReserveResult{Code: lua.NotReady}, nil
+			case lua.Empty:
+				need = max(q.Qty-r.remaining, 1)
+			default:
+				return ReserveResult{}, ErrInvalidResponse
+			}
+		}
+		skipReserve = false
+		moved, moveID, err := s.stealFrom(ctx, c, k, out, home, need, q)
+		if err != nil {
+			return ReserveResult{}, err
+		}
+		if moved == 0 {
+			return ReserveResult{Code: lua.Empty, Moves: res.Moves}, nil
+		}
+		res.Moves++
+		args[7], args[8] = itoa(moved), moveID
+	}
+	// Every attempt lost its deposit to other buyers: the SKU is all but gone.
+	return ReserveResult{Code: lua.Empty, Moves: res.Moves}, nil
+}
+
+type reserveReply struct {
+	code      int64
+	remaining int64
+	token     string
+	orderID   string
+}
+
+func (s *Store) runReserve(ctx context.Context, c rueidis.Client, keys, args []string) (reserveReply, error) {
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	arr, err := s.reserve.Exec(cctx, c, keys, args).ToArray()
+	if err != nil {
+		return reserveReply{}, wrap(err)
+	}
+	if len(arr) == 0 {
+		return reserveReply{}, ErrInvalidResponse
+	}
+	var r reserveReply
+	if r.code, err = arr[0].AsInt64(); err != nil {
+		return reserveReply{}, ErrInvalidResponse
+	}
+	switch lua.Code(r.code) {
+	case lua.OK, lua.Empty:
+		if len(arr) != 2 {
+			return reserveReply{}, ErrInvalidResponse
+		}
+		if r.remaining, err = arr[1].AsInt64(); err != nil {
+			return reserveReply{}, ErrInvalidResponse
+		}
+	case lua.Pending:
+		if len(arr) != 2 {
+			return reserveReply{}, ErrInvalidResponse
+		}
+		r.token, err = arr[1].ToString()
+	case lua.Purchased:
+		if len(arr) != 3 {
+			return reserveReply{}, ErrInvalidResponse
+		}
+		if r.token, err = arr[1].ToString(); err == nil {
+			r.orderID, err = arr[2].ToString()
+		}
+	case lua.NotReady:
+	default:
+		return reserveReply{}, ErrInvalidResponse
+	}
+	if err != nil {
+		return reserveReply{}, ErrInvalidResponse
+	}
+	return r, nil
+}
+
+// stealFrom moves units from the first donor shard that has any, starting
+// after home so concurrent buyers of different shards spread over donors.
+// It marks dry donors in out so one request asks each at most once.
+func (s *Store) stealFrom(ctx context.Context, c rueidis.Client, k *SKUKeys, out []bool, home int, need int64, q ReserveRequest) (int64, string, error) {
+	n := len(k.Shards)
+	for i := 1; i < n; i++ {
+		d := (home + i) % n
+		if out[d] {
+			continue
+		}
+		moveID := newID()
+		sk := k.Shards[d]
+		cctx, cancel := s.ctx(ctx)
+		r, err := ints(s.steal.Exec(cctx, c, []string{sk.Stock, sk.Moves, sk.Out},
+			[]string{itoa(need), moveID, strconv.Itoa(home), itoa(q.NowMs), itoa(q.ExpireAt)}))
+		cancel()
+		if err != nil {
+			return 0, "", err
+		}
+		if len(r) != 2 {
+			return 0, "", ErrInvalidResponse
+		}
+		if lua.Code(r[0]) == lua.OK {
+			return r[1], moveID, nil
+		}
+		out[d] = true
+	}
+	return 0, "", nil
+}
+
+// outFlags reads every shard's sold-out flag through client-side caching:
+// after the first read, answers come from local memory until Redis
+// invalidates a flag (a shard empties or gets stock back).
+func (s *Store) outFlags(ctx context.Context, c rueidis.Client, k *SKUKeys) ([]bool, error) {
+	cmds := make([]rueidis.CacheableTTL, len(k.outKeys))
+	for i, key := range k.outKeys {
+		cmds[i] = rueidis.CT(c.B().Get().Key(key).Cache(), flagTTL)
+	}
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	out := make([]bool, len(cmds))
+	for i, r := range c.DoMultiCache(cctx, cmds...) {
+		err := r.Error()
+		if err != nil && !rueidis.IsRedisNil(err) {
+			return nil, wrap(err)
+		}
+		out[i] = err == nil
+	}
+	return out, nil
+}
+
+// SoldOut reports, from client-side cached flags, whether every shard of a
+// SKU is empty.
+func (s *Store) SoldOut(ctx context.Context, act, sku string, shards int) (bool, error) {
+	c, err := s.Client()
+	if err != nil {
+		return false, err
+	}
+	out, err := s.outFlags(ctx, c, s.keys.get(act, sku, shards))
+	if err != nil {
+		return false, err
+	}
+	return allTrue(out), nil
+}
+
+func allTrue(b []bool) bool {
+	for _, v := range b {
+		if !v {
+			return false
+		}
+	}
+	return true
+}
+
+func netDialer(timeout time.Duration) (d net.Dialer) {
+	d.Timeout = max(timeout, 500*time.Millisecond)
+	d.KeepAlive = 10 * time.Second
+	return d
+}

@@ -1,0 +1,212 @@
+// Package store is seckill-proxy's Redis side: the rueidis client, the key
+// layout, script calls, client-side-cached reads of flags, and shard routing
+// (including moving stock between shards so no buyer is refused while any
+// shard of the SKU still has units).
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+	"go.uber.org/zap"
+
+	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/lua"
+)
+
+// Sentinel errors.
+var (
+	// ErrUnavailable means Redis could not be reached or did not answer in
+	// time; the caller must assume nothing was decided.
+	ErrUnavailable = errors.New("redis unavailable")
+	// ErrInvalidResponse means a script replied with a shape this code does
+	// not know: a script and its Go caller are out of step.
+	ErrInvalidResponse = errors.New("invalid response from redis script")
+	// ErrRunning means preheat refused to overwrite the stock of an activity
+	// that is running or has sold units, without --force.
+	ErrRunning = errors.New("activity is running or has sales; use --force to overwrite its stock")
+)
+
+// flagTTL bounds how long a cached flag may be served if an invalidation
+// were ever lost; invalidations normally arrive within milliseconds.
+const flagTTL = time.Second
+
+// Store talks to Redis (a single node or a cluster) for one proxy instance.
+type Store struct {
+	client  atomic.Pointer[rueidis.Client]
+	opt     rueidis.ClientOption
+	timeout time.Duration
+	prefix  string
+	keys    keyCache
+	log     *zap.Logger
+	stop    chan struct{}
+
+	reserve, steal, confirm, release *rueidis.Lua
+}
+
+// Open builds a Store for cfg. It never fails because Redis is down: it
+// keeps dialling in the background while every call answers ErrUnavailable,
+// so a proxy started before Redis serves ordinary routes meanwhile.
+func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
+	if len(cfg.Addrs) == 0 {
+		return nil, errors.New("redis: no addresses")
+	}
+	s := &Store{
+		opt: rueidis.ClientOption{
+			InitAddress:       cfg.Addrs,
+			Username:          cfg.Username,
+			Password:          passwordFrom(cfg),
+			ForceSingleClient: !cfg.Cluster && len(cfg.Addrs) == 1,
+			DisableCache:      !cfg.ClientCache,
+			ClientName:        "seckill-proxy",
+			Dialer:            netDialer(cfg.Timeout),
+			ConnWriteTimeout:  max(cfg.Timeout*5, time.Second),
+		},
+		timeout: cfg.Timeout,
+		prefix:  cfg.KeyPrefix,
+		log:     log,
+		stop:    make(chan struct{}),
+		reserve: rueidis.NewLuaScript(lua.Reserve),
+		steal:   rueidis.NewLuaScript(lua.Steal),
+		confirm: rueidis.NewLuaScript(lua.Confirm),
+		release: rueidis.NewLuaScript(lua.Release),
+	}
+	s.keys.prefix = cfg.KeyPrefix
+	if s.prefix == "" {
+		s.prefix, s.keys.prefix = "seckill", "seckill"
+	}
+	if err := s.connect(); err != nil {
+		log.Warn("redis not reachable yet; retrying in the background", zap.Error(err))
+		go s.redial()
+	}
+	return s, nil
+}
+
+// OpenNow is Open for one-shot commands: it fails at once if Redis cannot be
+// reached, so the operator sees why.
+func OpenNow(cfg config.Redis, log *zap.Logger) (*Store, error) {
+	s, err := Open(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if s.client.Load() == nil {
+		s.Close()
+		return nil, fmt.Errorf("redis %s: %w", strings.Join(cfg.Addrs, ","), ErrUnavailable)
+	}
+	return s, nil
+}
+
+func (s *Store) connect() error {
+	c, err := rueidis.NewClient(s.opt)
+	if err != nil {
+		return err
+	}
+	s.client.Store(&c)
+	return nil
+}
+
+func (s *Store) redial() {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			if err := s.connect(); err == nil {
+				s.log.Info("redis connected")
+				return
+			}
+		}
+	}
+}
+
+// Close releases the client.
+func (s *Store) Close() {
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	if c := s.client.Load(); c != nil {
+		(*c).Close()
+	}
+}
+
+// Prefix is the key prefix in use.
+func (s *Store) Prefix() string { return s.prefix }
+
+// Client is the rueidis client, or ErrUnavailable while none is connected.
+func (s *Store) Client() (rueidis.Client, error) {
+	c := s.client.Load()
+	if c == nil {
+		return nil, ErrUnavailable
+	}
+	return *c, nil
+}
+
+// SKUKeys returns the key names of every shard of one SKU.
+func (s *Store) SKUKeys(act, sku string, shards int) *SKUKeys { return s.keys.get(act, sku, shards) }
+
+// MetaKey is the activity's meta hash key.
+func (s *Store) MetaKey(act string) string { return MetaKey(s.prefix, act) }
+
+// Ping checks Redis answers within the command timeout.
+func (s *Store) Ping(ctx context.Context) error {
+	c, err := s.Client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	return wrap(c.Do(ctx, c.B().Ping().Build()).Error())
+}
+
+// wrap turns transport failures into ErrUnavailable and keeps Redis'
+// own error replies (a script bug, a cluster misconfiguration) as they are.
+func wrap(err error) error {
+	if err == nil || rueidis.IsRedisNil(err) {
+		return err
+	}
+	if _, ok := rueidis.IsRedisErr(err); ok {
+		return err
+	}
+	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+}
+
+func (s *Store) ctx(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(parent, s.timeout)
+}
+
+// ints parses a script reply that is an array of integers.
+func ints(res rueidis.RedisResult) ([]int64, error) {
+	arr, err := res.ToArray()
+	if err != nil {
+		return nil, wrap(err)
+	}
+	out := make([]int64, len(arr))
+	for i := range arr {
+		if out[i], err = arr[i].AsInt64(); err != nil {
+			return nil, ErrInvalidResponse
+		}
+	}
+	if len(out) == 0 {
+		return nil, ErrInvalidResponse
+	}
+	return out, nil
+}
+
+func passwordFrom(cfg config.Redis) string {
+	if cfg.PasswordEnv == "" {
+		return ""
+	}
+	return getenv(cfg.PasswordEnv)
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
