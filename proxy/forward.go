@@ -2,9 +2,6 @@ package proxy
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +16,7 @@ import (
 
 	"github.com/seckill-proxy/seckill-proxy/admission"
 	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/internal/signing"
 	"github.com/seckill-proxy/seckill-proxy/lua"
 )
 
@@ -107,15 +105,6 @@ func (u *upstream) prepare(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-// sign is X-Seckill-Signature: t=<unix ms>,v1=hex(HMAC-SHA256(secret,
-// "<t>.<token>.<activity>.<sku>.<qty>.<user>")).
-func sign(secret []byte, nowMs int64, token, act, sku, qty, user string) string {
-	t := strconv.FormatInt(nowMs, 10)
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(t + "." + token + "." + act + "." + sku + "." + qty + "." + user))
-	return "t=" + t + ",v1=" + hex.EncodeToString(m.Sum(nil))
-}
-
 // forwardWinner sends an admitted buy to the shop and settles the
 // reservation by what the shop said: 2xx confirms, any other status or a
 // failed connection releases, silence keeps it pending for the reconciler.
@@ -130,7 +119,7 @@ func (s *Server) forwardWinner(ctx *fasthttp.RequestCtx, st *state, r *admission
 	h.Set("X-Seckill-Sku", r.SKU)
 	h.Set("X-Seckill-Qty", qty)
 	h.Set("X-Seckill-User", r.User)
-	h.Set("X-Seckill-Signature", sign(up.secret, time.Now().UnixMilli(), tok, a.ID, r.SKU, qty, r.User))
+	h.Set("X-Seckill-Signature", signing.Sign(up.secret, time.Now().UnixMilli(), tok, a.ID, r.SKU, qty, r.User))
 	up.prepare(ctx)
 
 	t0 := time.Now()

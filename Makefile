@@ -1,0 +1,56 @@
+# seckill-proxy: the two commands a newcomer needs are `make demo` and `make test`.
+GO        ?= go
+BIN       := bin
+GOLANGCI  := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
+export CGO_ENABLED := 0
+
+.PHONY: all build demo run test test-short test-cluster bench fuzz lint fmt vet redis clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+redis:
+	@./scripts/ensure-redis.sh
+
+# A throwaway redis-server, the demo shop and the proxy; fires a spike and
+# prints what happened. Stops everything it started.
+demo: redis build
+	$(BIN)/seckill-bench demo --proxy-bin $(BIN)/seckill-proxy
+
+run: demo
+
+# Every test, against real redis-server processes the tests start themselves
+# (single nodes and a 3-master cluster). No server needs to be running.
+test: redis
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 15m ./...
+
+test-short: redis
+	$(GO) test -count=1 -short ./...
+
+# Only the tests that run against a Redis Cluster.
+test-cluster: redis
+	$(GO) test -count=1 -run 'Cluster' -v ./...
+
+# Go benchmarks plus the standard seckill-bench profiles (see BENCHMARKS.md).
+bench: redis build
+	$(GO) test -run XXX -bench . -benchmem ./proxy/ ./admission/ ./store/
+	./scripts/bench.sh
+
+fuzz: redis
+	$(GO) test -run XXX -fuzz FuzzBuyRequest -fuzztime 60s ./proxy/
+	$(GO) test -run XXX -fuzz FuzzParse -fuzztime 30s ./config/
+
+vet:
+	$(GO) vet ./...
+
+lint:
+	$(GO) run $(GOLANGCI) run ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf $(BIN)
