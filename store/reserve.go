@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"strconv"
@@ -50,6 +51,9 @@ const streamMaxLen = "100000"
 // (steal.lua) and deposited by the same reserve call that uses them, so no
 // buyer is refused while another shard has stock.
 func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, error) {
+	if q.Qty < 1 || q.Qty > q.Limit || q.Shards < 1 {
+		return ReserveResult{}, fmt.Errorf("%w: qty %d, limit %d, shards %d", ErrBadRequest, q.Qty, q.Limit, q.Shards)
+	}
 	c, err := s.Client()
 	if err != nil {
 		return ReserveResult{}, err
@@ -72,7 +76,9 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	var res ReserveResult
 	need := q.Qty
 	skipReserve := out[home] // the home shard is known dry: move stock first
-	for attempt := 0; attempt <= 2*q.Shards; attempt++ {
+	// Every steal is followed by a reserve that deposits it, so a move only
+	// stays in transit when a call fails (SettleMoves finishes those).
+	for {
 		if !skipReserve {
 			r, err := s.runReserve(ctx, c, k.reserveKeys[home], args)
 			if err != nil {
@@ -88,6 +94,10 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 				return ReserveResult{Code: lua.NotReady}, nil
 			case lua.Empty:
 				need = max(q.Qty-r.remaining, 1)
+				if res.Moves >= 2*q.Shards {
+					// Every deposit went to other buyers first: the SKU is all but gone.
+					return ReserveResult{Code: lua.Empty, Moves: res.Moves}, nil
+				}
 			default:
 				return ReserveResult{}, ErrInvalidResponse
 			}
@@ -103,8 +113,6 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 		res.Moves++
 		args[7], args[8] = itoa(moved), moveID
 	}
-	// Every attempt lost its deposit to other buyers: the SKU is all but gone.
-	return ReserveResult{Code: lua.Empty, Moves: res.Moves}, nil
 }
 
 type reserveReply struct {

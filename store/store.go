@@ -28,6 +28,9 @@ var (
 	// ErrInvalidResponse means a script replied with a shape this code does
 	// not know: a script and its Go caller are out of step.
 	ErrInvalidResponse = errors.New("invalid response from redis script")
+	// ErrBadRequest means a caller passed a request no buyer could make
+	// (qty outside 1..limit): a bug in the caller, refused before Redis.
+	ErrBadRequest = errors.New("invalid reserve request")
 	// ErrRunning means preheat refused to overwrite the stock of an activity
 	// that is running or has sold units, without --force.
 	ErrRunning = errors.New("activity is running or has sales; use --force to overwrite its stock")
