@@ -23,7 +23,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&chartPath, "chart", "", "write the SVG chart to FILE.svg")
 	fs.StringVar(&redisAddr, "redis", "", "Redis ADDR to read INFO from before and after")
 	fs.StringVar(&shopURL, "shop", "", "shop base URL, verified via /internal/summary after the run")
-	fs.StringVar(&proxyBin, "proxy-bin", "", "seckill-proxy binary, for `status --json` after the run")
+	fs.StringVar(&proxyBin, "proxy-bin", "", "seckill-proxy binary, runs \"status -c CFG --json\" after the run")
 	fs.StringVar(&proxyConfig, "proxy-config", "", "seckill-proxy config for --proxy-bin")
 	fs.Int64Var(&perUserLimit, "per-user-limit", 1, "units one user may hold (verified against the shop)")
 	fs.BoolVar(&legacyTarget, "legacy-target", false, "the target is the shop itself (orders without token are expected)")

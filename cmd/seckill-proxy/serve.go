@@ -65,7 +65,7 @@ func cmdServe(c *cli) error {
 	cur.cfg = cfg
 	current := func() *config.Config { cur.Lock(); defer cur.Unlock(); return cur.cfg }
 	rec := reservation.NewReconciler(st, m, log.Named("reconciler"))
-	registerAdminAPI(adm, st, rec, current, log)
+	registerAdminAPI(adm, st, rec, m, current)
 	adminSrv := &http.Server{Handler: adm, ReadHeaderTimeout: 10 * time.Second}
 
 	ctx, stop := context.WithCancel(context.Background())
@@ -77,6 +77,26 @@ func cmdServe(c *cli) error {
 	log.Info("serving", zap.String("listen", ln.Addr().String()), zap.String("admin", aln.Addr().String()),
 		zap.Int("activities", len(cfg.Activities)), zap.String("upstream", cfg.Upstream.URL))
 
+	reload := func(why string) {
+		next, err := config.Load(c.cfgPath)
+		if err != nil {
+			log.Error("reload refused: config invalid; the old config stays", zap.String("trigger", why), zap.Error(err))
+			return
+		}
+		if err := srv.Apply(next); err != nil {
+			log.Error("reload refused", zap.String("trigger", why), zap.Error(err))
+			return
+		}
+		cur.Lock()
+		cur.cfg = next
+		cur.Unlock()
+		log.Info("config reloaded", zap.String("trigger", why), zap.Int("activities", len(next.Activities)))
+	}
+	changed := make(chan struct{}, 1)
+	if cfg.Watch {
+		go watchFile(ctx, c.cfgPath, changed)
+	}
+
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -84,21 +104,11 @@ func cmdServe(c *cli) error {
 		select {
 		case err := <-errc:
 			return fail(exitFailed, "serve: %v", err)
+		case <-changed:
+			reload("file changed")
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				next, err := config.Load(c.cfgPath)
-				if err != nil {
-					log.Error("reload refused: config invalid; the old config stays", zap.Error(err))
-					continue
-				}
-				if err := srv.Apply(next); err != nil {
-					log.Error("reload refused", zap.Error(err))
-					continue
-				}
-				cur.Lock()
-				cur.cfg = next
-				cur.Unlock()
-				log.Info("config reloaded", zap.Int("activities", len(next.Activities)))
+				reload("SIGHUP")
 				continue
 			}
 			log.Info("shutting down", zap.Stringer("signal", sig))
@@ -194,6 +204,36 @@ func cmdReconcile(c *cli) error {
 	return nil
 }
 
-func registerAdminAPI(adm *admin.Server, st *store.Store, rec *reservation.Reconciler, cfg func() *config.Config, _ *zap.Logger) {
+func registerAdminAPI(adm *admin.Server, st *store.Store, rec *reservation.Reconciler, m *metrics.Metrics, cfg func() *config.Config) {
 	(&admin.API{Store: st, Reconciler: rec, Config: cfg}).Register(adm)
+	(&admin.Dashboard{Store: st, Metrics: m, Config: cfg}).Register(adm)
+}
+
+// watchFile signals changed whenever path's size or modification time
+// changes (polled: works on every file system, editors' rename-saves included).
+func watchFile(ctx context.Context, path string, changed chan<- struct{}) {
+	stamp := func() string {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return ""
+		}
+		return fmt.Sprint(fi.Size(), fi.ModTime().UnixNano())
+	}
+	last := stamp()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if now := stamp(); now != "" && now != last {
+			last = now
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}
+	}
 }
