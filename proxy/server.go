@@ -181,7 +181,9 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, st *state, m match) {
 		return
 	}
 	ans.sku = req.SKU
-	d := s.decide.Decide(ctx, &req)
+	// Never the RequestCtx: it must not escape the handler, and as a parent
+	// context it would cost a goroutine per Redis call (STYLE.md).
+	d := s.decide.Decide(context.Background(), &req)
 	ans.code, ans.retryAfter = d.Code, d.RetryAfter
 	if d.Token.ID != "" {
 		ans.token = d.Token.String()
