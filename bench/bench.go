@@ -37,7 +37,7 @@ var Presets = map[string]Preset{
 		Users: 1000, Tries: 3, Concurrency: 1000, Stock: 100,
 	},
 	"spike": {
-		Name: "spike", Description: "open loop: ramp to peak in 3 s, hold 10 s, then fall",
+		Name: "spike", Description: "open loop, 10,000 users: ramp to peak (default 5,000/s) in 3 s, hold 10 s, then fall",
 		Users: 10000, Tries: 0, Concurrency: 500, Rate: 5000, Ramp: 3 * time.Second, Hold: 10 * time.Second, Stock: 100,
 	},
 }

@@ -55,6 +55,7 @@ type Result struct {
 	TransportErrors int64            `json:"transport_errors"`
 	ServerErrors    int64            `json:"server_errors"`
 	RPS             float64          `json:"rps"`
+	PeakRPS         int64            `json:"peak_rps"`
 	Latency         Percentiles      `json:"latency"`
 	Outcomes        map[string]int64 `json:"outcomes"`
 	Status          map[string]int64 `json:"status"`
@@ -98,6 +99,7 @@ func Build(name string, r *load.Result, rd *redisinfo.Delta, checks []verify.Che
 		for _, c := range s.Outcomes {
 			n += c
 		}
+		out.PeakRPS = max(out.PeakRPS, n)
 		out.Timeline = append(out.Timeline, Point{T: i, Answered: n, Latency: percentiles(s.Latency), Outcomes: s.Outcomes})
 	}
 	return out
@@ -118,13 +120,24 @@ func WriteJSON(path string, r *Result) error {
 // Table is a minimal aligned text table.
 type Table struct {
 	rows [][]string
+	left map[int]bool
+}
+
+// AlignLeft marks text columns; others are right-aligned numbers.
+func (t *Table) AlignLeft(cols ...int) {
+	if t.left == nil {
+		t.left = map[int]bool{}
+	}
+	for _, c := range cols {
+		t.left[c] = true
+	}
 }
 
 // Row appends a row; the first row is the header.
 func (t *Table) Row(cells ...string) { t.rows = append(t.rows, cells) }
 
-// Write renders the table; columns after the first are right-aligned, as
-// they hold numbers.
+// Write renders the table; the first column and those marked AlignLeft are
+// left-aligned, the others (numbers) right-aligned.
 func (t *Table) Write(w io.Writer) {
 	var width []int
 	for _, r := range t.rows {
@@ -139,9 +152,12 @@ func (t *Table) Write(w io.Writer) {
 		var b strings.Builder
 		for i, c := range r {
 			pad := strings.Repeat(" ", width[i]-len([]rune(c)))
-			if i == 0 {
+			switch {
+			case i == 0:
 				b.WriteString(c + pad)
-			} else {
+			case t.left[i]:
+				b.WriteString("  " + c + pad)
+			default:
 				b.WriteString("  " + pad + c)
 			}
 		}
@@ -180,6 +196,7 @@ func Print(w io.Writer, r *Result) {
 	t.Row("5xx answers", strconv.FormatInt(r.ServerErrors, 10))
 	t.Row("elapsed", fmt.Sprintf("%.2f s", r.ElapsedSec))
 	t.Row("throughput", fmt.Sprintf("%.0f req/s", r.RPS))
+	t.Row("peak second", fmt.Sprintf("%d req/s", r.PeakRPS))
 	t.Row("latency p50", FormatMS(r.Latency.P50)+" ms")
 	t.Row("latency p90", FormatMS(r.Latency.P90)+" ms")
 	t.Row("latency p99", FormatMS(r.Latency.P99)+" ms")
@@ -225,6 +242,7 @@ func Print(w io.Writer, r *Result) {
 // PrintChecks writes verification results, one line each.
 func PrintChecks(w io.Writer, checks []verify.Check) {
 	var t Table
+	t.AlignLeft(1, 2)
 	t.Row("check", "result", "detail")
 	for _, c := range checks {
 		res := "ok"

@@ -16,7 +16,7 @@ const (
 	chartH   = 720
 	plotX0   = 70
 	plotX1   = 820
-	latY0    = 70
+	latY0    = 84
 	latY1    = 330
 	tputY0   = 400
 	tputY1   = 660

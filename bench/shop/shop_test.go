@@ -2,6 +2,7 @@ package shop
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -214,7 +215,17 @@ func TestLegacyPostgresNoOversell(t *testing.T) {
 		t.Skip("PostgreSQL not reachable on 127.0.0.1:5432")
 	}
 	c.Close()
-	testLegacyNoOversell(t, Config{DB: dsn})
+	// Own schema: Reset empties the tables, and the database is shared.
+	pg, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pg.Exec(`CREATE SCHEMA IF NOT EXISTS seckill_bench_test`); err != nil {
+		pg.Close()
+		t.Skipf("cannot create a schema in %s: %v", dsn, err)
+	}
+	pg.Close()
+	testLegacyNoOversell(t, Config{DB: dsn + "&search_path=seckill_bench_test"})
 }
 
 func TestParseStock(t *testing.T) {

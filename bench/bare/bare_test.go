@@ -1,0 +1,97 @@
+package bare
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/seckill-proxy/seckill-proxy/bench/load"
+	"github.com/seckill-proxy/seckill-proxy/bench/redisinfo"
+)
+
+// startRedis runs a throwaway redis-server, skipping when none is installed.
+func startRedis(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server not installed (apt-get install -y redis-server)")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	dir := t.TempDir()
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	for i := 0; ; i++ {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return addr
+		}
+		if i > 100 {
+			t.Fatal("redis-server did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestBareRedisSellsExactlyStock(t *testing.T) {
+	addr := startRedis(t)
+	rt, err := NewRedisTarget(context.Background(), addr, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := Server(rt.Handler(), "test")
+	go srv.Serve(ln) //nolint:errcheck // ends at Shutdown
+	defer srv.Shutdown()
+
+	before, err := redisinfo.Read(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := load.Run(context.Background(), load.Config{Target: "http://" + ln.Addr().String(), Activity: "a",
+		Users: 200, Tries: 1, Concurrency: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcomes[load.OutcomeOK] != 30 || res.Outcomes["SOLD_OUT"] != 170 {
+		t.Fatalf("outcomes %v", res.Outcomes)
+	}
+	after, err := redisinfo.Read(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One script call per request; requests racing before the script is
+	// cached get NOSCRIPT on EVALSHA and fall back to EVAL (at most one
+	// extra call per concurrent worker).
+	if d := redisinfo.Diff(before, after); d.ScriptCalls < 200 || d.ScriptCalls > 200+16 {
+		t.Fatalf("script calls %d, want 200 (+ ≤16 NOSCRIPT fallbacks)", d.ScriptCalls)
+	}
+}
+
+func TestBareHandler(t *testing.T) {
+	var ctx fasthttp.RequestCtx
+	Handler()(&ctx)
+	if ctx.Response.StatusCode() != 410 || string(ctx.Response.Header.ContentType()) != "application/json" {
+		t.Fatalf("bare answered %d %s", ctx.Response.StatusCode(), ctx.Response.Header.ContentType())
+	}
+}

@@ -1,0 +1,192 @@
+// Package e2e is the in-process end-to-end harness of seckill-proxy: real
+// redis-server processes (single node or a 3-master cluster), a recording
+// test shop, configs with free ports, proxy instances wired as `serve` wires
+// them, and a spike driver that tallies answers by SPEC code. Nothing Redis
+// decides is mocked.
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
+)
+
+// Secret is the signing secret every harness config uses; the shop verifies
+// X-Seckill-Signature with it.
+const Secret = "e2e-signing-secret"
+
+// SecretEnv is the environment variable the harness configs name for the
+// signing secret. It is set once per process, so tests may run in parallel.
+const SecretEnv = "SECKILL_E2E_SIGNING_SECRET"
+
+var setSecret sync.Once
+
+// SKU is the id of the one SKU an Activity sells unless SKUs is set.
+const SKU = "sku1"
+
+// BuyPath is the default buy route.
+const BuyPath = "/api/seckill/{activity}/{sku}/buy"
+
+// Activity is one activity of a harness config. Zero fields take the
+// harness defaults noted on each.
+type Activity struct {
+	ID      string
+	Method  string // default POST
+	Path    string // default BuyPath
+	SkuFrom string // default path
+	QtyFrom string // default "" (qty 1)
+	// Start and End default to one minute ago and one hour from now.
+	Start, End   time.Time
+	Stock        int64         // of SKU, when SKUs is empty
+	SKUs         []config.SKU  // several SKUs
+	Shards       int           // default 4
+	PerUserLimit int64         // default 1
+	MaxQty       int64         // default PerUserLimit
+	Pending      time.Duration // pending_timeout; default the config's
+}
+
+// Options is one proxy config. Zero fields take the harness defaults.
+type Options struct {
+	Redis   []string
+	Cluster bool
+	ShopURL string
+	// UpstreamTimeout defaults to 3 s.
+	UpstreamTimeout time.Duration
+	// RedisTimeout defaults to 200 ms.
+	RedisTimeout time.Duration
+	KeyPrefix    string // default seckill
+	// User is the identity.user source as YAML flow, default "{ header: X-User-Id }".
+	User       string
+	Messages   map[string]string
+	Activities []Activity
+}
+
+// YAML renders o as a config file. Listen ports are free ports of this
+// machine; local rate limits are set far above any test's load so the
+// tests exercise what Redis decides, not a local limiter.
+func (o Options) YAML(t testing.TB) string {
+	t.Helper()
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	w("listen: %q", "127.0.0.1:"+strconv.Itoa(redistest.FreePort(t)))
+	w("admin:")
+	w("  listen: %q", "127.0.0.1:"+strconv.Itoa(redistest.FreePort(t)))
+	w("upstream:")
+	w("  url: %q", o.ShopURL)
+	w("  timeout: %s", orDur(o.UpstreamTimeout, 3*time.Second))
+	w("  signing_secret_env: %s", SecretEnv)
+	w("redis:")
+	w("  addrs: [%s]", quoteAll(o.Redis))
+	w("  cluster: %v", o.Cluster)
+	w("  timeout: %s", orDur(o.RedisTimeout, 200*time.Millisecond))
+	w("  key_prefix: %s", or(o.KeyPrefix, "seckill"))
+	w("identity:")
+	w("  user: %s", or(o.User, "{ header: X-User-Id }"))
+	w("limits:")
+	w("  per_ip: { rate: 1000000, burst: 1000000 }")
+	w("  per_device: { rate: 1000000, burst: 1000000 }")
+	w("  per_user: { rate: 1000000, burst: 1000000 }")
+	if len(o.Messages) > 0 {
+		w("messages:")
+		keys := make([]string, 0, len(o.Messages))
+		for k := range o.Messages {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			w("  %s: %q", k, o.Messages[k])
+		}
+	}
+	w("activities:")
+	now := time.Now()
+	for _, a := range o.Activities {
+		w("  - id: %s", a.ID)
+		w("    route:")
+		w("      method: %s", or(a.Method, "POST"))
+		w("      path: %q", or(a.Path, BuyPath))
+		w("      sku_from: %q", or(a.SkuFrom, "path"))
+		w("      qty_from: %q", a.QtyFrom)
+		start, end := a.Start, a.End
+		if start.IsZero() {
+			start = now.Add(-time.Minute)
+		}
+		if end.IsZero() {
+			end = now.Add(time.Hour)
+		}
+		w("    start: %s", start.Format(time.RFC3339Nano))
+		w("    end: %s", end.Format(time.RFC3339Nano))
+		w("    skus:")
+		skus := a.SKUs
+		if len(skus) == 0 {
+			skus = []config.SKU{{ID: SKU, Stock: a.Stock}}
+		}
+		for _, k := range skus {
+			w("      - { id: %q, stock: %d }", k.ID, k.Stock)
+		}
+		limit := a.PerUserLimit
+		if limit == 0 {
+			limit = 1
+		}
+		maxQty := a.MaxQty
+		if maxQty == 0 {
+			maxQty = limit
+		}
+		w("    per_user_limit: %d", limit)
+		w("    max_qty: %d", maxQty)
+		shards := a.Shards
+		if shards == 0 {
+			shards = 4
+		}
+		w("    shards: %d", shards)
+		w("    admission_rate: { rate: 1000000, burst: 1000000 }")
+		if a.Pending > 0 {
+			w("    pending_timeout: %s", a.Pending)
+		}
+		w("    verify:")
+		w("      url: %q", strings.TrimSuffix(o.ShopURL, "/")+"/internal/orders?token={token}")
+	}
+	return b.String()
+}
+
+// Config renders and parses o with config.Parse (defaults and validation
+// included) and fails the test on any error.
+func (o Options) Config(t testing.TB) *config.Config {
+	t.Helper()
+	setSecret.Do(func() { _ = os.Setenv(SecretEnv, Secret) })
+	y := o.YAML(t)
+	cfg, err := config.Parse("e2e.yaml", []byte(y))
+	if err != nil {
+		t.Fatalf("config: %v\n%s", err, y)
+	}
+	return cfg
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func orDur(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+func quoteAll(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = strconv.Quote(s)
+	}
+	return strings.Join(q, ", ")
+}

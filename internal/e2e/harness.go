@@ -1,0 +1,235 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"github.com/seckill-proxy/seckill-proxy/admission"
+	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
+	"github.com/seckill-proxy/seckill-proxy/metrics"
+	"github.com/seckill-proxy/seckill-proxy/proxy"
+	"github.com/seckill-proxy/seckill-proxy/store"
+)
+
+// Redis is a running single node or cluster.
+type Redis struct {
+	Addrs   []string
+	Cluster bool
+	Node    *redistest.Server  // single node
+	Nodes   *redistest.Cluster // cluster
+}
+
+// StartRedis starts a single redis-server.
+func StartRedis(t testing.TB) *Redis {
+	t.Helper()
+	n := redistest.Start(t)
+	return &Redis{Addrs: []string{n.Addr}, Node: n}
+}
+
+// StartCluster starts a 3-master Redis Cluster.
+func StartCluster(t testing.TB) *Redis {
+	t.Helper()
+	c := redistest.StartCluster(t, 3)
+	return &Redis{Addrs: c.Addrs(), Cluster: true, Nodes: c}
+}
+
+// Proxy is one proxy instance, wired as `seckill-proxy serve` wires it.
+type Proxy struct {
+	Addr   string
+	Cfg    *config.Config
+	Store  *store.Store
+	Server *proxy.Server
+}
+
+// StartProxy opens the store, builds admission and the proxy for cfg, and
+// serves on cfg.Listen until the test ends.
+func StartProxy(t testing.TB, cfg *config.Config) *Proxy {
+	t.Helper()
+	log := zap.NewNop()
+	st, err := store.Open(cfg.Redis, log)
+	if err != nil {
+		t.Fatalf("store.Open: %v", err)
+	}
+	m := metrics.New()
+	pipe := admission.New(st, m, log, time.Now)
+	srv, err := proxy.New(cfg, pipe, st, m, log)
+	if err != nil {
+		st.Close()
+		t.Fatalf("proxy.New: %v", err)
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		st.Close()
+		t.Fatalf("listen %s: %v", cfg.Listen, err)
+	}
+	served := make(chan struct{})
+	go func() { defer close(served); _ = srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-served
+		st.Close()
+	})
+	return &Proxy{Addr: ln.Addr().String(), Cfg: cfg, Store: st, Server: srv}
+}
+
+// Activity returns the config of activity id, failing the test when absent.
+func (p *Proxy) Activity(t testing.TB, id string) *config.Activity {
+	t.Helper()
+	a := p.Cfg.Activity(id)
+	if a == nil {
+		t.Fatalf("no activity %q in config", id)
+	}
+	return a
+}
+
+// Preheat loads the activity's stock into Redis.
+func (p *Proxy) Preheat(t testing.TB, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := p.Store.Preheat(ctx, p.Activity(t, id), false, time.Now()); err != nil {
+		t.Fatalf("preheat %s: %v", id, err)
+	}
+}
+
+// Status reads the activity's stock counters from Redis.
+func (p *Proxy) Status(t testing.TB, id string) store.ActivityStatus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := p.Store.Status(ctx, p.Activity(t, id))
+	if err != nil {
+		t.Fatalf("status %s: %v", id, err)
+	}
+	return s
+}
+
+// SKUStatus is the status of the activity's SKU sku (default SKU).
+func (p *Proxy) SKUStatus(t testing.TB, id string) store.SKUStatus {
+	t.Helper()
+	s := p.Status(t, id)
+	for _, k := range s.SKUs {
+		if k.ID == SKU {
+			return k
+		}
+	}
+	t.Fatalf("status %s: no sku %s in %+v", id, SKU, s)
+	return store.SKUStatus{}
+}
+
+// WantStock fails the test unless the default SKU of activity id shows
+// these counters and keeps the stock invariant.
+func (p *Proxy) WantStock(t testing.TB, id string, remaining, pending, confirmed int64) store.SKUStatus {
+	t.Helper()
+	k := p.SKUStatus(t, id)
+	if !k.OK || k.Remaining != remaining || k.Pending != pending || k.Confirmed != confirmed {
+		t.Fatalf("status %s = %+v, want remaining %d pending %d confirmed %d, ok", id, k, remaining, pending, confirmed)
+	}
+	return k
+}
+
+// Req is one HTTP request to send.
+type Req struct {
+	Method string // default POST
+	URI    string // path and query
+	Header [][2]string
+	Body   []byte
+	// Timeout defaults to 5 s.
+	Timeout time.Duration
+}
+
+// Resp is an answer, with the SPEC fields of a proxy-made JSON body parsed.
+type Resp struct {
+	Status int
+	Header map[string]string // canonical names; last value wins
+	Body   []byte
+	// Code is the SPEC code of a proxy-made answer, "WIN" for a shop 2xx
+	// that came back with X-Seckill-Token, "" otherwise.
+	Code string
+	JSON map[string]any
+	Err  error
+}
+
+// Str returns a string field of the JSON body, "" when absent.
+func (r Resp) Str(name string) string {
+	s, _ := r.JSON[name].(string)
+	return s
+}
+
+// Num returns a numeric field of the JSON body and whether it is there.
+func (r Resp) Num(name string) (float64, bool) {
+	n, ok := r.JSON[name].(float64)
+	return n, ok
+}
+
+// Token is the reservation token: X-Seckill-Token, else the body's token.
+func (r Resp) Token() string {
+	if v := r.Header["X-Seckill-Token"]; v != "" {
+		return v
+	}
+	return r.Str("token")
+}
+
+var defaultClient = &fasthttp.Client{MaxConnsPerHost: 512}
+
+// Do sends one request to addr over c (a fresh client when nil).
+func Do(c *fasthttp.Client, addr string, r Req) Resp {
+	if c == nil {
+		c = defaultClient
+	}
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(or(r.Method, "POST"))
+	req.SetRequestURI("http://" + addr + r.URI)
+	for _, h := range r.Header {
+		req.Header.Add(h[0], h[1])
+	}
+	if r.Body != nil {
+		req.SetBody(r.Body)
+	}
+	if err := c.DoTimeout(req, resp, orDur(r.Timeout, 5*time.Second)); err != nil {
+		return Resp{Err: err}
+	}
+	out := Resp{Status: resp.StatusCode(), Header: map[string]string{}, Body: append([]byte(nil), resp.Body()...)}
+	for k, v := range resp.Header.All() {
+		out.Header[string(k)] = string(v)
+	}
+	if string(resp.Header.ContentType()) == "application/json" {
+		_ = json.Unmarshal(out.Body, &out.JSON)
+	}
+	switch {
+	case out.Header["X-Shop"] == "order" && out.Status/100 == 2 && out.Header["X-Seckill-Token"] != "":
+		out.Code = "WIN"
+	case out.Header["X-Shop"] == "":
+		out.Code = out.Str("code")
+	}
+	return out
+}
+
+// Buy sends a buy of the default SKU of activity act for user through the
+// default route, with the user in X-User-Id.
+func Buy(addr, act, user string) Resp {
+	return Do(nil, addr, Req{URI: "/api/seckill/" + act + "/" + SKU + "/buy", Header: [][2]string{{"X-User-Id", user}}})
+}
+
+// Eventually polls cond every 10 ms until it holds, failing the test after within.
+func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
