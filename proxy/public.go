@@ -96,11 +96,12 @@ func (s *Server) renderActivity(a *config.Activity, now time.Time) ([]byte, erro
 	if err != nil {
 		return nil, err
 	}
-	soldOut := len(stt.SKUs) > 0
+	soldOut, ready := len(stt.SKUs) > 0, len(stt.SKUs) > 0
 	for _, k := range stt.SKUs {
 		if !k.Preheated || k.Remaining > 0 {
 			soldOut = false
 		}
+		ready = ready && k.Preheated
 	}
 	state := "open"
 	switch {
@@ -117,6 +118,9 @@ func (s *Server) renderActivity(a *config.Activity, now time.Time) ([]byte, erro
 	b = appendJSONString(b, a.ID)
 	b = append(b, `,"state":`...)
 	b = appendJSONString(b, state)
+	// ready is false until stock is preheated: buys answer NOT_READY meanwhile.
+	b = append(b, `,"ready":`...)
+	b = strconv.AppendBool(b, ready)
 	b = append(b, `,"start_ms":`...)
 	b = strconv.AppendInt(b, a.StartMs(), 10)
 	b = append(b, `,"end_ms":`...)

@@ -56,6 +56,7 @@ type Request struct {
 
 type rule struct {
 	status int
+	cut    bool          // read the buy, then drop the connection without a word
 	hang   chan struct{} // closed to let hanging buys finish
 }
 
@@ -97,6 +98,14 @@ func (s *Shop) Hang(user string) (release func()) {
 	}
 }
 
+// Cut makes the shop read every buy of user and then close the connection
+// without answering: the order's fate is unknown to the proxy.
+func (s *Shop) Cut(user string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rules[user] = rule{cut: true}
+}
+
 func (s *Shop) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	s.mu.Lock()
@@ -135,6 +144,16 @@ func (s *Shop) buy(w http.ResponseWriter, r *http.Request, tok string) {
 	s.mu.Lock()
 	ru := s.rules[o.User]
 	s.mu.Unlock()
+	if ru.cut {
+		s.record(Attempt{Order: o, Status: 0})
+		if hj, ok := w.(http.Hijacker); ok {
+			if c, _, err := hj.Hijack(); err == nil {
+				_ = c.Close()
+				return
+			}
+		}
+		panic(http.ErrAbortHandler)
+	}
 	if ru.hang != nil {
 		select {
 		case <-ru.hang:

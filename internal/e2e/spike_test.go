@@ -17,7 +17,7 @@ func TestSpike(t *testing.T) {
 	p.Preheat(t, "spike")
 
 	res := e2e.Spike{Addrs: []string{p.Addr}, Activity: "spike", Users: 2000, Tries: 3, Conc: 200}.Fire(t)
-	t.Logf("outcomes: %v", res.ByCode)
+	t.Logf("outcomes: %v, at most %d in flight", res.ByCode, res.MaxInFlight)
 	res.Check(t, shop, p, "spike", 100)
 }
 
@@ -33,7 +33,7 @@ func TestSpikeTwoInstances(t *testing.T) {
 	p1.Preheat(t, "spike")
 
 	res := e2e.Spike{Addrs: []string{p1.Addr, p2.Addr}, Activity: "spike", Users: 2000, Tries: 3, Conc: 200}.Fire(t)
-	t.Logf("outcomes: %v", res.ByCode)
+	t.Logf("outcomes: %v, at most %d in flight", res.ByCode, res.MaxInFlight)
 	res.Check(t, shop, p1, "spike", 100)
 	p2.WantStock(t, "spike", 0, 0, 100)
 }
@@ -49,6 +49,6 @@ func TestSpikeCluster(t *testing.T) {
 	p.Preheat(t, "spike")
 
 	res := e2e.Spike{Addrs: []string{p.Addr}, Activity: "spike", Users: 1000, Tries: 2, Conc: 200}.Fire(t)
-	t.Logf("outcomes: %v", res.ByCode)
+	t.Logf("outcomes: %v, at most %d in flight", res.ByCode, res.MaxInFlight)
 	res.Check(t, shop, p, "spike", 50)
 }

@@ -1,0 +1,238 @@
+package proxy
+
+import (
+	"encoding/json"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/seckill-proxy/seckill-proxy/config"
+)
+
+func TestMatchPath(t *testing.T) {
+	acts := []config.Activity{
+		{ID: "a1", Route: config.Route{Method: "POST", Path: "/api/seckill/{activity}/{sku}/buy"}},
+		{ID: "a2", Route: config.Route{Method: "POST", Path: "/api/seckill/{activity}/{sku}/buy"}},
+		{ID: "solo", Route: config.Route{Method: "PUT", Path: "/solo/buy"}},
+	}
+	routes := compileRoutes(acts)
+	if len(routes) != 2 {
+		t.Fatalf("routes = %d, want 2 (a1 and a2 share one)", len(routes))
+	}
+	tests := []struct {
+		name, method, path string
+		wantOK             bool
+		wantAct, wantSKU   string
+		wantUnknown        bool
+	}{
+		{"a1", "POST", "/api/seckill/a1/s1/buy", true, "a1", "s1", false},
+		{"a2 trailing slash", "POST", "/api/seckill/a2/s9/buy/", true, "a2", "s9", false},
+		{"unknown activity", "POST", "/api/seckill/zz/s1/buy", true, "", "s1", true},
+		{"wrong method", "GET", "/api/seckill/a1/s1/buy", false, "", "", false},
+		{"empty activity", "POST", "/api/seckill//s1/buy", false, "", "", false},
+		{"empty sku", "POST", "/api/seckill/a1//buy", false, "", "", false},
+		{"too short", "POST", "/api/seckill/a1/s1", false, "", "", false},
+		{"too long", "POST", "/api/seckill/a1/s1/buy/more", false, "", "", false},
+		{"literal differs", "POST", "/api/seckilx/a1/s1/buy", false, "", "", false},
+		{"root", "POST", "/", false, "", "", false},
+		{"empty", "POST", "", false, "", "", false},
+		{"solo", "PUT", "/solo/buy", true, "solo", "", false},
+		{"solo prefix only", "PUT", "/solo", false, "", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got match
+			ok := false
+			for _, r := range routes {
+				if m, hit := r.matchPath([]byte(tt.method), []byte(tt.path)); hit {
+					got, ok = m, true
+					break
+				}
+			}
+			if ok != tt.wantOK {
+				t.Fatalf("matched = %v, want %v", ok, tt.wantOK)
+			}
+			if !ok {
+				return
+			}
+			act := ""
+			if got.act != nil {
+				act = got.act.ID
+			}
+			if act != tt.wantAct || string(got.sku) != tt.wantSKU || got.unknownActivity != tt.wantUnknown {
+				t.Errorf("match = act %q sku %q unknown %v", act, got.sku, got.unknownActivity)
+			}
+		})
+	}
+}
+
+func newCtx(raw string) *fasthttp.RequestCtx {
+	var req fasthttp.Request
+	if err := req.ReadLimitBody(bufioReader(raw), 1<<20); err != nil {
+		panic(err)
+	}
+	ctx := &fasthttp.RequestCtx{}
+	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1234}, nil)
+	return ctx
+}
+
+func TestExtractors(t *testing.T) {
+	ctx := newCtx("POST /x?sku=q1&qty=2 HTTP/1.1\r\nHost: h\r\nX-User-Id: alice\r\nCookie: a=1; uid=bob\r\n" +
+		"Content-Type: application/json\r\nContent-Length: 44\r\n\r\n" + `{"item":{"sku":"j1","a/b":7},"list":["z",3]}`)
+	tests := []struct {
+		name string
+		give extractor
+		want string
+	}{
+		{"header", newSourceExtractor(config.Source{Header: "X-User-Id"}), "alice"},
+		{"cookie", newSourceExtractor(config.Source{Cookie: "uid"}), "bob"},
+		{"query", newSourceExtractor(config.Source{Query: "sku"}), "q1"},
+		{"path", newFromExtractor("path"), "p1"},
+		{"json string", newFromExtractor("json:/item/sku"), "j1"},
+		{"json escaped key", newFromExtractor("json:/item/a~1b"), "7"},
+		{"json array", newFromExtractor("json:/list/0"), "z"},
+		{"json array number", newFromExtractor("json:/list/1"), "3"},
+		{"json out of range", newFromExtractor("json:/list/2"), ""},
+		{"json object is absent", newFromExtractor("json:/item"), ""},
+		{"json missing", newFromExtractor("json:/nope"), ""},
+		{"missing header", newSourceExtractor(config.Source{Header: "X-None"}), ""},
+	}
+	var body jsonBody
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.give.get(ctx, []byte("p1"), &body)
+			if err != nil || string(got) != tt.want {
+				t.Errorf("get = %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+
+	form := newCtx("POST /f HTTP/1.1\r\nHost: h\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 14\r\n\r\nsku=f1&qty=3&x")
+	if got, _ := (&extractor{kind: "form", name: "sku"}).get(form, nil, &jsonBody{}); string(got) != "f1" {
+		t.Errorf("form sku = %q", got)
+	}
+	bad := newCtx("POST /j HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n{\"a\":")
+	jx := newFromExtractor("json:/a")
+	if _, err := jx.get(bad, nil, &jsonBody{}); err == nil {
+		t.Error("malformed JSON body: no error")
+	}
+}
+
+func TestParseQty(t *testing.T) {
+	for give, want := range map[string]int64{
+		"1": 1, "3": 3, "999999999": 999999999, "0": 0, "-1": 0, "abc": 0, "": 0,
+		"1.5": 0, "+1": 0, " 1": 0, "99999999999": 0, "0x10": 0,
+	} {
+		if got := parseQty([]byte(give)); got != want {
+			t.Errorf("parseQty(%q) = %d, want %d", give, got, want)
+		}
+	}
+}
+
+func TestValidID(t *testing.T) {
+	tests := []struct {
+		give string
+		want bool
+	}{
+		{"alice", true},
+		{"用户-42", true},
+		{strings.Repeat("u", maxIDLen), true},
+		{strings.Repeat("u", maxIDLen+1), false},
+		{"", false},
+		{"a|b", false},
+		{"a\tb", false},
+		{"a\x00b", false},
+		{"a\x7fb", false},
+		{"a\xffb", false},
+	}
+	for _, tt := range tests {
+		if got := validID([]byte(tt.give)); got != tt.want {
+			t.Errorf("validID(%q) = %v, want %v", tt.give, got, tt.want)
+		}
+	}
+}
+
+func TestClientIP(t *testing.T) {
+	trusted := []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("10.0.0.0/8")}
+	tests := []struct {
+		name, peer, xff, want string
+	}{
+		{"untrusted peer ignores xff", "203.0.113.9", "1.2.3.4", "203.0.113.9"},
+		{"trusted peer, no xff", "127.0.0.1", "", "127.0.0.1"},
+		{"trusted peer, one hop", "127.0.0.1", "198.51.100.7", "198.51.100.7"},
+		{"right-most untrusted wins", "127.0.0.1", "6.6.6.6, 198.51.100.7, 10.1.1.1", "198.51.100.7"},
+		{"all trusted", "127.0.0.1", "10.0.0.2, 10.0.0.3", "10.0.0.2"},
+		{"garbage entry stops the walk", "127.0.0.1", "198.51.100.7, nonsense", "127.0.0.1"},
+		{"spaces", "127.0.0.1", "  198.51.100.7  ", "198.51.100.7"},
+		{"ipv6", "127.0.0.1", "2001:db8::1", "2001:db8::1"},
+		{"v4-mapped peer", "::ffff:127.0.0.1", "198.51.100.7", "198.51.100.7"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			raw := "GET / HTTP/1.1\r\nHost: h\r\n"
+			if tt.xff != "" {
+				raw += "X-Forwarded-For: " + tt.xff + "\r\n"
+			}
+			var req fasthttp.Request
+			if err := req.Read(bufioReader(raw + "\r\n")); err != nil {
+				t.Fatal(err)
+			}
+			ctx := &fasthttp.RequestCtx{}
+			ctx.Init(&req, &net.TCPAddr{IP: net.ParseIP(tt.peer), Port: 1}, nil)
+			if got := clientIP(ctx, trusted); got.String() != tt.want {
+				t.Errorf("clientIP = %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestAppendJSONString(t *testing.T) {
+	for _, give := range []string{
+		"", "plain", `quo"te`, `back\slash`, "ctl\x00\x01\x1f\n\t", "已经售罄", "emoji 😀", "bad \xff\xfe utf8", "\u2028\u2029", "</script>",
+	} {
+		b := appendJSONString(nil, give)
+		var got string
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Errorf("appendJSONString(%q) = %s: not JSON: %v", give, b, err)
+			continue
+		}
+		want := strings.ToValidUTF8(give, "\uFFFD")
+		if !utf8.ValidString(give) {
+			// each invalid byte becomes its own U+FFFD
+			want = ""
+			for i := 0; i < len(give); {
+				r, n := utf8.DecodeRuneInString(give[i:])
+				want += string(r)
+				i += n
+			}
+		}
+		if got != want {
+			t.Errorf("appendJSONString(%q) round-trips to %q, want %q", give, got, want)
+		}
+	}
+}
+
+func TestStripSeckillHeaders(t *testing.T) {
+	raw := "GET / HTTP/1.1\r\nHost: h\r\nX-Keep: 1\r\n"
+	for i := 0; i < 20; i++ {
+		raw += "X-Seckill-H" + strings.Repeat("x", i) + ": v\r\n"
+	}
+	raw += "x-seckill-token: a\r\nX-SECKILL-TOKEN: b\r\n\r\n"
+	var req fasthttp.Request
+	if err := req.Read(bufioReader(raw)); err != nil {
+		t.Fatal(err)
+	}
+	stripSeckillHeaders(&req.Header)
+	for k := range req.Header.All() {
+		if strings.HasPrefix(strings.ToLower(string(k)), "x-seckill-") {
+			t.Errorf("left %s", k)
+		}
+	}
+	if string(req.Header.Peek("X-Keep")) != "1" {
+		t.Error("removed X-Keep")
+	}
+}
