@@ -4,7 +4,7 @@ BIN       := bin
 GOLANGCI  := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 export CGO_ENABLED := 0
 
-.PHONY: all build demo run test test-short test-cluster bench fuzz lint fmt vet redis clean
+.PHONY: all build demo run test test-short test-cluster bench compare fuzz lint fmt vet redis clean
 
 all: build
 
@@ -38,6 +38,12 @@ test-cluster: redis
 bench: redis build
 	$(GO) test -run XXX -bench . -benchmem ./proxy/ ./admission/ ./store/
 	./scripts/bench.sh
+
+# Issue 4's comparison: legacy shop alone (PostgreSQL) vs the same shop behind
+# seckill-proxy vs bare / bare-redis / nginx, closed loop and open-loop spike,
+# one table each (see BENCHMARKS.md). Needs nginx, psql and PostgreSQL (PG=DSN).
+compare: redis build
+	./scripts/compare.sh
 
 fuzz: redis
 	$(GO) test -run XXX -fuzz FuzzBuyRequest -fuzztime 60s ./proxy/

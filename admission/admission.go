@@ -8,8 +8,11 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/dgraph-io/ristretto/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -36,6 +39,14 @@ type Request struct {
 	Device    string
 	IP        netip.Addr
 	RequestID string
+
+	// Signature fields, filled by the proxy only for activities that
+	// require a signature (config: signature.keys).
+	Method, Path string
+	SigKeyID     string
+	SigTimestamp string
+	SigNonce     string
+	Signature    string
 }
 
 // Decision is the outcome of admission.
@@ -55,61 +66,315 @@ type Decision struct {
 // with no better estimate.
 const retryAfterDefault = time.Second
 
-// Pipeline runs the admission stages in order.
+// Pipeline runs the admission stages in order, cheapest first (SPEC §1):
+//
+//  1. window (server clock), SKU whitelist, qty          local
+//  2. kill switch, readiness, sold-out marks             local snapshot
+//  3. signature (HMAC), eligibility, blocklists,         local
+//     idempotency memo, per-IP/device/user rate limits
+//  4. fleet admission rate                               local lease; Redis once per batch
+//  5. signature nonce (SET NX), reserve script           Redis
+//
+// Every refusal is counted by layer and reason, and every request refused
+// before step 5 counts as a Redis call saved.
 type Pipeline struct {
 	store Store
+	ts    TrafficStore // nil when store does not implement it
 	now   func() time.Time
 	m     *metrics.Metrics
 	log   *zap.Logger
 
-	scriptObs prometheus.Observer
+	scriptObs  prometheus.Observer
+	refusals   [numRefusals]refusalCounters
+	savedMemo  prometheus.Counter
+	savedLease prometheus.Counter
+
+	acts         atomic.Pointer[map[*config.Activity]*actState]
+	actsMu       sync.Mutex
+	blocks       atomic.Pointer[blockSets]
+	limits       atomic.Pointer[limiters]
+	limiterKeys  int
+	refreshEvery time.Duration
+	running      atomic.Bool
+	// memo remembers recent script answers by request id, and nonces seen,
+	// on this instance. It is a ristretto cache: a dropped or evicted entry
+	// only means the request goes on to Redis, which decides the same.
+	memo *ristretto.Cache[string, Decision]
 }
 
+// Option tunes a Pipeline.
+type Option func(*Pipeline)
+
+// WithLimiterKeys sets how many keys each local limiter holds (default
+// 1<<17 = 131,072 per limiter, 2 MiB each).
+func WithLimiterKeys(n int) Option { return func(p *Pipeline) { p.limiterKeys = n } }
+
+// WithRefreshEvery sets the refresher's period (default RefreshEvery).
+func WithRefreshEvery(d time.Duration) Option { return func(p *Pipeline) { p.refreshEvery = d } }
+
+// memoTTL is how long this instance answers a repeated request id from
+// memory. Short on purpose: the reservation's state moves on (confirmed,
+// released) and Redis has the truth for the full 5 minutes.
+const memoTTL = time.Second
+
 // New builds a Pipeline. now is the server clock (time.Now outside tests).
-func New(s Store, m *metrics.Metrics, log *zap.Logger, now func() time.Time) *Pipeline {
+// Call Apply with the config for local rate limits, and Run in the
+// background for the local snapshots.
+func New(s Store, m *metrics.Metrics, log *zap.Logger, now func() time.Time, opts ...Option) *Pipeline {
 	if now == nil {
 		now = time.Now
 	}
-	return &Pipeline{store: s, now: now, m: m, log: log, scriptObs: m.ScriptLatency.WithLabelValues("reserve")}
+	p := &Pipeline{store: s, now: now, m: m, log: log, scriptObs: m.ScriptLatency.WithLabelValues("reserve"),
+		limiterKeys: 1 << 17, refreshEvery: RefreshEvery}
+	p.ts, _ = s.(TrafficStore)
+	for i := range p.refusals {
+		rk := refusalKinds[i]
+		p.refusals[i] = refusalCounters{
+			rejected: m.Rejections.WithLabelValues(rk.layer, rk.reason),
+			saved:    m.RedisSaved.WithLabelValues(rk.layer),
+		}
+	}
+	p.savedMemo = m.RedisSaved.WithLabelValues("idempotency_memo")
+	p.savedLease = m.RedisSaved.WithLabelValues("admission_lease")
+	for _, o := range opts {
+		o(p)
+	}
+	memo, err := ristretto.NewCache(&ristretto.Config[string, Decision]{
+		NumCounters: 1 << 18, MaxCost: 1 << 16, BufferItems: 64,
+	})
+	if err != nil {
+		log.Error("idempotency memo disabled", zap.Error(err))
+	}
+	p.memo = memo
+	return p
+}
+
+// Close releases the pipeline's background resources (the memo's
+// goroutines). Decide must not be called after Close.
+func (p *Pipeline) Close() {
+	if p.memo != nil {
+		p.memo.Close()
+	}
+}
+
+// refusal names one way a request is refused: its code, the layer and
+// reason it is counted under, and whether it saved a Redis call.
+type refusal uint8
+
+const (
+	rNotStarted refusal = iota
+	rEnded
+	rUnknownItem
+	rBadQty
+	rNotReady
+	rPaused
+	rSoldOut
+	rSigMalformed
+	rSigUnknownKey
+	rSigStale
+	rSigBad
+	rSigReplay
+	rNotEligible
+	rBlockedIP
+	rBlockedDevice
+	rBlockedUser
+	rLimitIP
+	rLimitDevice
+	rLimitUser
+	rBusy
+	rStoreDown
+	numRefusals
+)
+
+var refusalKinds = [numRefusals]struct {
+	code          Code
+	layer, reason string
+	local         bool // answered before any Redis call
+}{
+	rNotStarted:    {NotStarted, "window", "NOT_STARTED", true},
+	rEnded:         {Ended, "window", "ENDED", true},
+	rUnknownItem:   {UnknownItem, "whitelist", "UNKNOWN_ITEM", true},
+	rBadQty:        {BadRequest, "request", "BAD_REQUEST", true},
+	rNotReady:      {NotReady, "flags", "NOT_READY", true},
+	rPaused:        {Paused, "flags", "PAUSED", true},
+	rSoldOut:       {SoldOut, "sold_out", "SOLD_OUT", true},
+	rSigMalformed:  {BadRequest, "signature", "malformed", true},
+	rSigUnknownKey: {Blocked, "signature", "unknown_key", true},
+	rSigStale:      {Blocked, "signature", "stale", true},
+	rSigBad:        {Blocked, "signature", "bad_signature", true},
+	rSigReplay:     {Blocked, "signature", "replay", false},
+	rNotEligible:   {Blocked, "eligibility", "not_eligible", true},
+	rBlockedIP:     {Blocked, "blocklist", "ip", true},
+	rBlockedDevice: {Blocked, "blocklist", "device", true},
+	rBlockedUser:   {Blocked, "blocklist", "user", true},
+	rLimitIP:       {RateLimited, "rate_limit", "ip", true},
+	rLimitDevice:   {RateLimited, "rate_limit", "device", true},
+	rLimitUser:     {RateLimited, "rate_limit", "user", true},
+	rBusy:          {Busy, "admission_rate", "BUSY", true},
+	rStoreDown:     {StoreUnavailable, "redis", "STORE_UNAVAILABLE", false},
+}
+
+type refusalCounters struct {
+	rejected, saved prometheus.Counter
 }
 
 // Decide runs every stage for one request. It never blocks longer than the
-// Redis command timeout per script call.
+// Redis command timeout per Redis call.
 func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 	a := r.Activity
 	now := p.now()
+	// 1. Window and whitelist: config only.
 	if now.Before(a.Start) {
-		return p.refuse("window", NotStarted, 0)
+		return p.refuse(rNotStarted, 0)
 	}
 	if !now.Before(a.End) {
-		return p.refuse("window", Ended, 0)
+		return p.refuse(rEnded, 0)
 	}
 	if a.SKU(r.SKU) == nil {
-		return p.refuse("whitelist", UnknownItem, 0)
+		return p.refuse(rUnknownItem, 0)
 	}
 	if r.Qty < 1 || r.Qty > a.MaxQty {
-		return p.refuse("request", BadRequest, 0)
+		return p.refuse(rBadQty, 0)
 	}
-	flags, err := p.store.Flags(ctx, a.ID)
+	// 2. Activity state from the local snapshot.
+	st := p.stateFor(a)
+	st.used.Store(now.Unix())
+	flags, fresh, err := p.flagsFor(ctx, st)
 	if err != nil {
 		return p.storeDown(err)
 	}
+	if (!flags.Ready || flags.Shards <= 0) && fresh {
+		// Rare (before preheat): confirm with Redis rather than trust a
+		// snapshot a few ms behind a preheat that just happened.
+		if flags, err = p.store.Flags(ctx, a.ID); err != nil {
+			return p.storeDown(err)
+		}
+	}
 	if !flags.Ready || flags.Shards <= 0 {
-		return p.refuse("flags", NotReady, retryAfterDefault)
+		return p.refuse(rNotReady, retryAfterDefault)
 	}
 	if flags.Paused {
-		return p.refuse("flags", Paused, retryAfterDefault)
+		return p.refuse(rPaused, retryAfterDefault)
 	}
+	if fresh {
+		if k := st.skus[r.SKU]; k != nil && k.soldOut.Load() {
+			return p.refuse(rSoldOut, 0)
+		}
+	}
+	// 3. Who is asking: signature, eligibility, blocklists, rate limits.
+	if st.sig != nil {
+		switch st.sig.check(r, now) {
+		case sigMalformed:
+			return p.refuse(rSigMalformed, 0)
+		case sigUnknownKey:
+			return p.refuse(rSigUnknownKey, 0)
+		case sigStale:
+			return p.refuse(rSigStale, 0)
+		case sigBad:
+			return p.refuse(rSigBad, 0)
+		}
+	}
+	nowMs := now.UnixMilli()
+	if a.EligibleOnly {
+		el := st.elig.Load()
+		if el == nil {
+			// Not loaded yet: whether the user was invited cannot be told.
+			return p.refuse(rStoreDown, retryAfterDefault)
+		}
+		if !el.has(r.User, nowMs) {
+			return p.refuse(rNotEligible, 0)
+		}
+	}
+	if b := p.blocks.Load(); b != nil {
+		if exp, ok := b.ip[r.IP]; ok && exp > nowMs {
+			return p.refuse(rBlockedIP, 0)
+		}
+		if r.Device != "" && b.device.has(r.Device, nowMs) {
+			return p.refuse(rBlockedDevice, 0)
+		}
+		if b.user.has(r.User, nowMs) {
+			return p.refuse(rBlockedUser, 0)
+		}
+	}
+	if r.RequestID != "" && p.memo != nil {
+		if d, ok := p.memo.Get(memoKey(a.ID, r.User, r.RequestID)); ok {
+			p.savedMemo.Inc()
+			return d
+		}
+	}
+	if l := p.limits.Load(); l != nil {
+		ns := now.UnixNano()
+		if ok, wait := l.ip.AllowAddr(r.IP, ns); !ok {
+			return p.refuse(rLimitIP, wait)
+		}
+		if r.Device != "" {
+			if ok, wait := l.device.AllowString(r.Device, ns); !ok {
+				return p.refuse(rLimitDevice, wait)
+			}
+		}
+		if ok, wait := l.user.AllowString(r.User, ns); !ok {
+			return p.refuse(rLimitUser, wait)
+		}
+	}
+	// 4. Fleet admission rate, from the local lease.
+	switch res, wait := st.lease.take(ctx, p.ts, a.ID, p.now); res {
+	case leaseBusy:
+		return p.refuse(rBusy, wait)
+	case leaseDown:
+		return p.storeDown(store.ErrUnavailable)
+	case leaseOK:
+		if p.ts != nil && a.AdmissionRate.Rate > 0 {
+			p.savedLease.Inc()
+		}
+	}
+	// 5. Redis: the nonce, then the reserve script.
+	if st.sig != nil {
+		if d, done := p.claimNonce(ctx, st, r); done {
+			return d
+		}
+	}
+	return p.reserve(ctx, r, flags, now)
+}
+
+// claimNonce refuses a replayed signature nonce: first from the local memo,
+// then by SET NX in Redis (shared by every instance).
+func (p *Pipeline) claimNonce(ctx context.Context, st *actState, r *Request) (Decision, bool) {
+	if p.ts == nil {
+		return Decision{}, false
+	}
+	key := "n\x00" + r.SigKeyID + "\x00" + r.SigNonce
+	if p.memo != nil {
+		if _, seen := p.memo.Get(key); seen {
+			return p.refuse(rSigReplay, 0), true
+		}
+	}
+	ttl := 2 * st.sig.window
+	fresh, err := p.ts.ClaimNonce(ctx, r.SigKeyID, r.SigNonce, ttl)
+	if err != nil {
+		return p.storeDown(err), true
+	}
+	if p.memo != nil {
+		p.memo.SetWithTTL(key, Decision{}, 1, ttl)
+	}
+	if !fresh {
+		return p.refuse(rSigReplay, 0), true
+	}
+	return Decision{}, false
+}
+
+func (p *Pipeline) reserve(ctx context.Context, r *Request, flags store.Flags, now time.Time) Decision {
+	a := r.Activity
 	t0 := time.Now()
 	res, err := p.store.Reserve(ctx, store.ReserveRequest{
 		Activity: a.ID, SKU: r.SKU, User: r.User, Qty: r.Qty, Limit: a.PerUserLimit,
 		Shards: flags.Shards, Queue: a.Mode == config.ModeQueue, NowMs: now.UnixMilli(), ExpireAt: store.ExpireAt(a),
+		RequestID: r.RequestID,
 	})
 	if err != nil {
 		return p.storeDown(err)
 	}
 	if res.FromMemory {
-		p.m.RedisSaved.WithLabelValues("sold_out").Inc()
+		p.refusals[rSoldOut].saved.Inc()
 	} else {
 		p.scriptObs.Observe(time.Since(t0).Seconds())
 	}
@@ -129,24 +394,45 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 		d.Code = Pending
 	case lua.Purchased:
 		d.Code = AlreadyPurchased
+	case lua.Released:
+		// A repeated request id whose reservation was given back: the
+		// shop refused it (or it was cancelled); nothing is held.
+		d.Code = UpstreamFailed
 	case lua.NotReady:
 		d.Code, d.RetryAfter = NotReady, retryAfterDefault
 	default:
 		p.log.Error("reserve: unexpected script code", zap.Stringer("code", res.Code))
 		return p.storeDown(store.ErrInvalidResponse)
 	}
+	if r.RequestID != "" && p.memo != nil {
+		m := d
+		if m.Code == Admitted {
+			// A repeat while the first copy is at the shop: PENDING with the token.
+			m.Code = Pending
+		}
+		if m.Code != SoldOut && m.Code != NotReady {
+			p.memo.SetWithTTL(memoKey(a.ID, r.User, r.RequestID), m, 1, memoTTL)
+		}
+	}
 	return d
 }
 
-func (p *Pipeline) refuse(layer string, c Code, retry time.Duration) Decision {
-	p.m.Rejections.WithLabelValues(layer, c.String()).Inc()
-	return Decision{Code: c, RetryAfter: retry}
+func (p *Pipeline) refuse(r refusal, retry time.Duration) Decision {
+	if retry > 0 && retry < time.Millisecond {
+		retry = time.Millisecond // retry_after_ms is in whole ms
+	}
+	c := &p.refusals[r]
+	c.rejected.Inc()
+	if refusalKinds[r].local {
+		c.saved.Inc()
+	}
+	return Decision{Code: refusalKinds[r].code, RetryAfter: retry}
 }
 
 func (p *Pipeline) storeDown(err error) Decision {
 	if !errors.Is(err, store.ErrUnavailable) {
 		p.log.Error("redis error on the buy path", zap.Error(err))
 	}
-	p.m.Rejections.WithLabelValues("redis", StoreUnavailable.String()).Inc()
+	p.refusals[rStoreDown].rejected.Inc()
 	return Decision{Code: StoreUnavailable, RetryAfter: retryAfterDefault}
 }

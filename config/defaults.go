@@ -14,6 +14,9 @@ const (
 	DefaultKeyPrefix        = "seckill"
 	DefaultRoutePath        = "/api/seckill/{activity}/{sku}/buy"
 	DefaultOrderIDFrom      = "json:/order_id"
+	// DefaultSignatureWindow bounds clock skew between the shop's app and
+	// the proxy; nonces are remembered for twice as long.
+	DefaultSignatureWindow = time.Minute
 )
 
 // setOnce gives *p the default v unless the file set it. Presence, not the
@@ -76,6 +79,15 @@ func (c *Config) setDefaults(m *meta) {
 		setOnce(m, &a.PendingTimeout, 10*time.Minute)
 		setOnce(m, &a.OrderIDFrom, DefaultOrderIDFrom)
 		setOnce(m, &a.KeyTTLAfterEnd, 24*time.Hour)
+		if m.has(&a.Signature) {
+			// Only a configured signature block gets defaults: an activity
+			// without one stays exactly as written (and unsigned).
+			setOnce(m, &a.Signature.Window, DefaultSignatureWindow)
+			setOnce(m, &a.Signature.KeyIDHeader, "X-App-Key-Id")
+			setOnce(m, &a.Signature.TimestampHeader, "X-App-Timestamp")
+			setOnce(m, &a.Signature.NonceHeader, "X-App-Nonce")
+			setOnce(m, &a.Signature.SignatureHeader, "X-App-Signature")
+		}
 	}
 }
 

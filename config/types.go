@@ -102,6 +102,10 @@ type Queue struct {
 // Verify says how the reconciler asks the shop whether an order exists.
 type Verify struct {
 	URL string `yaml:"url"` // {token} is replaced; 200 = exists, 404 = absent
+	// CountURL, optional, tells the reconciler how many units the shop
+	// holds tokened orders for: {activity} and {sku} are replaced; the
+	// answer is 200 with {"count": N}.
+	CountURL string `yaml:"count_url"`
 }
 
 // Activity is one flash sale.
@@ -121,7 +125,31 @@ type Activity struct {
 	Verify         Verify        `yaml:"verify"`
 	OrderIDFrom    string        `yaml:"order_id_from"` // json:/pointer | header:NAME
 	KeyTTLAfterEnd time.Duration `yaml:"key_ttl_after_end"`
+	// Signature, when it names keys, requires every buy request to carry an
+	// HMAC signature from the shop's app (see docs/traffic-control.md).
+	Signature Signature `yaml:"signature"`
+	// EligibleOnly lets only users on the activity's eligibility list (held
+	// in Redis, changed by admin calls and `seckill-proxy eligible`) buy.
+	EligibleOnly bool `yaml:"eligible_only"`
 }
+
+// Signature is the optional request signature from the shop's app:
+// hex(HMAC-SHA256(key, METHOD "\n" PATH "\n" USER "\n" TIMESTAMP "\n" NONCE))
+// with TIMESTAMP in Unix milliseconds. A nonce is accepted once (Redis SET NX).
+type Signature struct {
+	// Keys maps a key id (sent in KeyIDHeader) to the name of the environment
+	// variable holding that app's HMAC key. No keys: no signature required.
+	Keys map[string]string `yaml:"keys"`
+	// Window is how far a request's timestamp may be from the proxy's clock.
+	Window          time.Duration `yaml:"window"`
+	KeyIDHeader     string        `yaml:"key_id_header"`
+	TimestampHeader string        `yaml:"timestamp_header"`
+	NonceHeader     string        `yaml:"nonce_header"`
+	SignatureHeader string        `yaml:"signature_header"`
+}
+
+// Enabled reports whether requests of the activity must be signed.
+func (s *Signature) Enabled() bool { return len(s.Keys) > 0 }
 
 // Mode values.
 const (

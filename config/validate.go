@@ -185,6 +185,14 @@ func (v *validator) activities(c *Config) {
 				v.errorf(v.m.line(&a.Verify.URL, &a.Verify, a), "%s: verify.url must contain {token}, or the shop cannot tell which order is asked for", name)
 			}
 		}
+		if a.Verify.CountURL != "" {
+			if msg := httpURL(a.Verify.CountURL); msg != "" {
+				v.errorf(v.m.line(&a.Verify.CountURL, &a.Verify, a), "%s: verify.count_url %s", name, msg)
+			} else if !strings.Contains(a.Verify.CountURL, "{sku}") {
+				v.errorf(v.m.line(&a.Verify.CountURL, &a.Verify, a), "%s: verify.count_url must contain {sku}, or the shop cannot tell which SKU is counted", name)
+			}
+		}
+		v.signature(a, name)
 		if v.ok(&a.OrderIDFrom) {
 			if msg := orderIDFrom(a.OrderIDFrom); msg != "" {
 				v.errorf(at(&a.OrderIDFrom), "%s: order_id_from %s", name, msg)
@@ -406,4 +414,33 @@ func jsonPointer(p string) string {
 		}
 	}
 	return ""
+}
+
+// signature checks an activity's optional request signature block.
+func (v *validator) signature(a *Activity, name string) {
+	sg := &a.Signature
+	if !v.m.has(sg) {
+		return
+	}
+	at := func(p any) int { return v.m.line(p, sg, a) }
+	if v.m.has(sg) && v.ok(sg) && v.ok(&sg.Keys) && len(sg.Keys) == 0 {
+		v.errorf(at(&sg.Keys), "%s: signature.keys needs at least one key id: ENV_NAME entry (or remove signature)", name)
+	}
+	for id, env := range sg.Keys {
+		line := v.m.line(mapEntry{&sg.Keys, id}, &sg.Keys, sg, a)
+		if !idPattern.MatchString(id) {
+			v.errorf(line, "%s: signature.keys: key id %q must match [A-Za-z0-9_-]{1,64}", name, id)
+		}
+		if !envPattern.MatchString(env) {
+			v.errorf(line, "%s: signature.keys: %q is not a valid environment variable name", name, env)
+		}
+	}
+	if v.ok(&sg.Window) && (sg.Window <= 0 || sg.Window > time.Hour) {
+		v.errorf(at(&sg.Window), "%s: signature.window must be between 1ms and 1h, got %s", name, sg.Window)
+	}
+	for _, h := range []*string{&sg.KeyIDHeader, &sg.TimestampHeader, &sg.NonceHeader, &sg.SignatureHeader} {
+		if v.ok(h) && !tokenPattern.MatchString(*h) {
+			v.errorf(at(h), "%s: signature: %q is not a valid header name", name, *h)
+		}
+	}
 }

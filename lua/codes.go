@@ -25,6 +25,9 @@ const (
 	Confirmed Code = 9
 	// Broken: the shard's counters break the stock invariant; nothing changed.
 	Broken Code = 10
+	// Fenced: a repair carried an older fencing token than the shard has
+	// seen: its reconciler lost the lease; nothing changed.
+	Fenced Code = 11
 )
 
 // String names the code for logs and errors.
@@ -50,6 +53,8 @@ func (c Code) String() string {
 		return "CONFIRMED"
 	case Broken:
 		return "BROKEN"
+	case Fenced:
+		return "FENCED"
 	}
 	return "INVALID"
 }

@@ -29,3 +29,34 @@ var Release string
 //
 //go:embed deposit.lua
 var Deposit string
+
+// Fence is the fencing guard the reconciler's repairs run under: prepended
+// to Confirm, Release or Deposit (see fence.lua), it refuses a repair whose
+// lease has been taken over since.
+//
+//go:embed fence.lua
+var Fence string
+
+// Fenced variants of the transitions, for repairs under the reconciler's
+// lease. Each takes its script's KEYS plus the shard's fence key, and its
+// ARGV plus the fencing token and the fence key's expire-at ms.
+var (
+	FencedConfirm = Fence + Confirm
+	FencedRelease = Fence + Release
+	FencedDeposit = Fence + Deposit
+)
+
+// Lease takes or renews a named lease with a fencing token (see lease.lua).
+//
+//go:embed lease.lua
+var Lease string
+
+// QueueGroup creates a shard stream's consumer group (see qgroup.lua).
+//
+//go:embed qgroup.lua
+var QueueGroup string
+
+// Bucket is the fleet-wide token bucket of queue-mode forwarding (see bucket.lua).
+//
+//go:embed bucket.lua
+var Bucket string

@@ -469,7 +469,7 @@ func TestRelease(t *testing.T) {
 				{"HSET", kRes, "T1", "p|u1|1|900||"}, {"ZADD", kPending, "900", "T1"}},
 			only: "1", want: []string{"1", "1"},
 			wantStock: map[string]string{"r": "1", "i": "1", "p": "0", "c": "0", "x": "1"},
-			wantRec:   "x|u1|1|900||shop 500",
+			wantRec:   "x|u1|1|900||shop 500|2000",
 		},
 		{
 			name: "ok from confirmed keeps other units of the user",
@@ -477,7 +477,7 @@ func TestRelease(t *testing.T) {
 				{"HSET", kRes, "T1", "c|u1|2|900|O-1|"}, {"HSET", kRes, "T2", "p|u1|1|950||"}, {"ZADD", kPending, "950", "T2"}},
 			only: "0", want: []string{"1", "5"},
 			wantStock:   map[string]string{"r": "5", "i": "6", "p": "1", "c": "0", "x": "2"},
-			wantRec:     "x|u1|2|900|O-1|shop 500",
+			wantRec:     "x|u1|2|900|O-1|shop 500|2000",
 			wantUser:    "1|T2",
 			wantPending: 1,
 		},
@@ -597,10 +597,10 @@ func TestScriptSHA(t *testing.T) {
 		src  string
 		want string
 	}{
-		{name: "reserve", src: lua.Reserve, want: "2582742ab118e03813eaea2d6cc9ba755280faf0"},
+		{name: "reserve", src: lua.Reserve, want: "558f966390340e938781a839a3cd1b6119e39dbc"},
 		{name: "steal", src: lua.Steal, want: "d347fe60c1714b1301724c0b1e37ace826c6896c"},
 		{name: "confirm", src: lua.Confirm, want: "3a995b0f27ba60890936e4ae9cb8ad6322e0e775"},
-		{name: "release", src: lua.Release, want: "2ce89a28f3e2a164e869c76db3a4a5fbbbae8cf8"},
+		{name: "release", src: lua.Release, want: "40594743134407e63ac7ec3d03e64204b3dc97d1"},
 		{name: "deposit", src: lua.Deposit, want: "f1c5e8900ca6ae6e6cf529787f5855e7a16419bf"},
 	}
 	for _, tt := range tests {
@@ -614,12 +614,12 @@ func TestScriptSHA(t *testing.T) {
 }
 
 func TestCodeString(t *testing.T) {
-	for c := lua.OK; c <= lua.Broken; c++ {
+	for c := lua.OK; c <= lua.Fenced; c++ {
 		if s := c.String(); s == "INVALID" || s == "" {
 			t.Errorf("Code(%d).String() = %q", c, s)
 		}
 	}
-	for _, c := range []lua.Code{0, lua.Broken + 1, -1} {
+	for _, c := range []lua.Code{0, lua.Fenced + 1, -1} {
 		if s := c.String(); s != "INVALID" {
 			t.Errorf("Code(%d).String() = %q, want INVALID", c, s)
 		}

@@ -3,7 +3,8 @@
 -- Never lifts remaining above what the shard's invariant allows.
 --
 -- KEYS[1] stock  KEYS[2] users  KEYS[3] res  KEYS[4] pending  KEYS[5] out
--- ARGV[1] token id  ARGV[2] reason  ARGV[3] now ms
+-- ARGV[1] token id  ARGV[2] reason  ARGV[3] now ms (kept on the record as the
+--         release time: "x|<user>|<qty>|<ms>|<order id>|<reason>|<released ms>")
 -- ARGV[4] "1" = only release a pending reservation (the shop said no, or verify
 --         proved the order absent); "0" = also a confirmed one (refund, cancel)
 --
@@ -36,7 +37,7 @@ redis.call('HINCRBY', KEYS[1], from, -qty)
 redis.call('HINCRBY', KEYS[1], 'x', qty)
 r = redis.call('HINCRBY', KEYS[1], 'r', qty)
 redis.call('DEL', KEYS[5])
-redis.call('HSET', KEYS[3], ARGV[1], 'x|' .. user .. '|' .. qty .. '|' .. ms .. '|' .. oid .. '|' .. ARGV[2])
+redis.call('HSET', KEYS[3], ARGV[1], 'x|' .. user .. '|' .. qty .. '|' .. ms .. '|' .. oid .. '|' .. ARGV[2] .. '|' .. ARGV[3])
 redis.call('ZREM', KEYS[4], ARGV[1])
 local held = redis.call('HGET', KEYS[2], user)
 if held then

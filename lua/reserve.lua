@@ -6,14 +6,18 @@
 -- KEYS[1] stock   hash  r=remaining i=initial p=pending c=confirmed x=released
 -- KEYS[2] users   hash  user -> "<units>|<last token id>"
 -- KEYS[3] res     hash  token id -> "<state>|<user>|<qty>|<ms>|<order id>|<reason>"
+--                 (released records end in "|<released ms>", see release.lua)
 -- KEYS[4] pending zset  token id -> created ms
 -- KEYS[5] log     stream of reservations (queue mode only)
 -- KEYS[6] out     string, exists while r == 0 (read through client-side caching)
 -- KEYS[7] movesin set   move ids already deposited here
+-- KEYS[8] rid     string (optional) the buyer's request id -> "<code>|<token id>",
+--                 so a repeated X-Request-Id never reserves twice
 -- ARGV[1] user  ARGV[2] qty  ARGV[3] per-user limit  ARGV[4] token id
 -- ARGV[5] now ms (proxy clock)  ARGV[6] expire-at ms  ARGV[7] "1" = queue mode
 -- ARGV[8] units to deposit  ARGV[9] move id ("" = no deposit)
 -- ARGV[10] stream max length (approximate trim)  ARGV[11] token (full, for the stream)
+-- ARGV[12] request id record ttl ms (with KEYS[8])
 --
 -- Returns {code, ...}:
 --   {1, remaining}            OK: reserved, pending marker and record written
@@ -21,6 +25,9 @@
 --   {3, token id}             PENDING: limit reached, last reservation still pending
 --   {4, token id, order id}   PURCHASED: limit reached, last reservation confirmed
 --   {5}                       NOT_READY: shard was never preheated (or expired)
+--   {7, token id}             RELEASED: a repeated request id whose reservation was released
+-- A repeated request id (KEYS[8] exists) answers by the current state of the
+-- reservation its first copy got: pending {3, ..}, confirmed {4, ..}, released {7, ..}.
 local r = redis.call('HGET', KEYS[1], 'r')
 if not r then
   return {5}
@@ -36,12 +43,26 @@ if ARGV[9] ~= '' and redis.call('SADD', KEYS[7], ARGV[9]) == 1 then
   if redis.call('SCARD', KEYS[7]) == 1 then redis.call('PEXPIREAT', KEYS[7], ARGV[6]) end
 end
 
+local rid = KEYS[8]
+if rid then
+  local seen = redis.call('GET', rid)
+  if seen then
+    local last = string.match(seen, '^%d+|(.*)$')
+    local rec = redis.call('HGET', KEYS[3], last)
+    local st = rec and string.sub(rec, 1, 1) or 'p'
+    if st == 'p' then return {3, last} end
+    if st == 'x' then return {7, last} end
+    return {4, last, string.match(rec, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)') or ''}
+  end
+end
+
 local held = redis.call('HGET', KEYS[2], ARGV[1])
 local units = 0
 if held then
   local u, last = string.match(held, '^(%d+)|(.*)$')
   units = tonumber(u)
   if units + qty > tonumber(ARGV[3]) then
+    if rid then redis.call('SET', rid, '3|' .. last, 'PX', ARGV[12]) end
     local rec = redis.call('HGET', KEYS[3], last)
     if rec and string.sub(rec, 1, 1) == 'p' then
       return {3, last}
@@ -62,13 +83,17 @@ if r == 0 then redis.call('SET', KEYS[6], '1', 'PXAT', ARGV[6]) end
 redis.call('HSET', KEYS[2], ARGV[1], (units + qty) .. '|' .. ARGV[4])
 redis.call('HSET', KEYS[3], ARGV[4], 'p|' .. ARGV[1] .. '|' .. qty .. '|' .. ARGV[5] .. '||')
 redis.call('ZADD', KEYS[4], ARGV[5], ARGV[4])
+if rid then redis.call('SET', rid, '1|' .. ARGV[4], 'PX', ARGV[12]) end
 if ARGV[7] == '1' then
   redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[10], '*', 't', ARGV[11])
 end
+-- Every key this script creates expires with the activity. users, res and
+-- the stream are created with the shard's first buyer; the pending index is
+-- deleted whenever it empties and so re-created later, hence its own check.
 if units == 0 and redis.call('HLEN', KEYS[2]) == 1 then
   redis.call('PEXPIREAT', KEYS[2], ARGV[6])
   redis.call('PEXPIREAT', KEYS[3], ARGV[6])
-  redis.call('PEXPIREAT', KEYS[4], ARGV[6])
   if ARGV[7] == '1' then redis.call('PEXPIREAT', KEYS[5], ARGV[6]) end
 end
+if redis.call('ZCARD', KEYS[4]) == 1 then redis.call('PEXPIREAT', KEYS[4], ARGV[6]) end
 return {1, r}

@@ -8,6 +8,8 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"strings"
@@ -92,6 +94,7 @@ func New(cfg *config.Config, d Deciders, b Book, m *metrics.Metrics, log *zap.Lo
 		NoDefaultDate:         false,
 		ReduceMemoryUsage:     false,
 		Logger:                zap.NewStdLog(log.Named("fasthttp")),
+		ErrorHandler:          malformedRequest,
 	}
 	return s, nil
 }
@@ -250,10 +253,26 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, 
 		req.RequestID = string(rid)
 	}
 	req.IP = clientIP(ctx, st.trusted)
+	if a.Signature.Enabled() {
+		readSignature(ctx, &a.Signature, &req)
+	}
 	return req, admission.Admitted
 }
 
 func utf8Printable(b []byte) bool { return validID(b) }
+
+// readSignature copies the app signature headers into req; admission checks
+// them (missing or malformed ones are its BAD_REQUEST). Path is the path as
+// sent, without the query.
+func readSignature(ctx *fasthttp.RequestCtx, sg *config.Signature, req *admission.Request) {
+	h := &ctx.Request.Header
+	req.Method = string(ctx.Method())
+	req.Path = string(ctx.URI().PathOriginal())
+	req.SigKeyID = string(h.Peek(sg.KeyIDHeader))
+	req.SigTimestamp = string(h.Peek(sg.TimestampHeader))
+	req.SigNonce = string(h.Peek(sg.NonceHeader))
+	req.Signature = string(h.Peek(sg.SignatureHeader))
+}
 
 // answer writes a proxy-made answer and counts it.
 func (s *Server) answer(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, ans *answer) {
@@ -262,4 +281,24 @@ func (s *Server) answer(ctx *fasthttp.RequestCtx, st *state, a *config.Activity,
 	if a != nil {
 		st.outcome[a.ID].byCode[ans.code].Inc()
 	}
+}
+
+// malformedRequest answers requests fasthttp could not parse (bad header
+// bytes, headers over the read buffer) with the SPEC's JSON BAD_REQUEST,
+// so even a broken client gets a body it can read. Nothing was reserved.
+func malformedRequest(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	if errors.As(err, &small) {
+		// The rest of the oversized header is still arriving: read it away
+		// before answering, or closing with unread bytes sends a reset and
+		// the client may never see the answer (a lingering close).
+		if c := ctx.Conn(); c != nil {
+			_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			_, _ = io.CopyN(io.Discard, c, 1<<20)
+		}
+		writeAnswer(ctx, &answer{code: admission.BadRequest, message: "request headers too large"})
+		ctx.SetStatusCode(fasthttp.StatusRequestHeaderFieldsTooLarge)
+		return
+	}
+	writeAnswer(ctx, &answer{code: admission.BadRequest, message: "malformed request"})
 }

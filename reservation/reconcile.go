@@ -1,16 +1,20 @@
 // Package reservation settles reservations after admission: the
 // reconciler that finds reservations pending too long, asks the shop
-// whether their order exists, and confirms or releases them; and finishes
-// stock moves between shards that a crash interrupted.
+// whether their order exists, confirms or releases them, and compares
+// Redis with the shop; and the queue-mode workers that forward queued
+// reservations to the shop at a bounded rate (queue.go).
 package reservation
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +36,27 @@ const (
 	Unverified  Verdict = "unknown" // no verify configured, or any other answer
 )
 
+// Sentinel errors.
+var (
+	// ErrLeaseHeld means another instance holds the reconciler lease: a
+	// repairing pass did not run.
+	ErrLeaseHeld = errors.New("another reconciler holds the lease")
+	// ErrLeaseLost means the lease was taken over during a pass (this
+	// holder was paused or cut off); the pass stopped repairing.
+	ErrLeaseLost = errors.New("reconciler lease lost during the pass")
+)
+
+// LeaseName is the Redis lease one repairing reconciler holds at a time.
+const LeaseName = "reconciler"
+
+// leaseTTL bounds how long a crashed holder blocks others; a pass renews
+// it as it goes.
+const leaseTTL = 2 * time.Minute
+
+// Grace is how long after an activity's end differences within tolerance
+// are only noted; after it, any difference alerts.
+const Grace = time.Hour
+
 // Finding is one stale pending reservation and what was (or would be) done.
 type Finding struct {
 	Token   string  `json:"token"`
@@ -44,18 +69,42 @@ type Finding struct {
 	Detail  string  `json:"detail,omitempty"`
 }
 
+// settled reports whether the finding left the reservation settled.
+func (f Finding) settled() bool { return f.Action == "confirmed" || f.Action == "released" }
+
+// SKUReport is one SKU's counters as Redis holds them, what the shop says,
+// and the differences found.
+type SKUReport struct {
+	store.SKUStatus
+	// ShopCount is the units the shop holds tokened orders for, where
+	// verify.count_url tells; absent otherwise.
+	ShopCount *int64 `json:"shop_count,omitempty"`
+	// Unsettled is the units of reservations pending beyond
+	// pending_timeout that this pass left pending.
+	Unsettled int64 `json:"unsettled"`
+	// Tolerance is max(5 units, 0.1% of initial): differences within it
+	// are noted while the activity runs, alerted beyond it.
+	Tolerance int64 `json:"tolerance"`
+}
+
 // ActivityReport is the reconciler's view of one activity.
 type ActivityReport struct {
-	ID           string            `json:"id"`
-	SKUs         []store.SKUStatus `json:"skus"`
-	Stale        []Finding         `json:"stale_pending"`
-	MovesSettled int               `json:"moves_settled"`
-	Alerts       []string          `json:"alerts,omitempty"`
+	ID string `json:"id"`
+	// Phase is upcoming, running, ended (within Grace of the end) or
+	// closed (beyond it: any difference alerts).
+	Phase        string      `json:"phase"`
+	SKUs         []SKUReport `json:"skus"`
+	Stale        []Finding   `json:"stale_pending"`
+	MovesSettled int         `json:"moves_settled"`
+	Notes        []string    `json:"notes,omitempty"`
+	Alerts       []string    `json:"alerts,omitempty"`
 }
 
 // Report is one reconciler pass.
 type Report struct {
-	Repair     bool             `json:"repair"`
+	Repair bool `json:"repair"`
+	// Fence is the fencing token the repairs ran under (0: report only).
+	Fence      int64            `json:"fence,omitempty"`
 	Activities []ActivityReport `json:"activities"`
 }
 
@@ -72,15 +121,27 @@ func (r Report) Alerting() bool {
 // Reconciler compares Redis with the shop and, with repair, settles what
 // the shop can prove. It never guesses: without verify it only reports.
 type Reconciler struct {
-	st   *store.Store
-	http *http.Client
-	m    *metrics.Metrics
-	log  *zap.Logger
+	st        *store.Store
+	http      *http.Client
+	m         *metrics.Metrics
+	log       *zap.Logger
+	holder    string
+	leaseWait time.Duration
 }
 
-// NewReconciler builds a Reconciler.
+// NewReconciler builds a Reconciler. Its lease holder name is unique to
+// this process and instance.
 func NewReconciler(st *store.Store, m *metrics.Metrics, log *zap.Logger) *Reconciler {
-	return &Reconciler{st: st, http: &http.Client{Timeout: 5 * time.Second}, m: m, log: log}
+	host, _ := os.Hostname()
+	return &Reconciler{st: st, http: &http.Client{Timeout: 5 * time.Second}, m: m, log: log,
+		holder: fmt.Sprintf("%s/%d/%d", host, os.Getpid(), time.Now().UnixNano())}
+}
+
+// WithLeaseWait makes a repairing Run wait up to d for the lease held by
+// another instance (the CLI does; the background pass simply skips).
+func (r *Reconciler) WithLeaseWait(d time.Duration) *Reconciler {
+	r.leaseWait = d
+	return r
 }
 
 // moveSettleAge is how old an unsettled stock move must be before the
@@ -90,11 +151,25 @@ const moveSettleAge = 30 * time.Second
 // maxStalePerShard bounds one pass's work per shard.
 const maxStalePerShard = 1000
 
-// Run does one pass over acts.
+// Run does one pass over acts. With repair it first takes the reconciler
+// lease (ErrLeaseHeld when another instance has it) and every repair
+// carries the lease's fencing token.
 func (r *Reconciler) Run(ctx context.Context, acts []*config.Activity, repair bool, now time.Time) (Report, error) {
 	rep := Report{Repair: repair}
+	if repair {
+		l, err := r.acquire(ctx)
+		if err != nil {
+			return rep, err
+		}
+		rep.Fence = l.Token
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = r.st.ReleaseLease(cctx, LeaseName, r.holder)
+		}()
+	}
 	for _, a := range acts {
-		ar, err := r.activity(ctx, a, repair, now)
+		ar, err := r.activity(ctx, a, repair, rep.Fence, now)
 		if err != nil {
 			return rep, fmt.Errorf("reconcile %s: %w", a.ID, err)
 		}
@@ -103,46 +178,177 @@ func (r *Reconciler) Run(ctx context.Context, acts []*config.Activity, repair bo
 	return rep, nil
 }
 
-func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bool, now time.Time) (ActivityReport, error) {
-	ar := ActivityReport{ID: a.ID}
+func (r *Reconciler) acquire(ctx context.Context) (store.Lease, error) {
+	deadline := time.Now().Add(r.leaseWait)
+	for {
+		l, err := r.st.AcquireLease(ctx, LeaseName, r.holder, leaseTTL)
+		if err != nil {
+			return l, err
+		}
+		if l.Held {
+			return l, nil
+		}
+		if time.Now().After(deadline) {
+			return l, ErrLeaseHeld
+		}
+		select {
+		case <-ctx.Done():
+			return l, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// renew keeps the lease during a pass; a pass that lost it stops.
+func (r *Reconciler) renew(ctx context.Context, fence int64) error {
+	l, err := r.st.AcquireLease(ctx, LeaseName, r.holder, leaseTTL)
+	if err != nil {
+		return err
+	}
+	if !l.Held || l.Token != fence {
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// Tolerance is the difference, in units, noted rather than alerted while
+// an activity runs: max(5 units, 0.1% of its stock).
+func Tolerance(initial int64) int64 { return max(5, (initial+999)/1000) }
+
+func phase(a *config.Activity, now time.Time) string {
+	switch {
+	case now.Before(a.Start):
+		return "upcoming"
+	case now.Before(a.End):
+		return "running"
+	case now.Before(a.End.Add(Grace)):
+		return "ended"
+	}
+	return "closed"
+}
+
+func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bool, fenceToken int64, now time.Time) (ActivityReport, error) {
+	ar := ActivityReport{ID: a.ID, Phase: phase(a, now)}
 	f, err := r.st.Flags(ctx, a.ID)
 	if err != nil {
 		return ar, err
 	}
 	if !f.Ready {
 		st, err := r.st.Status(ctx, a)
-		ar.SKUs = st.SKUs
+		for _, k := range st.SKUs {
+			ar.SKUs = append(ar.SKUs, SKUReport{SKUStatus: k, Tolerance: Tolerance(k.Initial)})
+		}
 		return ar, err
 	}
+	var fence *store.Fence
 	if repair {
-		n, err := r.st.SettleMoves(ctx, withShards(a, f.Shards), moveSettleAge, now)
-		if err != nil {
+		if err := r.renew(ctx, fenceToken); err != nil {
 			return ar, err
+		}
+		fence = &store.Fence{Token: fenceToken, ExpireAt: store.ExpireAt(a)}
+		if err := r.st.FenceShards(ctx, a, f.Shards, *fence); err != nil {
+			return ar, leaseErr(err)
+		}
+		n, err := r.st.SettleMovesFenced(ctx, withShards(a, f.Shards), moveSettleAge, now, *fence)
+		if err != nil {
+			return ar, leaseErr(err)
 		}
 		ar.MovesSettled = n
 	}
 	cutoff := now.Add(-a.PendingTimeout).UnixMilli()
+	unsettled := map[string]int64{}
 	for _, sku := range a.SKUs {
 		stale, err := r.st.StalePending(ctx, a.ID, sku.ID, f.Shards, cutoff, maxStalePerShard)
 		if err != nil {
 			return ar, err
 		}
-		for _, res := range stale {
-			ar.Stale = append(ar.Stale, r.settle(ctx, a, f.Shards, res, repair, now))
+		for i, res := range stale {
+			if repair && i > 0 && i%100 == 0 {
+				if err := r.renew(ctx, fenceToken); err != nil {
+					return ar, err
+				}
+			}
+			fd, err := r.settle(ctx, a, f.Shards, res, fence, now)
+			if err != nil {
+				return ar, err
+			}
+			if !fd.settled() {
+				unsettled[sku.ID] += res.Qty
+			}
+			if fd.Detail == detailReleasedWithOrder {
+				r.alert(&ar, "order_for_released", fmt.Sprintf("sku %s: %s: the shop holds order %s for a released reservation", sku.ID, fd.Token, fd.OrderID))
+			}
+			ar.Stale = append(ar.Stale, fd)
 		}
 	}
 	st, err := r.st.Status(ctx, a)
 	if err != nil {
 		return ar, err
 	}
-	ar.SKUs = st.SKUs
 	for _, k := range st.SKUs {
-		if k.Preheated && !k.OK {
-			ar.Alerts = append(ar.Alerts, fmt.Sprintf("sku %s: %s", k.ID, k.Problem))
-			r.m.ReconcileAlerts.WithLabelValues(a.ID, "invariant").Inc()
+		sr := SKUReport{SKUStatus: k, Unsettled: unsettled[k.ID], Tolerance: Tolerance(k.Initial)}
+		if a.Verify.CountURL != "" && k.Preheated {
+			n, err := r.shopCount(ctx, a.Verify.CountURL, a.ID, k.ID)
+			if err != nil {
+				ar.Notes = append(ar.Notes, fmt.Sprintf("sku %s: shop count unavailable: %v", k.ID, err))
+			} else {
+				sr.ShopCount = &n
+			}
 		}
+		r.compare(&ar, a, sr)
+		ar.SKUs = append(ar.SKUs, sr)
 	}
 	return ar, nil
+}
+
+func leaseErr(err error) error {
+	if errors.Is(err, store.ErrFenced) {
+		return ErrLeaseLost
+	}
+	return err
+}
+
+// compare grades one SKU's differences. Redis holding more than it
+// should (the invariant broken, stock for orders that exist) is alerted
+// and never fixed automatically; pending reservations the shop cannot
+// account for are graded by size and phase; the shop holding fewer orders
+// than confirmed is graded the same way, for a person to look at.
+func (r *Reconciler) compare(ar *ActivityReport, a *config.Activity, k SKUReport) {
+	if !k.Preheated {
+		return
+	}
+	if !k.OK {
+		r.alert(ar, "invariant", fmt.Sprintf("sku %s: %s", k.ID, k.Problem))
+	}
+	strict := ar.Phase == "closed"
+	grade := func(kind string, diff int64, what string) {
+		if diff == 0 {
+			return
+		}
+		msg := fmt.Sprintf("sku %s: %s: %d units (tolerance %d, activity %s)", k.ID, what, diff, k.Tolerance, ar.Phase)
+		if strict || diff > k.Tolerance {
+			r.alert(ar, kind, msg)
+			return
+		}
+		ar.Notes = append(ar.Notes, msg)
+		r.log.Warn("reconcile note", zap.String("activity", a.ID), zap.String("note", msg))
+	}
+	grade("unsettled", k.Unsettled, "reservations pending beyond pending_timeout that the shop could not settle")
+	if k.ShopCount != nil {
+		shop := *k.ShopCount
+		grade("shop_missing", k.Confirmed-shop, "shop holds fewer units in orders than Redis confirmed")
+		if extra := shop - k.Confirmed - k.Pending; extra > 0 {
+			// Orders the reservation book does not hold: their stock went
+			// back on sale. Redis holds more than it should; never auto-fixed.
+			r.alert(ar, "shop_extra", fmt.Sprintf("sku %s: shop holds %d units in orders beyond confirmed+pending", k.ID, extra))
+		}
+	}
+}
+
+func (r *Reconciler) alert(ar *ActivityReport, kind, msg string) {
+	ar.Alerts = append(ar.Alerts, msg)
+	r.m.ReconcileAlerts.WithLabelValues(ar.ID, kind).Inc()
+	r.log.Error("reconcile alert", zap.String("activity", ar.ID), zap.String("kind", kind), zap.String("alert", msg))
 }
 
 func withShards(a *config.Activity, shards int) *config.Activity {
@@ -154,35 +360,47 @@ func withShards(a *config.Activity, shards int) *config.Activity {
 	return &c
 }
 
-// settle asks the shop about one stale reservation and, with repair, acts
-// on a definite answer.
-func (r *Reconciler) settle(ctx context.Context, a *config.Activity, shards int, res store.Reservation, repair bool, now time.Time) Finding {
+const detailReleasedWithOrder = "order exists but the reservation was released"
+
+// settle asks the shop about one stale reservation and, with a fence
+// (repair), acts on a definite answer.
+func (r *Reconciler) settle(ctx context.Context, a *config.Activity, shards int, res store.Reservation, fence *store.Fence, now time.Time) (Finding, error) {
 	f := Finding{Token: res.Token.String(), User: res.User, Qty: res.Qty, AgeMs: now.UnixMilli() - res.CreatedMs, Action: "left"}
 	if a.Verify.URL == "" {
 		f.Verdict, f.Detail = Unverified, "no verify.url configured: reported, never guessed"
-		return f
+		return f, nil
 	}
-	f.Verdict, f.OrderID, f.Detail = r.verify(ctx, a.Verify.URL, f.Token)
-	if !repair {
+	f.Verdict, f.OrderID, f.Detail = verifyOrder(ctx, r.http, a.Verify.URL, f.Token)
+	if fence == nil {
 		switch f.Verdict {
 		case OrderExists:
 			f.Action = "would-confirm"
 		case OrderAbsent:
 			f.Action = "would-release"
 		}
-		return f
+		return f, nil
 	}
+	var code lua.Code
+	var err error
 	switch f.Verdict {
 	case OrderExists:
-		code, err := r.st.Confirm(ctx, res.Token, shards, f.OrderID)
+		code, err = r.st.ConfirmFenced(ctx, res.Token, shards, f.OrderID, *fence)
 		f.Action, f.Detail = actionOf("confirmed", code, err)
+		if err == nil && code == lua.Released {
+			f.Detail = detailReleasedWithOrder
+		}
 		r.m.Settlements.WithLabelValues("reconcile_confirm", code.String()).Inc()
 	case OrderAbsent:
-		code, err := r.st.Release(ctx, res.Token, shards, "verify_absent", now.UnixMilli(), true)
+		code, err = r.st.ReleaseFenced(ctx, res.Token, shards, "verify_absent", now.UnixMilli(), true, *fence)
 		f.Action, f.Detail = actionOf("released", code, err)
 		r.m.Settlements.WithLabelValues("reconcile_release", code.String()).Inc()
+	default:
+		return f, nil
 	}
-	return f
+	if err == nil && code == lua.Fenced {
+		return f, ErrLeaseLost
+	}
+	return f, nil
 }
 
 func actionOf(done string, code lua.Code, err error) (string, string) {
@@ -198,15 +416,15 @@ func actionOf(done string, code lua.Code, err error) (string, string) {
 	return "left", code.String()
 }
 
-// verify asks the shop's verify endpoint: 200 = the order exists, 404 = it
-// does not, anything else (or no answer) = unknown.
-func (r *Reconciler) verify(ctx context.Context, tmpl, token string) (Verdict, string, string) {
+// verifyOrder asks the shop's verify endpoint: 200 = the order exists, 404
+// = it does not, anything else (or no answer) = unknown.
+func verifyOrder(ctx context.Context, client *http.Client, tmpl, token string) (Verdict, string, string) {
 	u := strings.ReplaceAll(tmpl, "{token}", url.QueryEscape(token))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return Unverified, "", err.Error()
 	}
-	resp, err := r.http.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return Unverified, "", err.Error()
 	}
@@ -223,4 +441,34 @@ func (r *Reconciler) verify(ctx context.Context, tmpl, token string) (Verdict, s
 		return OrderAbsent, "", ""
 	}
 	return Unverified, "", fmt.Sprintf("verify answered %d", resp.StatusCode)
+}
+
+// shopCount asks verify.count_url how many units the shop holds tokened
+// orders for: 200 with {"count": N}.
+func (r *Reconciler) shopCount(ctx context.Context, tmpl, act, sku string) (int64, error) {
+	u := strings.NewReplacer("{activity}", url.QueryEscape(act), "{sku}", url.QueryEscape(sku)).Replace(tmpl)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := r.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("count_url answered %d", resp.StatusCode)
+	}
+	var v struct {
+		Count json.Number `json:"count"`
+	}
+	if err := json.Unmarshal(body, &v); err != nil {
+		return 0, fmt.Errorf("count_url body: %w", err)
+	}
+	n, err := strconv.ParseInt(v.Count.String(), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("count_url: count %q is not an integer", v.Count)
+	}
+	return n, nil
 }

@@ -98,7 +98,9 @@ func (s *Store) Preheat(ctx context.Context, a *config.Activity, force bool, now
 	}
 	outcome := PreheatCreated
 	if meta["ready"] == "1" {
-		if sameStock(meta, a) {
+		// Forced means "start over": even with the stock unchanged, the
+		// reservations go (a rehearsal before the sale, a bench re-run).
+		if sameStock(meta, a) && !force {
 			return PreheatUnchanged, nil
 		}
 		if !force {
@@ -316,11 +318,24 @@ func (s *Store) Status(ctx context.Context, a *config.Activity) (ActivityStatus,
 // SettleMoves finishes stock moves older than age whose deposit never ran,
 // and forgets the ones that landed. It returns how many it deposited.
 func (s *Store) SettleMoves(ctx context.Context, a *config.Activity, age time.Duration, now time.Time) (int, error) {
+	return s.settleMoves(ctx, a, age, now, nil)
+}
+
+// SettleMovesFenced is SettleMoves under the reconciler's fencing token:
+// deposits stop with ErrFenced once a newer lease holder has repaired.
+func (s *Store) SettleMovesFenced(ctx context.Context, a *config.Activity, age time.Duration, now time.Time, f Fence) (int, error) {
+	return s.settleMoves(ctx, a, age, now, &f)
+}
+
+func (s *Store) settleMoves(ctx context.Context, a *config.Activity, age time.Duration, now time.Time, f *Fence) (int, error) {
 	c, err := s.Client()
 	if err != nil {
 		return 0, err
 	}
 	deposit := rueidis.NewLuaScript(lua.Deposit)
+	if f != nil {
+		deposit = s.fencedDeposit
+	}
 	exp := itoa(ExpireAt(a))
 	n := 0
 	for _, sku := range a.SKUs {
@@ -343,10 +358,17 @@ func (s *Store) SettleMoves(ctx context.Context, a *config.Activity, age time.Du
 				}
 				hk := k.Shards[home]
 				cctx, cancel := s.ctx(ctx)
-				r, err := ints(deposit.Exec(cctx, c, []string{hk.Stock, hk.Out, hk.MovesIn}, []string{id, parts[1], exp}))
+				keys, args := []string{hk.Stock, hk.Out, hk.MovesIn}, []string{id, parts[1], exp}
+				if f != nil {
+					keys, args = f.wrap(keys, args, hk)
+				}
+				r, err := ints(deposit.Exec(cctx, c, keys, args))
 				cancel()
 				if err != nil {
 					return n, err
+				}
+				if lua.Code(r[0]) == lua.Fenced {
+					return n, ErrFenced
 				}
 				if lua.Code(r[0]) == lua.OK {
 					n++

@@ -21,6 +21,7 @@ type ShardKeys struct {
 	Out     string // string, exists while the shard is empty
 	MovesIn string // set of move ids deposited here
 	Moves   string // hash move id -> "<home>|<units>|<ms>" (moves out, unsettled)
+	Fence   string // string: highest reconciler fencing token seen (see lua/fence.lua)
 }
 
 // SKUKeys are the keys of every shard of one SKU, built once per SKU.
@@ -39,6 +40,7 @@ func newSKUKeys(prefix, act, sku string, shards int) *SKUKeys {
 		sk := ShardKeys{
 			Stock: base + "stock", Users: base + "users", Res: base + "res", Pending: base + "pending",
 			Log: base + "log", Out: base + "out", MovesIn: base + "movesin", Moves: base + "moves",
+			Fence: base + "fence",
 		}
 		k.Shards[s] = sk
 		k.reserveKeys[s] = []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn}

@@ -19,6 +19,8 @@ type Reservation struct {
 	CreatedMs int64
 	OrderID   string
 	Reason    string // why it was released
+	// ReleasedMs is when it was released (proxy or CLI clock); 0 otherwise.
+	ReleasedMs int64
 }
 
 // Reservation states as shown to buyers and operators.
@@ -40,17 +42,21 @@ func stateName(b byte) string {
 	return "unknown"
 }
 
-// parseRecord reads "<state>|<user>|<qty>|<ms>|<order id>|<reason>".
+// parseRecord reads "<state>|<user>|<qty>|<ms>|<order id>|<reason>", and
+// "|<released ms>" after the reason on released records.
 func parseRecord(t Token, rec string) (Reservation, bool) {
-	parts := strings.SplitN(rec, "|", 6)
+	parts := strings.SplitN(rec, "|", 7)
 	if len(parts) < 5 || len(parts[0]) != 1 {
 		return Reservation{}, false
 	}
 	r := Reservation{Token: t, State: stateName(parts[0][0]), User: parts[1], OrderID: parts[4]}
 	r.Qty = atoi(parts[2])
 	r.CreatedMs = atoi(parts[3])
-	if len(parts) == 6 {
+	if len(parts) >= 6 {
 		r.Reason = parts[5]
+	}
+	if len(parts) == 7 {
+		r.ReleasedMs = atoi(parts[6])
 	}
 	return r, true
 }
@@ -97,6 +103,10 @@ func (s *Store) Lookup(ctx context.Context, t Token, shards int) (Reservation, b
 // released before: the shop holds an order for released stock, alert),
 // Unknown.
 func (s *Store) Confirm(ctx context.Context, t Token, shards int, orderID string) (lua.Code, error) {
+	return s.confirmAs(ctx, t, shards, orderID, nil)
+}
+
+func (s *Store) confirmAs(ctx context.Context, t Token, shards int, orderID string, f *Fence) (lua.Code, error) {
 	c, err := s.Client()
 	if err != nil {
 		return 0, err
@@ -105,9 +115,15 @@ func (s *Store) Confirm(ctx context.Context, t Token, shards int, orderID string
 		return lua.Unknown, nil
 	}
 	k := s.keys.get(t.Activity, t.SKU, shards).Shards[t.Shard]
+	keys, args := []string{k.Stock, k.Res, k.Pending}, []string{t.ID, sanitize(orderID)}
+	script := s.confirm
+	if f != nil {
+		keys, args = f.wrap(keys, args, k)
+		script = s.fencedConfirm
+	}
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
-	r, err := ints(s.confirm.Exec(cctx, c, []string{k.Stock, k.Res, k.Pending}, []string{t.ID, sanitize(orderID)}))
+	r, err := ints(script.Exec(cctx, c, keys, args))
 	if err != nil {
 		return 0, err
 	}
@@ -119,6 +135,10 @@ func (s *Store) Confirm(ctx context.Context, t Token, shards int, orderID string
 // reconciler release, so a late 2xx is never undone. Replies: OK, Same
 // (already released), Unknown, Confirmed, Broken.
 func (s *Store) Release(ctx context.Context, t Token, shards int, reason string, nowMs int64, pendingOnly bool) (lua.Code, error) {
+	return s.releaseAs(ctx, t, shards, reason, nowMs, pendingOnly, nil)
+}
+
+func (s *Store) releaseAs(ctx context.Context, t Token, shards int, reason string, nowMs int64, pendingOnly bool, f *Fence) (lua.Code, error) {
 	c, err := s.Client()
 	if err != nil {
 		return 0, err
@@ -131,10 +151,16 @@ func (s *Store) Release(ctx context.Context, t Token, shards int, reason string,
 	if pendingOnly {
 		only = "1"
 	}
+	keys := []string{k.Stock, k.Users, k.Res, k.Pending, k.Out}
+	args := []string{t.ID, sanitize(reason), itoa(nowMs), only}
+	script := s.release
+	if f != nil {
+		keys, args = f.wrap(keys, args, k)
+		script = s.fencedRelease
+	}
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
-	r, err := ints(s.release.Exec(cctx, c, []string{k.Stock, k.Users, k.Res, k.Pending, k.Out},
-		[]string{t.ID, sanitize(reason), itoa(nowMs), only}))
+	r, err := ints(script.Exec(cctx, c, keys, args))
 	if err != nil {
 		return 0, err
 	}
@@ -182,22 +208,9 @@ func (s *Store) StalePending(ctx context.Context, act, sku string, shards int, o
 }
 
 // TryLease takes or renews a named lease for holder for ttl. It returns
-// true while holder has it: one instance at a time runs the reconciler.
+// true while holder has it. Callers that repair use AcquireLease, whose
+// fencing token every repair carries.
 func (s *Store) TryLease(ctx context.Context, name, holder string, ttl time.Duration) (bool, error) {
-	c, err := s.Client()
-	if err != nil {
-		return false, err
-	}
-	key := s.prefix + ":{lease}:" + name
-	cctx, cancel := s.ctx(ctx)
-	defer cancel()
-	// Renew only our own lease; take it only when free.
-	v, err := c.Do(cctx, c.B().Eval().Script(`local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
-if not v then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end
-return 0`).Numkeys(1).Key(key).Arg(holder, itoa(ttl.Milliseconds())).Build()).AsInt64()
-	if err != nil {
-		return false, wrap(err)
-	}
-	return v == 1, nil
+	l, err := s.AcquireLease(ctx, name, holder, ttl)
+	return l.Held, err
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -26,11 +27,17 @@ type ReserveRequest struct {
 	Queue    bool  // also write a stream entry for queue-mode workers
 	NowMs    int64 // proxy clock, for the reservation's timestamp
 	ExpireAt int64 // ms; every key the script creates expires then
+	// RequestID is the buyer's idempotency key ("" = none): a repeat within
+	// RequestIDTTL answers by the first copy's reservation, never reserving twice.
+	RequestID string
 }
+
+// RequestIDTTL is how long a request id is remembered (SPEC §4: 5 minutes).
+const RequestIDTTL = 5 * time.Minute
 
 // ReserveResult is what Redis decided.
 type ReserveResult struct {
-	Code    lua.Code // OK, Empty (sold out), Pending, Purchased, NotReady
+	Code    lua.Code // OK, Empty (sold out), Pending, Purchased, NotReady, Released (repeated request id)
 	Token   Token    // the new reservation (OK) or the buyer's last one (Pending, Purchased)
 	OrderID string   // Purchased: the shop's order id where known
 	// FromMemory is true when the answer came from client-side cached
@@ -73,6 +80,11 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	if q.Queue {
 		args[6] = "1"
 	}
+	keys := k.reserveKeys[home]
+	if q.RequestID != "" {
+		keys = append(keys[:len(keys):len(keys)], ridKey(k.Shards[home], q.User, q.RequestID))
+		args = append(args, ridTTLms)
+	}
 	var res ReserveResult
 	need := q.Qty
 	skipReserve := out[home] // the home shard is known dry: move stock first
@@ -80,14 +92,14 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	// stays in transit when a call fails (SettleMoves finishes those).
 	for {
 		if !skipReserve {
-			r, err := s.runReserve(ctx, c, k.reserveKeys[home], args)
+			r, err := s.runReserve(ctx, c, keys, args)
 			if err != nil {
 				return ReserveResult{}, err
 			}
 			switch lua.Code(r.code) {
 			case lua.OK:
 				return ReserveResult{Code: lua.OK, Token: tok, Moves: res.Moves}, nil
-			case lua.Pending, lua.Purchased:
+			case lua.Pending, lua.Purchased, lua.Released:
 				last := Token{Activity: q.Activity, SKU: q.SKU, Shard: home, ID: r.token}
 				return ReserveResult{Code: lua.Code(r.code), Token: last, OrderID: r.orderID, Moves: res.Moves}, nil
 			case lua.NotReady:
@@ -113,6 +125,15 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 		res.Moves++
 		args[7], args[8] = itoa(moved), moveID
 	}
+}
+
+var ridTTLms = strconv.FormatInt(RequestIDTTL.Milliseconds(), 10)
+
+// ridKey is a request id's record on the buyer's home shard (same hash tag
+// as the shard, so the reserve script reads and writes it atomically). '|'
+// never occurs in a user id, so user and request id cannot run together.
+func ridKey(sk ShardKeys, user, rid string) string {
+	return strings.TrimSuffix(sk.Stock, "stock") + "rid:" + user + "|" + rid
 }
 
 type reserveReply struct {
@@ -144,7 +165,7 @@ func (s *Store) runReserve(ctx context.Context, c rueidis.Client, keys, args []s
 		if r.remaining, err = arr[1].AsInt64(); err != nil {
 			return reserveReply{}, ErrInvalidResponse
 		}
-	case lua.Pending:
+	case lua.Pending, lua.Released:
 		if len(arr) != 2 {
 			return reserveReply{}, ErrInvalidResponse
 		}
@@ -200,19 +221,38 @@ func (s *Store) stealFrom(ctx context.Context, c rueidis.Client, k *SKUKeys, out
 // after the first read, answers come from local memory until Redis
 // invalidates a flag (a shard empties or gets stock back).
 func (s *Store) outFlags(ctx context.Context, c rueidis.Client, k *SKUKeys) ([]bool, error) {
-	cmds := make([]rueidis.CacheableTTL, len(k.outKeys))
-	for i, key := range k.outKeys {
-		cmds[i] = rueidis.CT(c.B().Get().Key(key).Cache(), flagTTL)
-	}
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
-	out := make([]bool, len(cmds))
-	for i, r := range c.DoMultiCache(cctx, cmds...) {
+	out := make([]bool, len(k.outKeys))
+	// Key by key while the answers come from local memory: the shards' keys
+	// live on different connections of the client, and DoMultiCache fans
+	// out to goroutines for that even when every answer is cached — on the
+	// sold-out path (nearly every request of a sale) that fan-out cost more
+	// than the rest of the request. At the first miss (an invalidation, the
+	// flag TTL running out) the remaining keys go in one batch.
+	for i, key := range k.outKeys {
+		r := c.DoCache(cctx, c.B().Get().Key(key).Cache(), flagTTL)
 		err := r.Error()
 		if err != nil && !rueidis.IsRedisNil(err) {
 			return nil, wrap(err)
 		}
 		out[i] = err == nil
+		if r.IsCacheHit() || i == len(k.outKeys)-1 {
+			continue
+		}
+		rest := k.outKeys[i+1:]
+		cmds := make([]rueidis.CacheableTTL, len(rest))
+		for j, key := range rest {
+			cmds[j] = rueidis.CT(c.B().Get().Key(key).Cache(), flagTTL)
+		}
+		for j, r := range c.DoMultiCache(cctx, cmds...) {
+			err := r.Error()
+			if err != nil && !rueidis.IsRedisNil(err) {
+				return nil, wrap(err)
+			}
+			out[i+1+j] = err == nil
+		}
+		break
 	}
 	return out, nil
 }

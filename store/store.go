@@ -51,6 +51,10 @@ type Store struct {
 	stop    chan struct{}
 
 	reserve, steal, confirm, release *rueidis.Lua
+	// Fenced variants for the reconciler's repairs (lua/fence.lua), and
+	// the lease script that hands out fencing tokens.
+	fencedConfirm, fencedRelease, fencedDeposit, fenceOnly, lease *rueidis.Lua
+	qgroup, bucket                                                *rueidis.Lua
 }
 
 // Open builds a Store for cfg. It never fails because Redis is down: it
@@ -79,6 +83,14 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 		steal:   rueidis.NewLuaScript(lua.Steal),
 		confirm: rueidis.NewLuaScript(lua.Confirm),
 		release: rueidis.NewLuaScript(lua.Release),
+
+		fencedConfirm: rueidis.NewLuaScript(lua.FencedConfirm),
+		fencedRelease: rueidis.NewLuaScript(lua.FencedRelease),
+		fencedDeposit: rueidis.NewLuaScript(lua.FencedDeposit),
+		fenceOnly:     rueidis.NewLuaScript(lua.Fence + "\nreturn {1}\n"),
+		lease:         rueidis.NewLuaScript(lua.Lease),
+		qgroup:        rueidis.NewLuaScript(lua.QueueGroup),
+		bucket:        rueidis.NewLuaScript(lua.Bucket),
 	}
 	s.keys.prefix = cfg.KeyPrefix
 	if s.prefix == "" {

@@ -143,6 +143,16 @@ func TestPreheat(t *testing.T) {
 		t.Fatalf("reservation survived a forced preheat: ok=%v err=%v", ok, err)
 	}
 	wantStatus(t, s, &c, 16, 0, 0)
+
+	// Forced with the stock unchanged: still a fresh start, not "unchanged".
+	res = mustReserve(t, s, &c, "u2", 1, lua.OK)
+	if got, err := s.Preheat(ctx(t), &c, true, time.Now()); err != nil || got != store.PreheatOverwritten {
+		t.Fatalf("forced Preheat with the same stock = %v, %v; want overwritten", got, err)
+	}
+	if _, ok, err := s.Lookup(ctx(t), res.Token, c.Shards); err != nil || ok {
+		t.Fatalf("reservation survived a forced preheat with the same stock: ok=%v err=%v", ok, err)
+	}
+	wantStatus(t, s, &c, 16, 0, 0)
 	mustReserve(t, s, &c, "u1", 1, lua.OK)
 }
 

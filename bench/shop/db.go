@@ -48,8 +48,11 @@ func openDB(ctx context.Context, dsn string) (*db, error) {
 		if err != nil {
 			return nil, fmt.Errorf("open postgres: %w", err)
 		}
-		s.SetMaxOpenConns(64)
-		s.SetMaxIdleConns(64)
+		// Well under PostgreSQL's default max_connections (100), which other
+		// clients of the same server share; orders queue on the stock row's
+		// lock anyway, so more connections would only wait there.
+		s.SetMaxOpenConns(32)
+		s.SetMaxIdleConns(32)
 		d := &db{sql: s, postgres: true}
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 )
@@ -73,6 +74,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	for _, c := range commands {
 		if c.name == args[0] {
+			if path := os.Getenv("SECKILL_BENCH_CPUPROFILE"); path != "" {
+				// The generator's own CPU profile (or a bare target's, until
+				// SIGTERM): is the bench the bottleneck?
+				stopProfile, err := startCPUProfile(path)
+				if err != nil {
+					return err
+				}
+				defer stopProfile()
+			}
 			return c.run(ctx, args[1:], stdout, stderr)
 		}
 	}
@@ -123,4 +133,16 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
+}
+
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("SECKILL_BENCH_CPUPROFILE: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("SECKILL_BENCH_CPUPROFILE: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

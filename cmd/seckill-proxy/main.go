@@ -33,6 +33,9 @@ Usage:
   seckill-proxy release   -c FILE TOKEN [--reason R]       give a reservation's stock back
   seckill-proxy reconcile -c FILE [--activity ID] [--repair] [--json]
   seckill-proxy status    -c FILE [--activity ID] [--json] stock per SKU; exit 1 if broken
+  seckill-proxy block     -c FILE (--ip X | --device D | --user U)... [--ttl 10m]
+  seckill-proxy unblock   -c FILE (--ip X | --device D | --user U)...
+  seckill-proxy eligible  -c FILE --activity ID (--add U | --remove U)... [--ttl 24h]
 
 Every command takes --help, and --log-format json|console.
 Exit codes: 0 ok, 1 operation failed or invariant broken, 2 bad usage or bad config.
@@ -68,6 +71,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		"serve": cmdServe, "validate": cmdValidate, "preheat": cmdPreheat,
 		"pause": cmdPause, "resume": cmdResume, "release": cmdRelease,
 		"reconcile": cmdReconcile, "status": cmdStatus,
+		"block": cmdBlock, "unblock": cmdUnblock, "eligible": cmdEligible,
 	}
 	f, ok := cmds[args[0]]
 	if !ok {

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -24,9 +22,6 @@ import (
 	"github.com/seckill-proxy/seckill-proxy/store"
 )
 
-// reconcileEvery is how often serve's background reconciler runs.
-const reconcileEvery = time.Minute
-
 func cmdServe(c *cli) error {
 	c.flags("-c FILE")
 	if err := c.parse(); err != nil {
@@ -44,6 +39,8 @@ func cmdServe(c *cli) error {
 	}
 	defer st.Close()
 	pipe := admission.New(st, m, log.Named("admission"), time.Now)
+	pipe.Apply(cfg)
+	defer pipe.Close()
 	srv, err := proxy.New(cfg, pipe, st, m, log.Named("proxy"))
 	if err != nil {
 		return fail(exitFailed, "serve: %v", err)
@@ -73,7 +70,13 @@ func cmdServe(c *cli) error {
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
 	go func() { errc <- adminSrv.Serve(aln) }()
-	go backgroundReconciler(ctx, st, rec, current, log)
+	go backgroundReconciler(ctx, rec, current, log)
+	// Queue-mode workers run in every instance: the consumer group shares
+	// the streams between them, a Redis bucket shares queue.rate.
+	queue := reservation.NewQueue(st, m, log.Named("queue"), reservation.QueueOptions{})
+	queue.Start(cfg)
+	defer queue.Stop()
+	go pipe.Run(ctx) // local snapshots: flags, sold-out marks, blocklists, eligibility
 	log.Info("serving", zap.String("listen", ln.Addr().String()), zap.String("admin", aln.Addr().String()),
 		zap.Int("activities", len(cfg.Activities)), zap.String("upstream", cfg.Upstream.URL))
 
@@ -87,9 +90,11 @@ func cmdServe(c *cli) error {
 			log.Error("reload refused", zap.String("trigger", why), zap.Error(err))
 			return
 		}
+		pipe.Apply(next)
 		cur.Lock()
 		cur.cfg = next
 		cur.Unlock()
+		queue.Start(next)
 		log.Info("config reloaded", zap.String("trigger", why), zap.Int("activities", len(next.Activities)))
 	}
 	changed := make(chan struct{}, 1)
@@ -122,91 +127,10 @@ func cmdServe(c *cli) error {
 	}
 }
 
-// backgroundReconciler runs a repairing reconcile pass every minute on the
-// one instance holding the lease.
-func backgroundReconciler(ctx context.Context, st *store.Store, rec *reservation.Reconciler, cfg func() *config.Config, log *zap.Logger) {
-	host, _ := os.Hostname()
-	holder := fmt.Sprintf("%s/%d/%d", host, os.Getpid(), time.Now().UnixNano())
-	t := time.NewTicker(reconcileEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		ok, err := st.TryLease(ctx, "reconciler", holder, 2*reconcileEvery)
-		if err != nil || !ok {
-			continue
-		}
-		acts, _ := activities(cfg(), "")
-		rep, err := rec.Run(ctx, acts, true, time.Now())
-		if err != nil {
-			log.Warn("background reconcile failed", zap.Error(err))
-			continue
-		}
-		for _, a := range rep.Activities {
-			for _, al := range a.Alerts {
-				log.Error("reconcile alert", zap.String("activity", a.ID), zap.String("alert", al))
-			}
-			if len(a.Stale) > 0 || a.MovesSettled > 0 {
-				log.Info("reconciled", zap.String("activity", a.ID), zap.Int("stale", len(a.Stale)), zap.Int("moves", a.MovesSettled))
-			}
-		}
-	}
-}
-
-func cmdReconcile(c *cli) error {
-	fs := c.flags("-c FILE [--activity ID] [--repair] [--json]")
-	act := fs.String("activity", "", "only this activity `ID` (default: all)")
-	repair := fs.Bool("repair", false, "act on what the shop proves (default: report only)")
-	asJSON := fs.Bool("json", false, "machine-readable output")
-	if err := c.parse(); err != nil {
-		return err
-	}
-	cfg, st, err := c.open()
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	acts, err := activities(cfg, *act)
-	if err != nil {
-		return err
-	}
-	rec := reservation.NewReconciler(st, metrics.New(), c.logger())
-	rep, err := rec.Run(context.Background(), acts, *repair, time.Now())
-	if err != nil {
-		return fail(exitFailed, "%v", err)
-	}
-	if *asJSON {
-		enc := json.NewEncoder(c.stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(rep)
-	} else {
-		for _, a := range rep.Activities {
-			fmt.Fprintf(c.stdout, "activity %s: %d stale pending, %d moves settled\n", a.ID, len(a.Stale), a.MovesSettled)
-			for _, k := range a.SKUs {
-				fmt.Fprintf(c.stdout, "  sku %s: initial %d remaining %d pending %d confirmed %d released %d ok=%v\n",
-					k.ID, k.Initial, k.Remaining, k.Pending, k.Confirmed, k.Released, k.OK)
-			}
-			for _, f := range a.Stale {
-				fmt.Fprintf(c.stdout, "  %s user=%s qty=%d age=%s verdict=%s action=%s %s\n", f.Token, f.User, f.Qty,
-					time.Duration(f.AgeMs)*time.Millisecond, f.Verdict, f.Action, f.Detail)
-			}
-			for _, al := range a.Alerts {
-				fmt.Fprintf(c.stdout, "  ALERT %s\n", al)
-			}
-		}
-	}
-	if rep.Alerting() {
-		return &exitError{code: exitFailed, err: errors.New("reconcile found problems that need a person")}
-	}
-	return nil
-}
-
 func registerAdminAPI(adm *admin.Server, st *store.Store, rec *reservation.Reconciler, m *metrics.Metrics, cfg func() *config.Config) {
 	(&admin.API{Store: st, Reconciler: rec, Config: cfg}).Register(adm)
 	(&admin.Dashboard{Store: st, Metrics: m, Config: cfg}).Register(adm)
+	(&admin.TrafficAPI{Store: st, Config: cfg}).Register(adm)
 }
 
 // watchFile signals changed whenever path's size or modification time

@@ -1,0 +1,155 @@
+package admin
+
+import (
+	"errors"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/store"
+)
+
+// TrafficAPI wires the blocklist and eligibility admin calls to Redis. Every
+// instance picks a change up from Redis within its refresh period.
+type TrafficAPI struct {
+	Store  *store.Store
+	Config func() *config.Config
+}
+
+// Register adds:
+//
+//	POST /admin/blocklist/add?kind=ip|device|user&value=V[&value=V2][&ttl=10m]
+//	POST /admin/blocklist/remove?kind=..&value=V
+//	GET  /admin/blocklist?kind=..
+//	POST /admin/eligible/add?activity=ID&user=U[&user=U2][&ttl=24h]
+//	POST /admin/eligible/remove?activity=ID&user=U
+func (api *TrafficAPI) Register(s *Server) {
+	s.HandleAdmin("POST /admin/blocklist/add", api.blockAdd)
+	s.HandleAdmin("POST /admin/blocklist/remove", api.blockRemove)
+	s.HandleAdmin("GET /admin/blocklist", api.blockList)
+	s.HandleAdmin("POST /admin/eligible/add", func(w http.ResponseWriter, r *http.Request) { api.eligible(w, r, true) })
+	s.HandleAdmin("POST /admin/eligible/remove", func(w http.ResponseWriter, r *http.Request) { api.eligible(w, r, false) })
+}
+
+// ValidateListValues checks blocklist values of one kind: IPs must parse
+// (and are stored in canonical form); ids are 1..128 bytes with no control
+// characters, as the proxy accepts them.
+func ValidateListValues(kind string, values []string) ([]string, error) {
+	if len(values) == 0 {
+		return nil, errors.New("give at least one value")
+	}
+	out := make([]string, 0, len(values))
+	for _, v := range values {
+		v = strings.TrimSpace(v)
+		if kind == store.BlockIP {
+			a, err := netip.ParseAddr(v)
+			if err != nil {
+				return nil, errors.New("not an IP address: " + v)
+			}
+			out = append(out, a.Unmap().String())
+			continue
+		}
+		if v == "" || len(v) > 128 || strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f || r == '|' }) {
+			return nil, errors.New("not a valid id: " + v)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func ttlParam(r *http.Request) (time.Duration, error) {
+	s := r.URL.Query().Get("ttl")
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, errors.New("ttl must be a positive Go duration like 10m")
+	}
+	return d, nil
+}
+
+func (api *TrafficAPI) blockAdd(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	kind := q.Get("kind")
+	vals, err := ValidateListValues(kind, q["value"])
+	if err == nil {
+		var ttl time.Duration
+		if ttl, err = ttlParam(r); err == nil {
+			err = api.Store.BlockAdd(r.Context(), kind, vals, ttl, time.Now())
+			if err == nil {
+				writeJSON(w, http.StatusOK, map[string]any{"kind": kind, "added": vals, "ttl": ttl.String()})
+				return
+			}
+		}
+	}
+	listErr(w, err)
+}
+
+func (api *TrafficAPI) blockRemove(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	kind := q.Get("kind")
+	vals, err := ValidateListValues(kind, q["value"])
+	if err == nil {
+		if err = api.Store.BlockRemove(r.Context(), kind, vals); err == nil {
+			writeJSON(w, http.StatusOK, map[string]any{"kind": kind, "removed": vals})
+			return
+		}
+	}
+	listErr(w, err)
+}
+
+func (api *TrafficAPI) blockList(w http.ResponseWriter, r *http.Request) {
+	kind := r.URL.Query().Get("kind")
+	m, err := api.Store.Blocklist(r.Context(), kind, time.Now())
+	if err != nil {
+		listErr(w, err)
+		return
+	}
+	out := map[string]any{}
+	for v, exp := range m {
+		if exp == store.Forever {
+			out[v] = nil
+		} else {
+			out[v] = time.UnixMilli(exp).UTC().Format(time.RFC3339)
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"kind": kind, "entries": out})
+}
+
+func (api *TrafficAPI) eligible(w http.ResponseWriter, r *http.Request, add bool) {
+	q := r.URL.Query()
+	id := q.Get("activity")
+	if api.Config().Activity(id) == nil {
+		writeErr(w, http.StatusNotFound, "no activity "+id)
+		return
+	}
+	users, err := ValidateListValues(store.BlockUser, q["user"])
+	if err != nil {
+		listErr(w, err)
+		return
+	}
+	if add {
+		var ttl time.Duration
+		if ttl, err = ttlParam(r); err == nil {
+			err = api.Store.EligibleAdd(r.Context(), id, users, ttl, time.Now())
+		}
+	} else {
+		err = api.Store.EligibleRemove(r.Context(), id, users)
+	}
+	if err != nil {
+		listErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"activity": id, "users": users, "added": add})
+}
+
+func listErr(w http.ResponseWriter, err error) {
+	if errors.Is(err, store.ErrUnavailable) {
+		writeErr(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	writeErr(w, http.StatusBadRequest, err.Error())
+}

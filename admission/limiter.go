@@ -1,0 +1,152 @@
+package admission
+
+import (
+	"hash/maphash"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// Limiter is a set of per-key token buckets (per IP, device or user) in a
+// fixed amount of memory. It is not a cache that may drop writes: every
+// key's bucket is found or placed by the time Allow returns, and eviction
+// is decided by the limiter itself, so a hot key cannot escape its limit
+// under a flood of distinct keys (see victim).
+//
+// Buckets are GCRA: one int64 per key, the "theoretical arrival time" (TAT)
+// in ns. A request at now is allowed when max(TAT, now) + interval <= now +
+// burst*interval, and then moves TAT to max(TAT, now) + interval. TAT <= now
+// means the bucket is full, exactly like a key never seen.
+//
+// The table is set-associative: a key hashes to one set of ways; sets are
+// guarded by striped mutexes. Memory is sets*ways*16 bytes, fixed at New.
+type Limiter struct {
+	interval int64 // ns per token
+	tau      int64 // burst*interval: how far TAT may run ahead of now
+	seed     maphash.Seed
+	sets     []limSet
+	mask     uint64
+	locks    [limLocks]limLock
+}
+
+const (
+	limWays  = 8
+	limLocks = 256
+)
+
+type limEntry struct {
+	key uint64 // hash of the identity; 0 = empty way
+	tat int64  // ns
+}
+
+type limSet [limWays]limEntry
+
+// limLock is padded to a cache line so neighbouring stripes don't contend.
+type limLock struct {
+	sync.Mutex
+	_ [56]byte
+}
+
+// NewLimiter builds a limiter of rate per second and burst, holding at least
+// capacity keys (rounded up to a power of two of sets). rate <= 0 means no
+// limit (nil is returned, and a nil *Limiter allows everything).
+func NewLimiter(rate float64, burst int, capacity int) *Limiter {
+	if rate <= 0 || burst < 1 {
+		return nil
+	}
+	nsets := 1
+	for nsets*limWays < capacity {
+		nsets <<= 1
+	}
+	interval := int64(float64(time.Second) / rate)
+	if interval < 1 {
+		interval = 1
+	}
+	return &Limiter{
+		interval: interval,
+		tau:      int64(burst) * interval,
+		seed:     maphash.MakeSeed(),
+		sets:     make([]limSet, nsets),
+		mask:     uint64(nsets - 1),
+	}
+}
+
+// Bytes is the limiter's table size, the bound of its memory.
+func (l *Limiter) Bytes() int {
+	if l == nil {
+		return 0
+	}
+	return len(l.sets) * limWays * 16
+}
+
+// AllowString takes a token for key at now (ns); when refused, wait is how
+// long until the next token.
+func (l *Limiter) AllowString(key string, now int64) (ok bool, wait time.Duration) {
+	if l == nil {
+		return true, 0
+	}
+	return l.allow(maphash.String(l.seed, key), now)
+}
+
+// AllowAddr is AllowString for an IP address, with no allocation.
+func (l *Limiter) AllowAddr(a netip.Addr, now int64) (ok bool, wait time.Duration) {
+	if l == nil {
+		return true, 0
+	}
+	b := a.As16()
+	return l.allow(maphash.Bytes(l.seed, b[:]), now)
+}
+
+func (l *Limiter) allow(h uint64, now int64) (bool, time.Duration) {
+	if h == 0 {
+		h = 1 // 0 marks an empty way
+	}
+	idx := h & l.mask
+	mu := &l.locks[idx%limLocks]
+	mu.Lock()
+	set := &l.sets[idx]
+	e := l.find(set, h, now)
+	tat := max(e.tat, now)
+	next := tat + l.interval
+	if next-now > l.tau {
+		mu.Unlock()
+		return false, time.Duration(next - l.tau - now)
+	}
+	e.tat = next
+	mu.Unlock()
+	return true, 0
+}
+
+// find returns key h's entry in set, placing it when absent. A placed entry
+// starts full (TAT = now), the same as a key never seen.
+//
+// victim choice, and why a hot key stays put: the way evicted is an empty
+// one, else one whose bucket is full again (TAT <= now: evicting it loses
+// nothing), else the one with the smallest TAT, i.e. the least debt, the
+// bucket closest to full. A newcomer, after its first request, has TAT =
+// now + interval. A key being refused has TAT > now + tau - interval =
+// now + (burst-1)*interval. So for burst >= 2 a refused (hot) key always
+// holds more debt than any one-off key, and one-off keys evict each other,
+// never it: it can be pushed out only when every other way of its set holds
+// a key that is itself refused (8 hot keys hashed to one set). With
+// burst = 1 a newcomer may tie with a refused key; the hot key would then
+// restart with a full bucket of 1 token.
+func (l *Limiter) find(set *limSet, h uint64, now int64) *limEntry {
+	var v *limEntry
+	for i := range set {
+		e := &set[i]
+		if e.key == h {
+			return e
+		}
+		switch {
+		case v == nil:
+			v = e
+		case v.key == 0 || v.tat <= now:
+			// already an empty or full way: nothing to lose
+		case e.key == 0 || e.tat < v.tat:
+			v = e
+		}
+	}
+	v.key, v.tat = h, now
+	return v
+}

@@ -1,0 +1,287 @@
+package admission
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/store"
+)
+
+// TrafficStore is the Redis side of traffic control; *store.Store
+// implements it. A Store without it still admits (no fleet rate, no shared
+// lists, no nonces), so narrow test fakes keep working.
+type TrafficStore interface {
+	SoldOut(ctx context.Context, act, sku string, shards int) (bool, error)
+	LeaseAdmission(ctx context.Context, act string, rate float64, burst int, want int64) (int64, time.Duration, error)
+	BlockVersion(ctx context.Context) (string, error)
+	Blocklist(ctx context.Context, kind string, now time.Time) (map[string]int64, error)
+	EligibleVersion(ctx context.Context, act string) (string, error)
+	Eligible(ctx context.Context, act string, now time.Time) (map[string]int64, error)
+	ClaimNonce(ctx context.Context, keyID, nonce string, ttl time.Duration) (bool, error)
+}
+
+var _ TrafficStore = (*store.Store)(nil)
+
+// RefreshEvery is how often the background refresher re-reads flags,
+// sold-out marks and list versions. Each read is a client-side-cache hit
+// (no network) until Redis invalidates the key, so a change reaches every
+// instance within one invalidation plus at most RefreshEvery.
+const RefreshEvery = 5 * time.Millisecond
+
+// staleAfter is how old a snapshot may be before Decide stops trusting it
+// and asks Redis itself (so a dead Redis still yields STORE_UNAVAILABLE).
+const staleAfter = time.Second
+
+// actState is what one instance knows about one activity, refreshed in the
+// background and read by every request with no allocation.
+type actState struct {
+	a     *config.Activity
+	flags atomic.Pointer[flagSnap]
+	skus  map[string]*skuState
+	elig  atomic.Pointer[members]
+	lease lease
+	sig   *sigKeys
+	used  atomic.Int64 // unix s of the last request, for pruning
+
+	eligVer string // refresher only
+}
+
+type flagSnap struct {
+	f  store.Flags
+	at time.Time // when the refresher read it (real clock)
+}
+
+type skuState struct {
+	soldOut atomic.Bool
+}
+
+// members is one immutable list snapshot: value -> expire-at ms.
+type members map[string]int64
+
+// has reports whether v is on the list at nowMs.
+func (m *members) has(v string, nowMs int64) bool {
+	if m == nil {
+		return false
+	}
+	exp, ok := (*m)[v]
+	return ok && exp > nowMs
+}
+
+// blockSets are the three blocklists as one snapshot.
+type blockSets struct {
+	ip     map[netip.Addr]int64
+	device members
+	user   members
+	ver    string
+}
+
+func newActState(a *config.Activity, log *zap.Logger) *actState {
+	st := &actState{a: a, skus: make(map[string]*skuState, len(a.SKUs))}
+	for _, k := range a.SKUs {
+		st.skus[k.ID] = &skuState{}
+	}
+	st.lease.init(a.AdmissionRate)
+	if a.Signature.Enabled() {
+		st.sig = &sigKeys{keys: map[string][]byte{}, window: a.Signature.Window}
+		for id, env := range a.Signature.Keys {
+			if k := os.Getenv(env); k != "" {
+				st.sig.keys[id] = []byte(k)
+			} else {
+				log.Warn("signature key env var is empty: requests signed with this key id are refused",
+					zap.String("activity", a.ID), zap.String("key_id", id), zap.String("env", env))
+			}
+		}
+	}
+	return st
+}
+
+// stateFor returns the activity's state, creating it on first sight (an
+// activity from a config the pipeline was never told about).
+func (p *Pipeline) stateFor(a *config.Activity) *actState {
+	if m := p.acts.Load(); m != nil {
+		if st, ok := (*m)[a]; ok {
+			return st
+		}
+	}
+	p.actsMu.Lock()
+	defer p.actsMu.Unlock()
+	old := p.acts.Load()
+	if old != nil {
+		if st, ok := (*old)[a]; ok {
+			return st
+		}
+	}
+	next := make(map[*config.Activity]*actState, 1)
+	if old != nil {
+		for k, v := range *old {
+			next[k] = v
+		}
+	}
+	st := newActState(a, p.log)
+	st.used.Store(time.Now().Unix())
+	next[a] = st
+	p.acts.Store(&next)
+	return st
+}
+
+// Apply tells the pipeline about a (re)loaded config: local rate limits,
+// and the activities the refresher keeps snapshots of. Decide works without
+// it (no local limits; activities are picked up on first request).
+func (p *Pipeline) Apply(cfg *config.Config) {
+	l := cfg.Limits
+	cur := p.limits.Load()
+	if cur == nil || cur.cfg != l {
+		p.limits.Store(&limiters{
+			cfg:    l,
+			ip:     NewLimiter(l.PerIP.Rate, l.PerIP.Burst, p.limiterKeys),
+			device: NewLimiter(l.PerDevice.Rate, l.PerDevice.Burst, p.limiterKeys),
+			user:   NewLimiter(l.PerUser.Rate, l.PerUser.Burst, p.limiterKeys),
+		})
+	}
+	for i := range cfg.Activities {
+		p.stateFor(&cfg.Activities[i]).used.Store(time.Now().Unix())
+	}
+}
+
+// limiters are the three local limiters of one config.
+type limiters struct {
+	cfg              config.Limits
+	ip, device, user *Limiter
+}
+
+// Run refreshes the local snapshots until ctx ends: activity flags (pause,
+// ready, shards), per-SKU sold-out marks, eligibility lists and blocklists.
+// Until Run is called, Decide reads flags from Redis on every request.
+func (p *Pipeline) Run(ctx context.Context) {
+	if p.ts == nil {
+		<-ctx.Done()
+		return
+	}
+	p.running.Store(true)
+	defer p.running.Store(false)
+	t := time.NewTicker(p.refreshEvery)
+	defer t.Stop()
+	for {
+		p.refresh(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// refresh is one pass of the refresher.
+func (p *Pipeline) refresh(ctx context.Context) {
+	now := time.Now()
+	if m := p.acts.Load(); m != nil {
+		var stale []*config.Activity
+		for a, st := range *m {
+			if now.Unix()-st.used.Load() > 600 {
+				stale = append(stale, a)
+				continue
+			}
+			p.refreshActivity(ctx, st, now)
+		}
+		if len(stale) > 0 {
+			p.prune(stale)
+		}
+	}
+	p.refreshBlocks(ctx, now)
+}
+
+func (p *Pipeline) prune(gone []*config.Activity) {
+	p.actsMu.Lock()
+	defer p.actsMu.Unlock()
+	old := p.acts.Load()
+	next := make(map[*config.Activity]*actState, len(*old))
+	for k, v := range *old {
+		next[k] = v
+	}
+	for _, a := range gone {
+		delete(next, a)
+	}
+	p.acts.Store(&next)
+}
+
+func (p *Pipeline) refreshActivity(ctx context.Context, st *actState, now time.Time) {
+	a := st.a
+	f, err := p.store.Flags(ctx, a.ID)
+	if err != nil {
+		st.flags.Store(nil) // Decide falls back to asking Redis, and fails there
+		p.log.Debug("refresh flags", zap.String("activity", a.ID), zap.Error(err))
+		return
+	}
+	if f.Ready && f.Shards > 0 {
+		for id, k := range st.skus {
+			out, err := p.ts.SoldOut(ctx, a.ID, id, f.Shards)
+			if err != nil {
+				st.flags.Store(nil)
+				return
+			}
+			k.soldOut.Store(out)
+		}
+	}
+	if a.EligibleOnly {
+		v, err := p.ts.EligibleVersion(ctx, a.ID)
+		if err == nil && (v != st.eligVer || st.elig.Load() == nil) {
+			if m, err := p.ts.Eligible(ctx, a.ID, now); err == nil {
+				mm := members(m)
+				st.elig.Store(&mm)
+				st.eligVer = v
+			}
+		}
+	}
+	st.flags.Store(&flagSnap{f: f, at: now})
+}
+
+func (p *Pipeline) refreshBlocks(ctx context.Context, now time.Time) {
+	v, err := p.ts.BlockVersion(ctx)
+	if err != nil {
+		return // keep the last lists: a Redis outage refuses buys anyway
+	}
+	if cur := p.blocks.Load(); cur != nil && cur.ver == v {
+		return
+	}
+	next := &blockSets{ver: v, ip: map[netip.Addr]int64{}}
+	for _, kind := range store.BlockKinds {
+		m, err := p.ts.Blocklist(ctx, kind, now)
+		if err != nil {
+			return
+		}
+		switch kind {
+		case store.BlockIP:
+			for s, exp := range m {
+				if pf, err := netip.ParseAddr(s); err == nil {
+					next.ip[pf.Unmap()] = exp
+				}
+			}
+		case store.BlockDevice:
+			next.device = m
+		case store.BlockUser:
+			next.user = m
+		}
+	}
+	p.blocks.Store(next)
+}
+
+// flagsFor returns the activity's flags from the snapshot when fresh, else
+// from Redis (client-side cached), as before the refresher existed.
+func (p *Pipeline) flagsFor(ctx context.Context, st *actState) (store.Flags, bool, error) {
+	if p.running.Load() {
+		if s := st.flags.Load(); s != nil && time.Since(s.at) < staleAfter {
+			return s.f, true, nil
+		}
+	}
+	f, err := p.store.Flags(ctx, st.a.ID)
+	return f, false, err
+}
+
+// memoKey is the local idempotency memo's key for a request id.
+func memoKey(act, user, rid string) string { return act + "\x00" + user + "\x00" + rid }

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/metrics"
+	"github.com/seckill-proxy/seckill-proxy/reservation"
+)
+
+// reconcileEvery is how often serve's background reconciler runs.
+const reconcileEvery = time.Minute
+
+// backgroundReconciler runs a repairing reconcile pass every minute on the
+// one instance that gets the reconciler lease; the others skip the round.
+func backgroundReconciler(ctx context.Context, rec *reservation.Reconciler, cfg func() *config.Config, log *zap.Logger) {
+	t := time.NewTicker(reconcileEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		acts, _ := activities(cfg(), "")
+		rep, err := rec.Run(ctx, acts, true, time.Now())
+		if errors.Is(err, reservation.ErrLeaseHeld) || ctx.Err() != nil {
+			continue
+		}
+		if err != nil {
+			log.Warn("background reconcile failed", zap.Error(err))
+			continue
+		}
+		// Alerts and notes are logged by the reconciler itself.
+		for _, a := range rep.Activities {
+			if len(a.Stale) > 0 || a.MovesSettled > 0 {
+				log.Info("reconciled", zap.String("activity", a.ID), zap.Int("stale", len(a.Stale)), zap.Int("moves", a.MovesSettled))
+			}
+		}
+	}
+}
+
+func cmdReconcile(c *cli) error {
+	fs := c.flags("-c FILE [--activity ID] [--repair] [--json]")
+	act := fs.String("activity", "", "only this activity `ID` (default: all)")
+	repair := fs.Bool("repair", false, "act on what the shop proves (default: report only)")
+	asJSON := fs.Bool("json", false, "machine-readable output")
+	wait := fs.Duration("lease-wait", 30*time.Second, "with --repair, how long to wait for another reconciler's lease")
+	if err := c.parse(); err != nil {
+		return err
+	}
+	cfg, st, err := c.open()
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	acts, err := activities(cfg, *act)
+	if err != nil {
+		return err
+	}
+	// A repairing run waits for a serve instance's background pass to
+	// finish: two reconcilers never repair at once.
+	rec := reservation.NewReconciler(st, metrics.New(), c.logger()).WithLeaseWait(*wait)
+	rep, err := rec.Run(context.Background(), acts, *repair, time.Now())
+	if err != nil {
+		return fail(exitFailed, "reconcile: %v", err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(c.stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(rep)
+	} else {
+		printReport(c, rep)
+	}
+	if rep.Alerting() {
+		return &exitError{code: exitFailed, err: errors.New("reconcile found problems that need a person")}
+	}
+	return nil
+}
+
+func printReport(c *cli, rep reservation.Report) {
+	for _, a := range rep.Activities {
+		fmt.Fprintf(c.stdout, "activity %s (%s): %d stale pending, %d moves settled\n", a.ID, a.Phase, len(a.Stale), a.MovesSettled)
+		for _, k := range a.SKUs {
+			shop := "n/a"
+			if k.ShopCount != nil {
+				shop = strconv.FormatInt(*k.ShopCount, 10)
+			}
+			fmt.Fprintf(c.stdout, "  sku %s: initial %d remaining %d pending %d confirmed %d released %d shop %s unsettled %d ok=%v\n",
+				k.ID, k.Initial, k.Remaining, k.Pending, k.Confirmed, k.Released, shop, k.Unsettled, k.OK)
+		}
+		for _, f := range a.Stale {
+			fmt.Fprintf(c.stdout, "  %s user=%s qty=%d age=%s verdict=%s action=%s %s\n", f.Token, f.User, f.Qty,
+				time.Duration(f.AgeMs)*time.Millisecond, f.Verdict, f.Action, f.Detail)
+		}
+		for _, n := range a.Notes {
+			fmt.Fprintf(c.stdout, "  note: %s\n", n)
+		}
+		for _, al := range a.Alerts {
+			fmt.Fprintf(c.stdout, "  ALERT %s\n", al)
+		}
+	}
+}

@@ -1,0 +1,576 @@
+package reservation
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/internal/signing"
+	"github.com/seckill-proxy/seckill-proxy/lua"
+	"github.com/seckill-proxy/seckill-proxy/metrics"
+	"github.com/seckill-proxy/seckill-proxy/store"
+)
+
+// QueueOptions tune the queue-mode workers. Zero fields take defaults.
+type QueueOptions struct {
+	// Consumer names this instance in the streams' consumer group
+	// (default host/pid/start time: unique per process).
+	Consumer string
+	// ClaimIdle is how long an entry may sit unacknowledged with a
+	// consumer before another takes it over with XAUTOCLAIM (default:
+	// 30 s plus three shop timeouts plus the time the rate needs for one
+	// round of workers).
+	ClaimIdle time.Duration
+	// Poll is the longest pause between looks at empty streams (default 200ms).
+	Poll time.Duration
+	// Client sends the shop requests (default: one built from upstream).
+	Client *http.Client
+}
+
+// Queue runs the queue-mode workers of one serve instance: for every
+// activity in queue mode, a reader that takes entries from the SKU's
+// shard streams through the shared consumer group, and queue.workers
+// forwarders that send them to the shop at queue.rate (fleet-wide, from
+// a Redis token bucket), settle the reservation by the shop's answer, and
+// acknowledge the entry.
+type Queue struct {
+	st  *store.Store
+	m   *metrics.Metrics
+	log *zap.Logger
+	opt QueueOptions
+
+	mu   sync.Mutex
+	stop context.CancelFunc // stops reading; forwarders drain what they hold
+	kill context.CancelFunc // also aborts requests in flight
+	wg   sync.WaitGroup
+}
+
+// NewQueue builds the workers; Start runs them.
+func NewQueue(st *store.Store, m *metrics.Metrics, log *zap.Logger, opt QueueOptions) *Queue {
+	if opt.Consumer == "" {
+		host, _ := os.Hostname()
+		opt.Consumer = fmt.Sprintf("%s/%d/%d", host, os.Getpid(), time.Now().UnixNano())
+	}
+	if opt.Poll <= 0 {
+		opt.Poll = 200 * time.Millisecond
+	}
+	return &Queue{st: st, m: m, log: log, opt: opt}
+}
+
+// Start (re)starts the workers for cfg's queue-mode activities: a reload
+// stops the old ones gracefully first. Entries the old ones held but had
+// not handled are taken over after ClaimIdle.
+func (q *Queue) Start(cfg *config.Config) {
+	q.Stop()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	readCtx, stop := context.WithCancel(context.Background())
+	sendCtx, kill := context.WithCancel(context.Background())
+	q.stop, q.kill = stop, kill
+	for i := range cfg.Activities {
+		a := &cfg.Activities[i]
+		if a.Mode != config.ModeQueue {
+			continue
+		}
+		aq := newActQueue(q, cfg, a)
+		q.wg.Add(1)
+		go func() {
+			defer q.wg.Done()
+			aq.run(readCtx, sendCtx)
+		}()
+		q.log.Info("queue workers started", zap.String("activity", a.ID), zap.Int("workers", a.Queue.Workers),
+			zap.Float64("rate", a.Queue.Rate), zap.Duration("claim_idle", aq.claimIdle))
+	}
+}
+
+// Stop stops reading and waits for the forwarders to finish what they
+// hold (each bounded by the shop timeout).
+func (q *Queue) Stop() {
+	q.mu.Lock()
+	stop, kill := q.stop, q.kill
+	q.stop, q.kill = nil, nil
+	q.mu.Unlock()
+	if stop == nil {
+		return
+	}
+	stop()
+	q.wg.Wait()
+	kill()
+}
+
+// Kill stops at once, dropping requests in flight unacknowledged, as a
+// crash would; another consumer takes their entries over after ClaimIdle.
+// For tests and abrupt shutdown.
+func (q *Queue) Kill() {
+	q.mu.Lock()
+	stop, kill := q.stop, q.kill
+	q.stop, q.kill = nil, nil
+	q.mu.Unlock()
+	if stop == nil {
+		return
+	}
+	kill()
+	stop()
+	q.wg.Wait()
+}
+
+// actQueue is the workers of one activity.
+type actQueue struct {
+	q         *Queue
+	a         *config.Activity
+	cfg       *config.Config
+	client    *http.Client
+	secret    []byte
+	base      string // upstream URL without a trailing slash
+	claimIdle time.Duration
+	capacity  int64 // bucket capacity: a tenth of a second of rate, at least 1
+	expireAt  int64
+}
+
+type job struct {
+	sku    string
+	shards int
+	e      store.QueueEntry
+}
+
+func newActQueue(q *Queue, cfg *config.Config, a *config.Activity) *actQueue {
+	aq := &actQueue{q: q, a: a, cfg: cfg, secret: []byte(cfg.SigningSecret()),
+		base: strings.TrimSuffix(cfg.Upstream.URL, "/"), expireAt: store.ExpireAt(a)}
+	aq.capacity = max(1, int64(a.Queue.Rate/10))
+	aq.claimIdle = q.opt.ClaimIdle
+	if aq.claimIdle <= 0 {
+		roundTrip := time.Duration(float64(a.Queue.Workers) / a.Queue.Rate * float64(time.Second))
+		aq.claimIdle = 30*time.Second + 3*cfg.Upstream.Timeout + 2*roundTrip
+	}
+	aq.client = q.opt.Client
+	if aq.client == nil {
+		aq.client = &http.Client{
+			Timeout: cfg.Upstream.Timeout,
+			Transport: &http.Transport{
+				Proxy:               nil,
+				DialContext:         (&net.Dialer{Timeout: min(cfg.Upstream.Timeout, 2*time.Second)}).DialContext,
+				MaxConnsPerHost:     a.Queue.Workers,
+				MaxIdleConnsPerHost: a.Queue.Workers,
+				IdleConnTimeout:     4 * time.Second, // below the usual 5 s keep-alive of shops
+			},
+		}
+	}
+	return aq
+}
+
+// run reads entries while readCtx lives and hands them to the forwarders.
+// Only as many entries are read as forwarders are free, and each is sent
+// once the fleet-wide bucket grants it a token, so an entry waits in a
+// consumer's pending list only while it is being handled.
+func (aq *actQueue) run(readCtx, sendCtx context.Context) {
+	a := aq.a
+	jobs := make(chan job)
+	free := make(chan struct{}, a.Queue.Workers)
+	var wg sync.WaitGroup
+	for i := 0; i < a.Queue.Workers; i++ {
+		free <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				aq.handle(sendCtx, j)
+				free <- struct{}{}
+			}
+		}()
+	}
+	defer func() {
+		close(jobs)
+		wg.Wait()
+	}()
+
+	type shardRef struct {
+		sku   string
+		shard int
+	}
+	var (
+		refs    []shardRef
+		shards  int
+		cursors = map[shardRef]string{}
+		ensured = map[shardRef]bool{}
+		rr      int
+		idle    = 10 * time.Millisecond
+		claimed time.Time
+	)
+	sleep := func(d time.Duration) bool {
+		select {
+		case <-readCtx.Done():
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
+	for readCtx.Err() == nil {
+		if time.Now().UnixMilli() > aq.expireAt {
+			aq.q.log.Info("queue workers stop: the activity's keys have expired", zap.String("activity", a.ID))
+			return
+		}
+		f, err := aq.q.st.Flags(readCtx, a.ID)
+		if err != nil || !f.Ready || f.Shards <= 0 {
+			sleep(time.Second)
+			continue
+		}
+		if f.Shards != shards {
+			shards, refs = f.Shards, nil
+			for _, sku := range a.SKUs {
+				for s := 0; s < shards; s++ {
+					refs = append(refs, shardRef{sku.ID, s})
+				}
+			}
+			ensured = map[shardRef]bool{}
+		}
+		// Wait for one free forwarder, then take every other free one.
+		select {
+		case <-readCtx.Done():
+			return
+		case <-free:
+		}
+		n := 1
+		for more := true; more && n < a.Queue.Workers; {
+			select {
+			case <-free:
+				n++
+			default:
+				more = false
+			}
+		}
+		var got []job
+		claim := time.Since(claimed) > aq.claimIdle/4
+		if claim {
+			claimed = time.Now()
+		}
+		for i := 0; i < len(refs) && len(got) < n && readCtx.Err() == nil; i++ {
+			ref := refs[(rr+i)%len(refs)]
+			if !ensured[ref] {
+				if err := aq.q.st.EnsureQueueGroup(readCtx, a.ID, ref.sku, shards, ref.shard, aq.expireAt); err != nil {
+					aq.q.log.Warn("queue: consumer group", zap.String("activity", a.ID), zap.Error(err))
+					continue
+				}
+				ensured[ref] = true
+			}
+			var es []store.QueueEntry
+			if claim {
+				cur := cursors[ref]
+				if cur == "" {
+					cur = "0-0"
+				}
+				es, cur, err = aq.q.st.ClaimQueue(readCtx, a.ID, ref.sku, shards, ref.shard, aq.q.opt.Consumer, aq.claimIdle, cur, int64(n-len(got)))
+				cursors[ref] = cur
+				if len(es) > 0 {
+					aq.q.log.Info("queue: took over entries of a silent consumer", zap.String("activity", a.ID), zap.Int("entries", len(es)))
+				}
+			}
+			if err == nil && len(got)+len(es) < n {
+				var fresh []store.QueueEntry
+				fresh, err = aq.q.st.ReadQueue(readCtx, a.ID, ref.sku, shards, ref.shard, aq.q.opt.Consumer, int64(n-len(got)-len(es)))
+				es = append(es, fresh...)
+			}
+			if errors.Is(err, store.ErrNoGroup) {
+				ensured[ref] = false
+			} else if err != nil && readCtx.Err() == nil {
+				aq.q.log.Warn("queue: read", zap.String("activity", a.ID), zap.Error(err))
+			}
+			for _, e := range es {
+				got = append(got, job{sku: ref.sku, shards: shards, e: e})
+			}
+		}
+		rr++
+		for i := len(got); i < n; i++ {
+			free <- struct{}{}
+		}
+		if len(got) == 0 {
+			if !sleep(idle) {
+				return
+			}
+			idle = min(2*idle, aq.q.opt.Poll)
+			continue
+		}
+		idle = 10 * time.Millisecond
+		// Hand the entries out as the bucket grants tokens for them. On
+		// shutdown the rest stay in this consumer's pending list and are
+		// taken over after ClaimIdle.
+		for len(got) > 0 {
+			k, wait, err := aq.q.st.TakeTokens(readCtx, a.ID, a.Queue.Rate, aq.capacity, int64(len(got)))
+			if err != nil {
+				if readCtx.Err() != nil {
+					return
+				}
+				aq.q.log.Warn("queue: rate bucket", zap.String("activity", a.ID), zap.Error(err))
+				wait = 100 * time.Millisecond
+			}
+			for ; k > 0; k-- {
+				jobs <- got[0]
+				got = got[1:]
+			}
+			if len(got) > 0 && !sleep(max(wait, time.Millisecond)) {
+				return
+			}
+		}
+	}
+}
+
+// handle forwards one queued reservation and settles it. The reservation
+// changes state at most once however often its entry is delivered: every
+// transition is conditional, and an entry whose reservation is no longer
+// pending is acknowledged without a request to the shop.
+func (aq *actQueue) handle(ctx context.Context, j job) {
+	a := aq.a
+	st := aq.q.st
+	ack := func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := st.AckQueue(cctx, a.ID, j.sku, j.shards, j.e.Shard, j.e.ID); err != nil {
+			aq.q.log.Warn("queue: ack failed; the entry will be delivered again", zap.Error(err))
+		}
+	}
+	tok, err := store.ParseToken(j.e.Token)
+	if err != nil || tok.Activity != a.ID || tok.SKU != j.sku {
+		ack() // not an entry this proxy wrote (or trimmed away): nothing to do
+		return
+	}
+	res, ok, err := st.Lookup(ctx, tok, j.shards)
+	if err != nil {
+		return // Redis trouble: leave it to be delivered again
+	}
+	if !ok || res.State != store.StatePending {
+		ack()
+		return
+	}
+	if j.e.Redelivered && a.Verify.URL != "" {
+		// The shop may have seen it from the worker that died: ask first.
+		if v, oid, _ := verifyOrder(ctx, aq.client, a.Verify.URL, j.e.Token); v == OrderExists {
+			if aq.settle(ctx, "confirm", func(c context.Context) (lua.Code, error) { return st.Confirm(c, tok, j.shards, oid) }) {
+				ack()
+			}
+			return
+		}
+	}
+	status, oid, err := aq.forward(ctx, tok, res)
+	switch {
+	case ctx.Err() != nil:
+		return // killed: the outcome is unknown, leave the entry for a takeover
+	case err == nil && status >= 200 && status < 300:
+		if !aq.settle(ctx, "confirm", func(c context.Context) (lua.Code, error) { return st.Confirm(c, tok, j.shards, oid) }) {
+			return // not acked: redelivery verifies, then confirms
+		}
+	case err == nil || isDefiniteNo(err):
+		reason := "shop_status_" + strconv.Itoa(status)
+		if err != nil {
+			reason = "shop_unreachable"
+		}
+		if !aq.settle(ctx, "release", func(c context.Context) (lua.Code, error) {
+			return st.Release(c, tok, j.shards, reason, time.Now().UnixMilli(), true)
+		}) {
+			return
+		}
+	default:
+		aq.q.log.Warn("queue: shop outcome unknown; reservation stays pending for the reconciler",
+			zap.String("token", j.e.Token), zap.Error(err))
+		aq.q.m.Settlements.WithLabelValues("queue_unknown", "PENDING").Inc()
+	}
+	ack()
+}
+
+// settle runs one transition, retried briefly on Redis trouble; it reports
+// whether the reservation is settled (or was already).
+func (aq *actQueue) settle(ctx context.Context, kind string, f func(context.Context) (lua.Code, error)) bool {
+	for attempt := 0; attempt < 3; attempt++ {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		code, err := f(cctx)
+		cancel()
+		if err == nil {
+			aq.q.m.Settlements.WithLabelValues("queue_"+kind, code.String()).Inc()
+			if kind == "confirm" && code == lua.Released {
+				aq.q.log.Error("shop confirmed a reservation that was already released: the shop holds an order for stock back on sale")
+			}
+			return true
+		}
+		aq.q.log.Warn("queue: "+kind+" failed", zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(100 * time.Millisecond << attempt):
+		}
+	}
+	aq.q.m.Settlements.WithLabelValues("queue_"+kind, "error").Inc()
+	return false
+}
+
+// forward sends one reservation to the shop as a buy request rebuilt from
+// the activity's route: the path with {activity} and {sku} filled in, the
+// SKU and quantity where sku_from / qty_from say (query, form or JSON
+// body), the buyer's identity where identity.user says, and the
+// X-Seckill-* headers of SPEC §5. The buyer's original body and headers
+// are not kept (memory); a POST/PUT/PATCH with nothing to carry sends {}.
+func (aq *actQueue) forward(ctx context.Context, tok store.Token, res store.Reservation) (int, string, error) {
+	a := aq.a
+	path := strings.NewReplacer("{activity}", url.PathEscape(a.ID), "{sku}", url.PathEscape(tok.SKU)).Replace(a.Route.Path)
+	qty := strconv.FormatInt(res.Qty, 10)
+	query := url.Values{}
+	form := url.Values{}
+	body := map[string]any{}
+	put := func(from, value string, number bool) {
+		kind, name, _ := strings.Cut(from, ":")
+		switch kind {
+		case "query":
+			query.Set(name, value)
+		case "form":
+			form.Set(name, value)
+		case "json":
+			var v any = value
+			if number {
+				v = json.Number(value)
+			}
+			setPointer(body, name, v)
+		}
+	}
+	put(a.Route.SkuFrom, tok.SKU, false)
+	if a.Route.QtyFrom != "" {
+		put(a.Route.QtyFrom, qty, true)
+	}
+	id := aq.cfg.Identity.User
+	if id.Query != "" {
+		query.Set(id.Query, res.User)
+	}
+	u := aq.base + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	var rd io.Reader
+	ctype := ""
+	switch {
+	case len(form) > 0:
+		rd, ctype = strings.NewReader(form.Encode()), "application/x-www-form-urlencoded"
+	case len(body) > 0 || a.Route.Method == http.MethodPost || a.Route.Method == http.MethodPut || a.Route.Method == http.MethodPatch:
+		b, _ := json.Marshal(body)
+		rd, ctype = bytes.NewReader(b), "application/json"
+	}
+	req, err := http.NewRequestWithContext(ctx, a.Route.Method, u, rd)
+	if err != nil {
+		return 0, "", fmt.Errorf("build request: %w", err)
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	switch {
+	case id.Header != "":
+		req.Header.Set(id.Header, res.User)
+	case id.Cookie != "":
+		req.AddCookie(&http.Cookie{Name: id.Cookie, Value: res.User})
+	}
+	t := tok.String()
+	h := req.Header
+	h["X-Seckill-Token"] = []string{t}
+	h["X-Seckill-Activity"] = []string{a.ID}
+	h["X-Seckill-Sku"] = []string{tok.SKU}
+	h["X-Seckill-Qty"] = []string{qty}
+	h["X-Seckill-User"] = []string{res.User}
+	h["X-Seckill-Signature"] = []string{signing.Sign(aq.secret, time.Now().UnixMilli(), t, a.ID, tok.SKU, qty, res.User)}
+	t0 := time.Now()
+	resp, err := aq.client.Do(req)
+	if err != nil {
+		aq.q.m.UpstreamLatency.WithLabelValues("queue_failed").Observe(time.Since(t0).Seconds())
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	outcome := "queue_ok"
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		outcome = "queue_refused"
+	}
+	aq.q.m.UpstreamLatency.WithLabelValues(outcome).Observe(time.Since(t0).Seconds())
+	if err != nil && outcome == "queue_ok" {
+		return 0, "", err // 2xx whose body was cut: outcome unknown
+	}
+	return resp.StatusCode, orderIDOf(resp.Header, b, a.OrderIDFrom), nil
+}
+
+// isDefiniteNo reports whether err proves the shop never got the request:
+// the connection could not be made.
+func isDefiniteNo(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// orderIDOf finds the order id in a 2xx answer: json:/pointer or header:NAME.
+func orderIDOf(h http.Header, body []byte, from string) string {
+	kind, name, _ := strings.Cut(from, ":")
+	switch kind {
+	case "header":
+		return h.Get(name)
+	case "json":
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.UseNumber()
+		var v any
+		if dec.Decode(&v) != nil {
+			return ""
+		}
+		for _, tok := range pointer(name) {
+			switch x := v.(type) {
+			case map[string]any:
+				v = x[tok]
+			case []any:
+				i, err := strconv.Atoi(tok)
+				if err != nil || i < 0 || i >= len(x) {
+					return ""
+				}
+				v = x[i]
+			default:
+				return ""
+			}
+		}
+		switch x := v.(type) {
+		case string:
+			return x
+		case json.Number:
+			return x.String()
+		}
+	}
+	return ""
+}
+
+func pointer(p string) []string {
+	if p == "" || p == "/" {
+		return nil
+	}
+	parts := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	for i, s := range parts {
+		parts[i] = strings.ReplaceAll(strings.ReplaceAll(s, "~1", "/"), "~0", "~")
+	}
+	return parts
+}
+
+// setPointer sets v at the JSON pointer p inside m, creating objects.
+func setPointer(m map[string]any, p string, v any) {
+	parts := pointer(p)
+	if len(parts) == 0 {
+		return
+	}
+	for _, k := range parts[:len(parts)-1] {
+		next, ok := m[k].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			m[k] = next
+		}
+		m = next
+	}
+	m[parts[len(parts)-1]] = v
+}
