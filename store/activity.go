@@ -51,8 +51,24 @@ func (s *Store) SetPaused(ctx context.Context, act string, paused bool) error {
 	}
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
-	return wrap(c.Do(cctx, c.B().Hset().Key(s.MetaKey(act)).FieldValue().FieldValue("paused", v).Build()).Error())
+	key := s.MetaKey(act)
+	// A pause before preheat creates the meta hash: give it a lifetime
+	// (NX: only when it has none), which preheat later replaces with
+	// end + key_ttl_after_end.
+	for _, r := range c.DoMulti(cctx,
+		c.B().Hset().Key(key).FieldValue().FieldValue("paused", v).Build(),
+		c.B().Pexpire().Key(key).Milliseconds(orphanMetaTTL.Milliseconds()).Nx().Build(),
+	) {
+		if err := r.Error(); err != nil {
+			return wrap(err)
+		}
+	}
+	return nil
 }
+
+// orphanMetaTTL bounds the life of a meta hash made by pause before any
+// preheat.
+const orphanMetaTTL = 7 * 24 * time.Hour
 
 // PreheatOutcome says what Preheat did.
 type PreheatOutcome int
