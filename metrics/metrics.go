@@ -32,6 +32,9 @@ type Metrics struct {
 	StockMoves *prometheus.CounterVec
 	// Passthrough counts ordinary (non-buy) requests by status class.
 	Passthrough *prometheus.CounterVec
+	// QueueBacklog is how many queue-mode reservations wait in the streams
+	// of each activity for a forwarder.
+	QueueBacklog *prometheus.GaugeVec
 	// ReconcileAlerts counts reconciler findings that need a person.
 	ReconcileAlerts *prometheus.CounterVec
 }
@@ -71,12 +74,15 @@ func New() *Metrics {
 		Passthrough: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_passthrough_requests_total", Help: "Ordinary requests passed to the shop, by status class.",
 		}, []string{"class"}),
+		QueueBacklog: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "seckill_queue_backlog", Help: "Queue-mode reservations waiting in the streams, by activity.",
+		}, []string{"activity"}),
 		ReconcileAlerts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_reconcile_alerts_total", Help: "Reconciler findings that need a person, by activity and kind.",
 		}, []string{"activity", "kind"}),
 	}
 	r.MustRegister(m.Outcomes, m.Rejections, m.BuyLatency, m.ScriptLatency, m.UpstreamLatency,
-		m.Settlements, m.RedisSaved, m.StockMoves, m.Passthrough, m.ReconcileAlerts,
+		m.Settlements, m.RedisSaved, m.StockMoves, m.Passthrough, m.QueueBacklog, m.ReconcileAlerts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -87,10 +87,14 @@ func (q *Queue) Start(cfg *config.Config) {
 			continue
 		}
 		aq := newActQueue(q, cfg, a)
-		q.wg.Add(1)
+		q.wg.Add(2)
 		go func() {
 			defer q.wg.Done()
 			aq.run(readCtx, sendCtx)
+		}()
+		go func() {
+			defer q.wg.Done()
+			aq.watchBacklog(readCtx)
 		}()
 		q.log.Info("queue workers started", zap.String("activity", a.ID), zap.Int("workers", a.Queue.Workers),
 			zap.Float64("rate", a.Queue.Rate), zap.Duration("claim_idle", aq.claimIdle))
@@ -170,6 +174,40 @@ func newActQueue(q *Queue, cfg *config.Config, a *config.Activity) *actQueue {
 		}
 	}
 	return aq
+}
+
+// backlogEvery is how often the backlog gauge is refreshed.
+const backlogEvery = time.Second
+
+// watchBacklog keeps seckill_queue_backlog current for the activity: the
+// number operators watch to see the shop falling behind.
+func (aq *actQueue) watchBacklog(ctx context.Context) {
+	g := aq.q.m.QueueBacklog.WithLabelValues(aq.a.ID)
+	t := time.NewTicker(backlogEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		f, err := aq.q.st.Flags(ctx, aq.a.ID)
+		if err != nil || !f.Ready {
+			continue
+		}
+		var total int64
+		for _, sku := range aq.a.SKUs {
+			n, err := aq.q.st.QueueLength(ctx, aq.a.ID, sku.ID, f.Shards)
+			if err != nil {
+				total = -1
+				break
+			}
+			total += n
+		}
+		if total >= 0 {
+			g.Set(float64(total))
+		}
+	}
 }
 
 // run reads entries while readCtx lives and hands them to the forwarders.
