@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/seckill-proxy/seckill-proxy/admission"
 	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/internal/jsonptr"
 	"github.com/seckill-proxy/seckill-proxy/internal/signing"
 	"github.com/seckill-proxy/seckill-proxy/lua"
 )
@@ -194,13 +194,8 @@ func orderID(resp *fasthttp.Response, from string) string {
 		if len(body) == 0 || len(body) > 1<<20 {
 			return ""
 		}
-		var v any
-		dec := json.NewDecoder(strings.NewReader(string(body)))
-		dec.UseNumber()
-		if dec.Decode(&v) != nil {
-			return ""
-		}
-		return string(lookupPointer(v, splitPointer(name)))
+		id, _ := jsonptr.Find(body, name)
+		return id
 	}
 	return ""
 }

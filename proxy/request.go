@@ -2,15 +2,14 @@ package proxy
 
 import (
 	"bytes"
-	"encoding/json"
 	"net/netip"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/internal/jsonptr"
 )
 
 // maxIDLen bounds user, device and request ids: longer ones are refused,
@@ -44,21 +43,9 @@ func newFromExtractor(from string) extractor {
 	kind, name, _ := strings.Cut(from, ":")
 	e := extractor{kind: kind, name: name}
 	if kind == "json" {
-		e.ptr = splitPointer(name)
+		e.ptr = jsonptr.Split(name)
 	}
 	return e
-}
-
-// splitPointer splits an RFC 6901 JSON pointer into unescaped tokens.
-func splitPointer(p string) []string {
-	if p == "" || p == "/" {
-		return nil
-	}
-	parts := strings.Split(strings.TrimPrefix(p, "/"), "/")
-	for i, s := range parts {
-		parts[i] = strings.ReplaceAll(strings.ReplaceAll(s, "~1", "/"), "~0", "~")
-	}
-	return parts
 }
 
 // errBody means the body could not be parsed as the config says it is.
@@ -85,7 +72,10 @@ func (e *extractor) get(ctx *fasthttp.RequestCtx, pathSKU []byte, body *jsonBody
 		if err != nil {
 			return nil, err
 		}
-		return lookupPointer(v, e.ptr), nil
+		if s, ok := jsonptr.Lookup(v, e.ptr); ok {
+			return []byte(s), nil
+		}
+		return nil, nil
 	}
 	return nil, nil
 }
@@ -104,40 +94,13 @@ func (b *jsonBody) get(ctx *fasthttp.RequestCtx) (any, error) {
 		if len(bytes.TrimSpace(raw)) == 0 {
 			b.err = errBody{}
 		} else {
-			dec := json.NewDecoder(bytes.NewReader(raw))
-			dec.UseNumber()
-			if err := dec.Decode(&b.v); err != nil {
+			var err error
+			if b.v, err = jsonptr.Decode(raw); err != nil {
 				b.err = errBody{}
 			}
 		}
 	}
 	return b.v, b.err
-}
-
-// lookupPointer resolves a JSON pointer in a decoded value; strings and
-// numbers come back as their text, anything else as absent.
-func lookupPointer(v any, ptr []string) []byte {
-	for _, tok := range ptr {
-		switch x := v.(type) {
-		case map[string]any:
-			v = x[tok]
-		case []any:
-			i, err := strconv.Atoi(tok)
-			if err != nil || i < 0 || i >= len(x) {
-				return nil
-			}
-			v = x[i]
-		default:
-			return nil
-		}
-	}
-	switch x := v.(type) {
-	case string:
-		return []byte(x)
-	case json.Number:
-		return []byte(x.String())
-	}
-	return nil
 }
 
 // validID reports whether b may be used as a user, device or request id:

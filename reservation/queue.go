@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/internal/jsonptr"
 	"github.com/seckill-proxy/seckill-proxy/internal/signing"
 	"github.com/seckill-proxy/seckill-proxy/lua"
 	"github.com/seckill-proxy/seckill-proxy/metrics"
@@ -477,7 +478,7 @@ func (aq *actQueue) forward(ctx context.Context, tok store.Token, res store.Rese
 			if number {
 				v = json.Number(value)
 			}
-			setPointer(body, name, v)
+			jsonptr.Set(body, name, v)
 		}
 	}
 	put(a.Route.SkuFrom, tok.SKU, false)
@@ -555,60 +556,8 @@ func orderIDOf(h http.Header, body []byte, from string) string {
 	case "header":
 		return h.Get(name)
 	case "json":
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.UseNumber()
-		var v any
-		if dec.Decode(&v) != nil {
-			return ""
-		}
-		for _, tok := range pointer(name) {
-			switch x := v.(type) {
-			case map[string]any:
-				v = x[tok]
-			case []any:
-				i, err := strconv.Atoi(tok)
-				if err != nil || i < 0 || i >= len(x) {
-					return ""
-				}
-				v = x[i]
-			default:
-				return ""
-			}
-		}
-		switch x := v.(type) {
-		case string:
-			return x
-		case json.Number:
-			return x.String()
-		}
+		id, _ := jsonptr.Find(body, name)
+		return id
 	}
 	return ""
-}
-
-func pointer(p string) []string {
-	if p == "" || p == "/" {
-		return nil
-	}
-	parts := strings.Split(strings.TrimPrefix(p, "/"), "/")
-	for i, s := range parts {
-		parts[i] = strings.ReplaceAll(strings.ReplaceAll(s, "~1", "/"), "~0", "~")
-	}
-	return parts
-}
-
-// setPointer sets v at the JSON pointer p inside m, creating objects.
-func setPointer(m map[string]any, p string, v any) {
-	parts := pointer(p)
-	if len(parts) == 0 {
-		return
-	}
-	for _, k := range parts[:len(parts)-1] {
-		next, ok := m[k].(map[string]any)
-		if !ok {
-			next = map[string]any{}
-			m[k] = next
-		}
-		m = next
-	}
-	m[parts[len(parts)-1]] = v
 }

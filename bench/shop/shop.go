@@ -7,9 +7,6 @@ package shop
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +19,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
+
+	"github.com/seckill-proxy/seckill-proxy/internal/signing"
 )
 
 // Config is the shop's behaviour; the zero value plus a DB is a plain, fast,
@@ -256,38 +255,16 @@ var ErrBadSignature = errors.New("bad X-Seckill-Signature")
 // Sign computes the X-Seckill-Signature value of SPEC §5 for the given fields.
 // Exported so tests and tools can forge valid proxy requests.
 func Sign(secret []byte, tMillis int64, token, activity, sku, qty, user string) string {
-	m := hmac.New(sha256.New, secret)
-	fmt.Fprintf(m, "%d.%s.%s.%s.%s.%s", tMillis, token, activity, sku, qty, user)
-	return fmt.Sprintf("t=%d,v1=%s", tMillis, hex.EncodeToString(m.Sum(nil)))
+	return signing.Sign(secret, tMillis, token, activity, sku, qty, user)
 }
 
 func (s *Shop) checkSignature(h *fasthttp.RequestHeader, token, act, sku, qty, user string) error {
-	raw := string(h.Peek("X-Seckill-Signature"))
-	var tPart, vPart string
-	for _, p := range strings.Split(raw, ",") {
-		k, v, _ := strings.Cut(strings.TrimSpace(p), "=")
-		switch k {
-		case "t":
-			tPart = v
-		case "v1":
-			vPart = v
-		}
-	}
-	t, err := strconv.ParseInt(tPart, 10, 64)
-	if err != nil {
-		return fmt.Errorf("%w: timestamp %q", ErrBadSignature, tPart)
+	t, ok := signing.Verify(s.secret, string(h.Peek("X-Seckill-Signature")), token, act, sku, qty, user)
+	if !ok {
+		return fmt.Errorf("%w: malformed or mismatch", ErrBadSignature)
 	}
 	if skew := time.Since(time.UnixMilli(t)); skew > s.cfg.MaxSkew || skew < -s.cfg.MaxSkew {
 		return fmt.Errorf("%w: timestamp %s off", ErrBadSignature, skew)
-	}
-	got, err := hex.DecodeString(vPart)
-	if err != nil {
-		return fmt.Errorf("%w: v1 not hex", ErrBadSignature)
-	}
-	m := hmac.New(sha256.New, s.secret)
-	fmt.Fprintf(m, "%d.%s.%s.%s.%s.%s", t, token, act, sku, qty, user)
-	if !hmac.Equal(got, m.Sum(nil)) {
-		return fmt.Errorf("%w: mismatch", ErrBadSignature)
 	}
 	return nil
 }

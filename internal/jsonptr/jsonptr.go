@@ -1,0 +1,85 @@
+// Package jsonptr resolves RFC 6901 JSON pointers in decoded JSON: where
+// the config says a SKU, a qty or the shop's order id is found
+// (`json:/pointer`).
+package jsonptr
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"strings"
+)
+
+// Split turns a pointer ("/a/b~1c") into unescaped tokens (["a", "b/c"]);
+// "" and "/" mean the whole document.
+func Split(p string) []string {
+	if p == "" || p == "/" {
+		return nil
+	}
+	parts := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	for i, s := range parts {
+		parts[i] = strings.ReplaceAll(strings.ReplaceAll(s, "~1", "/"), "~0", "~")
+	}
+	return parts
+}
+
+// Lookup resolves tokens in a value decoded with UseNumber; strings and
+// numbers come back as their text, anything else (or nothing) as "", false.
+func Lookup(v any, tokens []string) (string, bool) {
+	for _, tok := range tokens {
+		switch x := v.(type) {
+		case map[string]any:
+			v = x[tok]
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(x) {
+				return "", false
+			}
+			v = x[i]
+		default:
+			return "", false
+		}
+	}
+	switch x := v.(type) {
+	case string:
+		return x, true
+	case json.Number:
+		return x.String(), true
+	}
+	return "", false
+}
+
+// Decode parses one JSON document keeping numbers exact (json.Number).
+func Decode(data []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	err := dec.Decode(&v)
+	return v, err
+}
+
+// Find decodes data and resolves the pointer p in it.
+func Find(data []byte, p string) (string, bool) {
+	v, err := Decode(data)
+	if err != nil {
+		return "", false
+	}
+	return Lookup(v, Split(p))
+}
+
+// Set stores v at pointer p inside m, creating objects on the way.
+func Set(m map[string]any, p string, v any) {
+	parts := Split(p)
+	if len(parts) == 0 {
+		return
+	}
+	for _, k := range parts[:len(parts)-1] {
+		next, ok := m[k].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			m[k] = next
+		}
+		m = next
+	}
+	m[parts[len(parts)-1]] = v
+}

@@ -1,0 +1,41 @@
+package jsonptr
+
+import "testing"
+
+func TestFind(t *testing.T) {
+	doc := []byte(`{"order_id":123456789012345678,"a":{"b/c":["x",{"d":"y"}]},"m~n":"z","f":1.5,"o":{}}`)
+	tests := []struct {
+		name, ptr, want string
+		ok              bool
+	}{
+		{"number kept exact", "/order_id", "123456789012345678", true},
+		{"escaped slash and array", "/a/b~1c/1/d", "y", true},
+		{"array index", "/a/b~1c/0", "x", true},
+		{"escaped tilde", "/m~0n", "z", true},
+		{"float", "/f", "1.5", true},
+		{"object is not a value", "/o", "", false},
+		{"missing", "/nope", "", false},
+		{"index out of range", "/a/b~1c/5", "", false},
+		{"bad index", "/a/b~1c/x", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := Find(doc, tt.ptr)
+			if got != tt.want || ok != tt.ok {
+				t.Fatalf("Find(%q) = %q, %v; want %q, %v", tt.ptr, got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+	if _, ok := Find([]byte(`{bad`), "/a"); ok {
+		t.Fatal("malformed JSON found a value")
+	}
+}
+
+func TestSet(t *testing.T) {
+	m := map[string]any{}
+	Set(m, "/a/b", "v")
+	Set(m, "/c", 1)
+	if m["a"].(map[string]any)["b"] != "v" || m["c"] != 1 {
+		t.Fatalf("Set: %v", m)
+	}
+}
