@@ -107,27 +107,9 @@ func (s *Store) Confirm(ctx context.Context, t Token, shards int, orderID string
 }
 
 func (s *Store) confirmAs(ctx context.Context, t Token, shards int, orderID string, f *Fence) (lua.Code, error) {
-	c, err := s.Client()
-	if err != nil {
-		return 0, err
-	}
-	if t.Shard >= shards {
-		return lua.Unknown, nil
-	}
-	k := s.keys.get(t.Activity, t.SKU, shards).Shards[t.Shard]
-	keys, args := []string{k.Stock, k.Res, k.Pending}, []string{t.ID, sanitize(orderID)}
-	script := s.confirm
-	if f != nil {
-		keys, args = f.wrap(keys, args, k)
-		script = s.fencedConfirm
-	}
-	cctx, cancel := s.ctx(ctx)
-	defer cancel()
-	r, err := ints(script.Exec(cctx, c, keys, args))
-	if err != nil {
-		return 0, err
-	}
-	return lua.Code(r[0]), nil
+	return s.transition(ctx, t, shards, f, s.confirm, s.fencedConfirm,
+		func(k ShardKeys) []string { return []string{k.Stock, k.Res, k.Pending} },
+		[]string{t.ID, sanitize(orderID)})
 }
 
 // Release gives a reservation's units back. With pendingOnly, a confirmed
@@ -139,6 +121,19 @@ func (s *Store) Release(ctx context.Context, t Token, shards int, reason string,
 }
 
 func (s *Store) releaseAs(ctx context.Context, t Token, shards int, reason string, nowMs int64, pendingOnly bool, f *Fence) (lua.Code, error) {
+	only := "0"
+	if pendingOnly {
+		only = "1"
+	}
+	return s.transition(ctx, t, shards, f, s.release, s.fencedRelease,
+		func(k ShardKeys) []string { return []string{k.Stock, k.Users, k.Res, k.Pending, k.Out} },
+		[]string{t.ID, sanitize(reason), itoa(nowMs), only})
+}
+
+// transition runs one reservation state-change script on the token's
+// shard, fenced (the reconciler's repairs) when f is set.
+func (s *Store) transition(ctx context.Context, t Token, shards int, f *Fence, plain, fenced *rueidis.Lua,
+	keysOf func(ShardKeys) []string, args []string) (lua.Code, error) {
 	c, err := s.Client()
 	if err != nil {
 		return 0, err
@@ -147,16 +142,10 @@ func (s *Store) releaseAs(ctx context.Context, t Token, shards int, reason strin
 		return lua.Unknown, nil
 	}
 	k := s.keys.get(t.Activity, t.SKU, shards).Shards[t.Shard]
-	only := "0"
-	if pendingOnly {
-		only = "1"
-	}
-	keys := []string{k.Stock, k.Users, k.Res, k.Pending, k.Out}
-	args := []string{t.ID, sanitize(reason), itoa(nowMs), only}
-	script := s.release
+	keys, script := keysOf(k), plain
 	if f != nil {
 		keys, args = f.wrap(keys, args, k)
-		script = s.fencedRelease
+		script = fenced
 	}
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
