@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,8 +62,7 @@ type Queue struct {
 // NewQueue builds the workers; Start runs them.
 func NewQueue(st *store.Store, m *metrics.Metrics, log *zap.Logger, opt QueueOptions) *Queue {
 	if opt.Consumer == "" {
-		host, _ := os.Hostname()
-		opt.Consumer = fmt.Sprintf("%s/%d/%d", host, os.Getpid(), time.Now().UnixNano())
+		opt.Consumer = instanceName()
 	}
 	if opt.Poll <= 0 {
 		opt.Poll = 200 * time.Millisecond

@@ -132,9 +132,7 @@ type Reconciler struct {
 // NewReconciler builds a Reconciler. Its lease holder name is unique to
 // this process and instance.
 func NewReconciler(st *store.Store, m *metrics.Metrics, log *zap.Logger) *Reconciler {
-	host, _ := os.Hostname()
-	return &Reconciler{st: st, http: &http.Client{Timeout: 5 * time.Second}, m: m, log: log,
-		holder: fmt.Sprintf("%s/%d/%d", host, os.Getpid(), time.Now().UnixNano())}
+	return &Reconciler{st: st, http: &http.Client{Timeout: 5 * time.Second}, m: m, log: log, holder: instanceName()}
 }
 
 // WithLeaseWait makes a repairing Run wait up to d for the lease held by
@@ -471,4 +469,11 @@ func (r *Reconciler) shopCount(ctx context.Context, tmpl, act, sku string) (int6
 		return 0, fmt.Errorf("count_url: count %q is not an integer", v.Count)
 	}
 	return n, nil
+}
+
+// instanceName names this process among the fleet (lease holder, stream
+// consumer): host, pid and start time, so a restarted process is new.
+func instanceName() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%d/%d", host, os.Getpid(), time.Now().UnixNano())
 }
