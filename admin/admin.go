@@ -65,12 +65,13 @@ func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, 
 func (s *Server) authorized(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.token == "" {
-			http.Error(w, `{"error":"admin API disabled: no admin token configured"}`, http.StatusForbidden)
+			writeErr(w, http.StatusForbidden, "admin API disabled: no admin token configured")
 			return
 		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) != 1 {
-			http.Error(w, `{"error":"missing or wrong bearer token"}`, http.StatusUnauthorized)
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			writeErr(w, http.StatusUnauthorized, "missing or wrong bearer token")
 			return
 		}
 		h(w, r)

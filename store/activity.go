@@ -269,7 +269,10 @@ func (s *Store) Status(ctx context.Context, a *config.Activity) (ActivityStatus,
 	if err != nil {
 		return ActivityStatus{}, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, 10*s.timeout+5*time.Second)
+	// A few round trips (one per node): answer within seconds, so the
+	// dashboard, /admin/status and the CLI say "unavailable" promptly when
+	// Redis is down instead of waiting out read retries.
+	cctx, cancel := context.WithTimeout(ctx, max(10*s.timeout, 2*time.Second))
 	defer cancel()
 	meta, err := c.Do(cctx, c.B().Hgetall().Key(s.MetaKey(a.ID)).Build()).AsStrMap()
 	if err != nil {

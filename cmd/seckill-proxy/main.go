@@ -109,7 +109,10 @@ type cli struct {
 	cfgPath        string
 	logFormat      string
 	positional     []string
-	log            *zap.Logger
+	// takesArgs says the command has positional arguments (pause, resume,
+	// release); the others refuse any, rather than ignore them.
+	takesArgs bool
+	log       *zap.Logger
 }
 
 // flags starts the command's flag set with the flags every command shares.
@@ -137,12 +140,22 @@ func (c *cli) parse() error {
 			}
 			return &exitError{code: exitUsage, err: errors.New("")}
 		}
-		rest = c.fs.Args()
+		args := c.fs.Args()
+		if n := len(rest) - len(args); n > 0 && rest[n-1] == "--" {
+			// Everything after "--" is an argument, even if it looks like a flag.
+			c.positional = append(c.positional, args...)
+			break
+		}
+		rest = args
 		if len(rest) == 0 {
 			break
 		}
 		c.positional = append(c.positional, rest[0])
 		rest = rest[1:]
+	}
+	if len(c.positional) > 0 && !c.takesArgs {
+		c.fs.Usage()
+		return fail(exitUsage, "seckill-proxy %s: unexpected argument %q", c.name, c.positional[0])
 	}
 	if c.cfgPath == "" {
 		c.fs.Usage()

@@ -84,6 +84,7 @@ func cmdResume(c *cli) error { return switchCmd(c, false) }
 func switchCmd(c *cli, paused bool) error {
 	fs := c.flags("-c FILE (ID | --all)")
 	all := fs.Bool("all", false, "every activity in the config")
+	c.takesArgs = true
 	if err := c.parse(); err != nil {
 		return err
 	}
@@ -115,6 +116,7 @@ func switchCmd(c *cli, paused bool) error {
 func cmdRelease(c *cli) error {
 	fs := c.flags("-c FILE TOKEN [--reason R]")
 	reason := fs.String("reason", "manual", "why: cancel, unpaid, refund, ...")
+	c.takesArgs = true
 	if err := c.parse(); err != nil {
 		return err
 	}

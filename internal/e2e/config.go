@@ -51,6 +51,7 @@ type Activity struct {
 	PerUserLimit int64         // default 1
 	MaxQty       int64         // default PerUserLimit
 	Pending      time.Duration // pending_timeout; default the config's
+	EligibleOnly bool          // eligible_only: only users on the activity's list may buy
 }
 
 // Options is one proxy config. Zero fields take the harness defaults.
@@ -149,6 +150,9 @@ func (o Options) YAML(t testing.TB) string {
 		w("    admission_rate: { rate: 1000000, burst: 1000000 }")
 		if a.Pending > 0 {
 			w("    pending_timeout: %s", a.Pending)
+		}
+		if a.EligibleOnly {
+			w("    eligible_only: true")
 		}
 		w("    verify:")
 		w("      url: %q", strings.TrimSuffix(o.ShopURL, "/")+"/internal/orders?token={token}")
