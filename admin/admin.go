@@ -13,7 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
+	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/seckill-proxy/seckill-proxy/metrics"
+	"github.com/seckill-proxy/seckill-proxy/reservation"
+	"github.com/seckill-proxy/seckill-proxy/store"
 )
 
 // Checker reports whether the process is ready to take buys.
@@ -80,3 +83,12 @@ func (s *Server) authorized(h http.HandlerFunc) http.HandlerFunc {
 
 // ServeHTTP makes Server an http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// MountAll registers every admin page and call on s: the admin API, the
+// dashboard and the traffic-control API, all reading the current config
+// through cfg (it changes on reload).
+func MountAll(s *Server, st *store.Store, rec *reservation.Reconciler, m *metrics.Metrics, cfg func() *config.Config) {
+	(&API{Store: st, Reconciler: rec, Config: cfg}).Register(s)
+	(&Dashboard{Store: st, Metrics: m, Config: cfg}).Register(s)
+	(&TrafficAPI{Store: st, Config: cfg}).Register(s)
+}

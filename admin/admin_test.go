@@ -101,9 +101,7 @@ func newFixture(t *testing.T, adminToken string) *fixture {
 	adm := admin.New(f.m, st, adminToken, log)
 	rec := reservation.NewReconciler(st, f.m, log)
 	// As serve's registerAdminAPI.
-	(&admin.API{Store: st, Reconciler: rec, Config: current}).Register(adm)
-	(&admin.Dashboard{Store: st, Metrics: f.m, Config: current}).Register(adm)
-	(&admin.TrafficAPI{Store: st, Config: current}).Register(adm)
+	admin.MountAll(adm, st, rec, f.m, current)
 	f.adm = httptest.NewServer(adm)
 
 	t.Cleanup(func() {

@@ -62,7 +62,7 @@ func cmdServe(c *cli) error {
 	cur.cfg = cfg
 	current := func() *config.Config { cur.Lock(); defer cur.Unlock(); return cur.cfg }
 	rec := reservation.NewReconciler(st, m, log.Named("reconciler"))
-	registerAdminAPI(adm, st, rec, m, current)
+	admin.MountAll(adm, st, rec, m, current)
 	adminSrv := &http.Server{Handler: adm, ReadHeaderTimeout: 10 * time.Second}
 
 	ctx, stop := context.WithCancel(context.Background())
@@ -125,12 +125,6 @@ func cmdServe(c *cli) error {
 			return nil
 		}
 	}
-}
-
-func registerAdminAPI(adm *admin.Server, st *store.Store, rec *reservation.Reconciler, m *metrics.Metrics, cfg func() *config.Config) {
-	(&admin.API{Store: st, Reconciler: rec, Config: cfg}).Register(adm)
-	(&admin.Dashboard{Store: st, Metrics: m, Config: cfg}).Register(adm)
-	(&admin.TrafficAPI{Store: st, Config: cfg}).Register(adm)
 }
 
 // watchFile signals changed whenever path's size or modification time
