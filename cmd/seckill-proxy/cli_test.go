@@ -426,3 +426,16 @@ func TestRedisDown(t *testing.T) {
 	// validate needs no Redis.
 	want(t, 0, "ok", "validate", "-c", cfgPath)
 }
+
+func TestRestartOnlySettings(t *testing.T) {
+	a := &config.Config{Listen: ":1", Redis: config.Redis{Addrs: []string{"x:1"}}}
+	b := *a
+	if got := restartOnly(a, &b); len(got) != 0 {
+		t.Fatalf("same config: %v", got)
+	}
+	b.Listen = ":2"
+	b.Redis = config.Redis{Addrs: []string{"y:1"}}
+	if got := restartOnly(a, &b); len(got) != 2 || got[0] != "listen" || got[1] != "redis" {
+		t.Fatalf("changed listen and redis: %v", got)
+	}
+}

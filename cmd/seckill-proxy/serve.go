@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"reflect"
 	"sync"
 	"syscall"
 	"time"
@@ -92,8 +93,12 @@ func cmdServe(c *cli) error {
 		}
 		pipe.Apply(next)
 		cur.Lock()
+		prev := cur.cfg
 		cur.cfg = next
 		cur.Unlock()
+		for _, f := range restartOnly(prev, next) {
+			log.Warn("this setting changed in the file but takes effect only on restart", zap.String("setting", f))
+		}
 		queue.Start(next)
 		log.Info("config reloaded", zap.String("trigger", why), zap.Int("activities", len(next.Activities)))
 	}
@@ -154,4 +159,24 @@ func watchFile(ctx context.Context, path string, changed chan<- struct{}) {
 			}
 		}
 	}
+}
+
+// restartOnly names the settings that differ between two configs but are
+// bound at start (listeners, the Redis connection), so a reload that
+// changes them says so instead of silently keeping the old values.
+func restartOnly(old, next *config.Config) []string {
+	var out []string
+	if old.Listen != next.Listen {
+		out = append(out, "listen")
+	}
+	if old.Admin != next.Admin {
+		out = append(out, "admin")
+	}
+	if !reflect.DeepEqual(old.Redis, next.Redis) {
+		out = append(out, "redis")
+	}
+	if old.Watch != next.Watch {
+		out = append(out, "watch")
+	}
+	return out
 }
