@@ -14,6 +14,7 @@
 # Knobs (environment): OUT, BIN, PG (admin DSN), STOCK,
 #   CL_USERS CL_TRIES CL_CONC          closed loop (default 20000 users × 3 tries, 500 in flight)
 #   RATE RAMP HOLD SPIKE_USERS SPIKE_CONC  open loop (default: spike preset, 5000/s, 3s ramp, 10s hold)
+#   SHARDS (the activity's shards; default: the config default, 8)
 #   PAUSE (between targets), SKIP_CLOSED=1 / SKIP_SPIKE=1
 # Needs: redis-server, nginx, psql, python3, a PostgreSQL reachable with PG.
 set -euo pipefail
@@ -45,13 +46,18 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+died() { # what: show the logs, then exit (cleanup still stops everything)
+  echo "compare.sh: $1" >&2
+  for f in "$tmp"/*.log; do [ -s "$f" ] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }; done
+  exit 1
+}
 wait_http() { # url what
   for _ in $(seq 200); do curl -fs -o /dev/null "$1" && return 0; sleep 0.05; done
-  echo "compare.sh: $2 did not come up at $1; logs in $tmp kept" >&2; trap - EXIT; exit 1
+  died "$2 did not come up at $1"
 }
 wait_tcp() { # port what
   for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done
-  echo "compare.sh: $2 not listening on $1" >&2; exit 1
+  died "$2 not listening on $1"
 }
 RP=$(port) SP=$(port) PP=$(port) AP=$(port) BP=$(port) BRP=$(port) NP=$(port)
 export SECKILL_SIGNING_SECRET="compare-$$-$RANDOM" SECKILL_ADMIN_TOKEN="compare-admin-$$"
@@ -87,7 +93,8 @@ activities:
   - id: $ACT
     start: $start
     end: $end
-    skus: [ { id: "$SKU", stock: $STOCK } ]
+    skus: [ { id: "$SKU", stock: $STOCK } ]${SHARDS:+
+    shards: $SHARDS}
     admission_rate: { rate: 1000000, burst: 1000000 }
     verify: { url: "http://127.0.0.1:$SP/internal/orders?token={token}" }
 YAML
@@ -126,7 +133,7 @@ wait_http "http://127.0.0.1:$SP/internal/summary?activity=$ACT" shop
 wait_http "http://127.0.0.1:$PP/_seckill/time" seckill-proxy
 wait_tcp "$BP" bare
 wait_tcp "$NP" nginx
-"$BIN/seckill-proxy" preheat -c "$tmp/proxy.yaml" --log-format console >"$tmp/preheat.log" 2>&1
+"$BIN/seckill-proxy" preheat -c "$tmp/proxy.yaml" --log-format console >"$tmp/preheat.log" 2>&1 || died "preheat failed"
 
 # bare-redis sets its stock once at start: one fresh instance per comparison.
 bare_redis_pid=
@@ -148,15 +155,22 @@ header() {
   echo "== $(nginx -v 2>&1), $(redis-server --version | cut -d' ' -f1-3), PostgreSQL $(psql -At "$PG" -c 'show server_version')"
 }
 status=0
+# In the background and waited for, so a signal reaches the traps at once (and cleanup stops it).
+run_compare() { # kind flags...
+  local kind=$1; shift
+  "$BIN/seckill-bench" compare "${common[@]}" "$@" --json "$OUT/compare-$kind.json" \
+    > >(tee -a "$OUT/compare-$kind.txt") 2> >(tee "$OUT/compare-$kind.log" >&2) &
+  local p=$!
+  pids+=("$p")
+  wait "$p" || status=$?
+}
 if [ "${SKIP_CLOSED:-0}" != 1 ]; then
   start_bare_redis
   {
     header
     echo "== closed loop: seckill-bench compare --rate 0 --users $CL_USERS --tries $CL_TRIES --concurrency $CL_CONC (stock $STOCK)"
   } | tee "$OUT/compare-closed.txt"
-  "$BIN/seckill-bench" compare "${common[@]}" --rate 0 --ramp 0 --hold 0 \
-    --users "$CL_USERS" --tries "$CL_TRIES" --concurrency "$CL_CONC" \
-    --json "$OUT/compare-closed.json" 2> >(tee "$OUT/compare-closed.log" >&2) | tee -a "$OUT/compare-closed.txt" || status=$?
+  run_compare closed --rate 0 --ramp 0 --hold 0 --users "$CL_USERS" --tries "$CL_TRIES" --concurrency "$CL_CONC"
 fi
 if [ "${SKIP_SPIKE:-0}" != 1 ]; then
   start_bare_redis
@@ -164,9 +178,7 @@ if [ "${SKIP_SPIKE:-0}" != 1 ]; then
     header
     echo "== open loop: seckill-bench compare --preset spike --rate $RATE --ramp $RAMP --hold $HOLD --users $SPIKE_USERS --concurrency $SPIKE_CONC (stock $STOCK)"
   } | tee "$OUT/compare-spike.txt"
-  "$BIN/seckill-bench" compare "${common[@]}" --preset spike --rate "$RATE" --ramp "$RAMP" --hold "$HOLD" \
-    --users "$SPIKE_USERS" --concurrency "$SPIKE_CONC" \
-    --json "$OUT/compare-spike.json" 2> >(tee "$OUT/compare-spike.log" >&2) | tee -a "$OUT/compare-spike.txt" || status=$?
+  run_compare spike --preset spike --rate "$RATE" --ramp "$RAMP" --hold "$HOLD" --users "$SPIKE_USERS" --concurrency "$SPIKE_CONC"
 fi
 
 # Issue 4's targets, from the JSON just written.

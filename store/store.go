@@ -49,6 +49,9 @@ type Store struct {
 	keys    keyCache
 	log     *zap.Logger
 	stop    chan struct{}
+	// inval is signalled (never blocking) whenever Redis invalidates a key
+	// this client cached, or the cache is dropped with a connection.
+	inval chan struct{}
 
 	reserve, steal, confirm, release *rueidis.Lua
 	// Fenced variants for the reconciler's repairs (lua/fence.lua), and
@@ -79,6 +82,7 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 		prefix:  cfg.KeyPrefix,
 		log:     log,
 		stop:    make(chan struct{}),
+		inval:   make(chan struct{}, 1),
 		reserve: rueidis.NewLuaScript(lua.Reserve),
 		steal:   rueidis.NewLuaScript(lua.Steal),
 		confirm: rueidis.NewLuaScript(lua.Confirm),
@@ -91,6 +95,12 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 		lease:         rueidis.NewLuaScript(lua.Lease),
 		qgroup:        rueidis.NewLuaScript(lua.QueueGroup),
 		bucket:        rueidis.NewLuaScript(lua.Bucket),
+	}
+	s.opt.OnInvalidations = func([]rueidis.RedisMessage) {
+		select {
+		case s.inval <- struct{}{}:
+		default:
+		}
 	}
 	s.keys.prefix = cfg.KeyPrefix
 	if s.prefix == "" {
@@ -141,6 +151,12 @@ func (s *Store) redial() {
 		}
 	}
 }
+
+// Invalidations is signalled whenever Redis invalidates a key this
+// instance holds in its client-side cache (a pause, a shard selling out or
+// reopening, a list changing) or a connection's cache is dropped: local
+// snapshots re-read at once instead of polling fast.
+func (s *Store) Invalidations() <-chan struct{} { return s.inval }
 
 // Close releases the client.
 func (s *Store) Close() {
