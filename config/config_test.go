@@ -102,7 +102,7 @@ func TestParseDefaults(t *testing.T) {
 			SKUs:           []SKU{{ID: "s1", Stock: 1}},
 			PerUserLimit:   1,
 			MaxQty:         1,
-			Shards:         8,
+			Shards:         1, // single Redis node: one shard
 			AdmissionRate:  Rate{Rate: 20000, Burst: 30000},
 			Mode:           ModeSync,
 			Queue:          Queue{Workers: 32, Rate: 2000},
@@ -291,7 +291,10 @@ func TestPresenceDefaults(t *testing.T) {
 		give  string
 		check func(*Config) bool
 	}{
-		{"null value means default", okAct + "    shards: ~\n", func(c *Config) bool { return c.Activities[0].Shards == 8 }},
+		{"null value means default", okAct + "    shards: ~\n", func(c *Config) bool { return c.Activities[0].Shards == 1 }},
+		{"one shard by default on a single node", okAct, func(c *Config) bool { return c.Activities[0].Shards == 1 }},
+		{"eight shards by default on a cluster", okAct + "redis: {addrs: [a:1, b:1]}\n", func(c *Config) bool { return c.Activities[0].Shards == 8 }},
+		{"cluster flag gives cluster shards", okAct + "redis: {addrs: [a:1], cluster: true}\n", func(c *Config) bool { return c.Activities[0].Shards == 8 }},
 		{"client_cache false stays false", okAct + "redis: {client_cache: false}\n", func(c *Config) bool { return !c.Redis.ClientCache }},
 		{"one addr is not a cluster", okAct + "redis: {addrs: [a:1]}\n", func(c *Config) bool { return !c.Redis.Cluster }},
 		{"cluster flag kept", okAct + "redis: {addrs: [a:1], cluster: true}\n", func(c *Config) bool { return c.Redis.Cluster }},

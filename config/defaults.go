@@ -71,7 +71,14 @@ func (c *Config) setDefaults(m *meta) {
 		// Without a cap a request for qty 100 would be refused by the
 		// per-user limit anyway; tying max_qty to it keeps them consistent.
 		setOnce(m, &a.MaxQty, a.PerUserLimit)
-		setOnce(m, &a.Shards, 8)
+		// Shards exist to spread one hot SKU over a cluster's nodes. A single
+		// Redis runs one script at a time whatever the key, so there extra
+		// shards only add stock moves between them near sell-out.
+		if c.Redis.Cluster {
+			setOnce(m, &a.Shards, 8)
+		} else {
+			setOnce(m, &a.Shards, 1)
+		}
 		setRate(m, &a.AdmissionRate, 20000, 30000)
 		setOnce(m, &a.Mode, ModeSync)
 		setOnce(m, &a.Queue.Workers, 32)
