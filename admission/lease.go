@@ -35,7 +35,6 @@ type lease struct {
 	tokens    int64
 	expires   int64 // ns: unspent tokens are dropped then
 	nextFetch int64 // ns: no Redis call before (bucket was short or empty)
-	retry     time.Duration
 	filled    int64 // ns: when the current lease arrived
 	batch     int64
 	inflight  chan struct{} // non-nil while one request fetches for all

@@ -128,7 +128,7 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string, depth int) {
 		return
 	}
 	ptr := v.Addr().Interface()
-	ok := true
+	var ok bool
 	switch {
 	case v.Type() == durationType:
 		ok = d.duration(n, v, path)

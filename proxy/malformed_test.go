@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"net"
 	"strings"
 	"testing"
@@ -51,6 +52,6 @@ func TestMalformedRequestGetsJSON(t *testing.T) {
 }
 
 func isClosed(err error) bool {
-	_, ok := err.(net.Error)
-	return ok || strings.Contains(err.Error(), "closed")
+	var ne net.Error
+	return errors.As(err, &ne) || strings.Contains(err.Error(), "closed")
 }

@@ -527,7 +527,7 @@ func (aq *actQueue) forward(ctx context.Context, tok store.Token, res store.Rese
 		aq.q.m.UpstreamLatency.WithLabelValues("queue_failed").Observe(time.Since(t0).Seconds())
 		return 0, "", err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read (capped) below; a close error changes nothing
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	outcome := "queue_ok"
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {

@@ -426,7 +426,7 @@ func verifyOrder(ctx context.Context, client *http.Client, tmpl, token string) (
 	if err != nil {
 		return Unverified, "", err.Error()
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read (capped) below; a close error changes nothing
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	switch resp.StatusCode {
 	case http.StatusOK:
@@ -453,7 +453,7 @@ func (r *Reconciler) shopCount(ctx context.Context, tmpl, act, sku string) (int6
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read (capped) below; a close error changes nothing
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("count_url answered %d", resp.StatusCode)

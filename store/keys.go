@@ -128,7 +128,7 @@ func ParseToken(s string) (Token, error) {
 	}
 	for i := 0; i < len(parts[3]); i++ {
 		c := parts[3][i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '-' && c != '_' {
 			return Token{}, ErrBadToken
 		}
 	}

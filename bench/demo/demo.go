@@ -88,8 +88,8 @@ func Run(ctx context.Context, o Options) (err error) {
 		}
 		if o.Keep || err != nil {
 			say("logs, config and database kept in %s", dir)
-		} else {
-			os.RemoveAll(dir)
+		} else if rerr := os.RemoveAll(dir); rerr != nil {
+			say("could not remove %s: %v", dir, rerr)
 		}
 	}()
 
@@ -117,8 +117,13 @@ func Run(ctx context.Context, o Options) (err error) {
 	// The shop, in-process, on SQLite, checking signatures.
 	secret := randomHex(16)
 	adminToken := randomHex(16)
-	os.Setenv("SECKILL_SIGNING_SECRET", secret) // the status command run by verify needs them too
-	os.Setenv("SECKILL_ADMIN_TOKEN", adminToken)
+	// The status command run by verify needs them too.
+	if err := os.Setenv("SECKILL_SIGNING_SECRET", secret); err != nil {
+		return fmt.Errorf("set SECKILL_SIGNING_SECRET: %w", err)
+	}
+	if err := os.Setenv("SECKILL_ADMIN_TOKEN", adminToken); err != nil {
+		return fmt.Errorf("set SECKILL_ADMIN_TOKEN: %w", err)
+	}
 	logger := zap.NewNop()
 	sh, err := shop.New(ctx, shop.Config{DB: "sqlite:" + filepath.Join(dir, "shop.db"), SigningSecret: secret}, logger)
 	if err != nil {
@@ -126,11 +131,12 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		sh.Close()
+		_ = sh.Close() // the listen error is the one to report
 		return fmt.Errorf("demo shop listen: %w", err)
 	}
 	go sh.Serve(ln) //nolint:errcheck // ends with Close
-	stops = append(stops, func() { sh.Close() })
+	// Teardown: the run's outcome is already decided.
+	stops = append(stops, func() { _ = sh.Close() })
 	shopURL := "http://" + ln.Addr().String()
 	say("demo shop on %s (SQLite %s)", shopURL, filepath.Join(dir, "shop.db"))
 
@@ -152,7 +158,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err != nil {
 		return fmt.Errorf("proxy log: %w", err)
 	}
-	defer logf.Close()
+	defer func() { _ = logf.Close() }() // the proxy's log; the proxy has been stopped by then
 	proxyCmd := exec.Command(proxyBin, "serve", "-c", cfgPath)
 	proxyCmd.Stdout, proxyCmd.Stderr = logf, logf
 	proxyCmd.SysProcAttr = sysProcAttr()
@@ -236,7 +242,7 @@ func freePorts(n int) ([]int, error) {
 	var lns []net.Listener
 	defer func() {
 		for _, l := range lns {
-			l.Close()
+			_ = l.Close() // only held to reserve the port number
 		}
 	}()
 	var ports []int
@@ -256,10 +262,10 @@ func waitRedis(ctx context.Context, addr string, limit time.Duration) error {
 	for {
 		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 		if err == nil {
-			c.SetDeadline(time.Now().Add(time.Second))
+			_ = c.SetDeadline(time.Now().Add(time.Second)) // fails only on a closed conn, which the PING then reports
 			_, werr := c.Write([]byte("PING\r\n"))
 			line, rerr := bufio.NewReader(c).ReadString('\n')
-			c.Close()
+			_ = c.Close() // the PING's answer is all we wanted
 			if werr == nil && rerr == nil && strings.HasPrefix(line, "+PONG") {
 				return nil
 			}
@@ -283,7 +289,10 @@ func waitHTTP(ctx context.Context, url string, limit time.Duration, exited <-cha
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("GET %s: no 200 after %s (last: %d %v)", url, limit, code, err)
+			if err != nil {
+				return fmt.Errorf("GET %s: no 200 after %s (last: %d %w)", url, limit, code, err)
+			}
+			return fmt.Errorf("GET %s: no 200 after %s (last: %d)", url, limit, code)
 		}
 		select {
 		case <-ctx.Done():

@@ -1,6 +1,7 @@
 package hist
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -100,7 +101,7 @@ func TestMergeEqualsSingle(t *testing.T) {
 	}
 	other := New(5)
 	other.Record(1)
-	if err := merged.Merge(other); err != ErrIncompatible {
+	if err := merged.Merge(other); !errors.Is(err, ErrIncompatible) {
 		t.Errorf("merge of different precision: %v, want ErrIncompatible", err)
 	}
 }

@@ -72,7 +72,7 @@ func info(ctx context.Context, addr string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("redis %s: %w", addr, err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }() // the reply has been read (or failed) by then
 	dl, ok := ctx.Deadline()
 	if !ok {
 		dl = time.Now().Add(5 * time.Second)

@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"encoding/xml"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -37,7 +38,7 @@ func TestSVGIsWellFormed(t *testing.T) {
 	d := xml.NewDecoder(bytes.NewReader(SVG(res)))
 	for {
 		_, err := d.Token()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

@@ -57,7 +57,7 @@ func openDB(ctx context.Context, dsn string) (*db, error) {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		if err := s.PingContext(pctx); err != nil {
-			s.Close()
+			_ = s.Close() // the ping error is the one to report
 			return nil, fmt.Errorf("connect postgres: %w", err)
 		}
 		return d, d.migrate(ctx)
@@ -77,7 +77,7 @@ func openDB(ctx context.Context, dsn string) (*db, error) {
 		d := &db{sql: s}
 		return d, d.migrate(ctx)
 	default:
-		return nil, fmt.Errorf("unsupported --db %q: want sqlite:PATH or postgres://...", dsn)
+		return nil, fmt.Errorf("unsupported --db %q: want sqlite:PATH or postgres://USER:PASS@HOST/DB", dsn)
 	}
 }
 
@@ -375,13 +375,15 @@ func (d *db) summary(ctx context.Context, activity string) (Summary, error) {
 		for rs.Next() {
 			r := row{stockTable: part.stock}
 			if err := rs.Scan(&r.sku, &r.a, &r.b); err != nil {
-				rs.Close()
+				_ = rs.Close() // the scan error is the one to report
 				return s, fmt.Errorf("summary per sku: %w", err)
 			}
 			rows = append(rows, r)
 		}
 		err = rs.Err()
-		rs.Close()
+		if cerr := rs.Close(); err == nil {
+			err = cerr
+		}
 		if err != nil {
 			return s, fmt.Errorf("summary per sku: %w", err)
 		}

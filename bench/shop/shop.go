@@ -85,22 +85,22 @@ func New(ctx context.Context, cfg Config, log *zap.Logger) (*Shop, error) {
 	s := &Shop{cfg: cfg, db: d, log: log, secret: []byte(cfg.SigningSecret)}
 	if cfg.Reset {
 		if err := d.reset(ctx, ""); err != nil {
-			d.close()
+			_ = d.close() // the setup error is the one to report
 			return nil, err
 		}
 		if _, err := d.sql.ExecContext(ctx, `DELETE FROM stock`); err != nil {
-			d.close()
+			_ = d.close() // the setup error is the one to report
 			return nil, fmt.Errorf("reset stock: %w", err)
 		}
 	}
 	for key, n := range cfg.Stock {
 		act, sku, ok := strings.Cut(key, "/")
 		if !ok {
-			d.close()
+			_ = d.close() // the setup error is the one to report
 			return nil, fmt.Errorf("stock key %q: want activity/sku", key)
 		}
 		if err := d.setStock(ctx, act, sku, n); err != nil {
-			d.close()
+			_ = d.close() // the setup error is the one to report
 			return nil, err
 		}
 	}

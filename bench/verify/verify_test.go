@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -22,7 +23,7 @@ func TestParseStatusAmidLogs(t *testing.T) {
 	if st, err := ParseStatus(pretty); err != nil || st.Activities[0].ID != "a" {
 		t.Fatalf("pretty: %+v %v", st, err)
 	}
-	if _, err := ParseStatus([]byte(`{"level":"error","msg":"redis down"}`)); err != ErrNoStatus {
+	if _, err := ParseStatus([]byte(`{"level":"error","msg":"redis down"}`)); !errors.Is(err, ErrNoStatus) {
 		t.Fatalf("want ErrNoStatus, got %v", err)
 	}
 }

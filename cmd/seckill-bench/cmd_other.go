@@ -133,6 +133,9 @@ func writeJSONArray(path string, v []*report.Result) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	defer f.Close()
-	return report.EncodeJSON(f, v)
+	if err := report.EncodeJSON(f, v); err != nil {
+		_ = f.Close() // the encode error is the one to report
+		return err
+	}
+	return f.Close() // a failed close can lose the end of the file
 }

@@ -45,7 +45,7 @@ func cmdShop(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return fmt.Errorf("temp dir: %w", err)
 		}
-		defer os.RemoveAll(dir)
+		defer func() { _ = os.RemoveAll(dir) }() // best effort: a temp dir the shop no longer uses
 		dsn = "sqlite:" + filepath.Join(dir, "shop.db")
 	}
 	cfg.DB = dsn
@@ -61,7 +61,7 @@ func cmdShop(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		s.Close()
+		_ = s.Close() // the listen error is the one to report
 		return fmt.Errorf("listen %s: %w", listen, err)
 	}
 	log.Info("demo shop listening", zap.String("addr", ln.Addr().String()), zap.String("db", redactDSN(dsn)),
@@ -73,7 +73,7 @@ func cmdShop(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		log.Info("shutting down")
 		return s.Close()
 	case err := <-errc:
-		s.Close()
+		_ = s.Close() // Serve's error is the one to report
 		return err
 	}
 }

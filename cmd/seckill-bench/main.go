@@ -128,21 +128,19 @@ func (l *listFlag) Set(v string) error {
 	return nil
 }
 
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
 func startCPUProfile(path string) (stop func(), err error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return nil, fmt.Errorf("SECKILL_BENCH_CPUPROFILE: %w", err)
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
+		_ = f.Close() // the profiler's error is the one to report
 		return nil, fmt.Errorf("SECKILL_BENCH_CPUPROFILE: %w", err)
 	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "seckill-bench: SECKILL_BENCH_CPUPROFILE:", err)
+		}
+	}, nil
 }

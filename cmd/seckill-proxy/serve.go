@@ -53,7 +53,7 @@ func cmdServe(c *cli) error {
 	adm := admin.New(m, st, cfg.AdminToken(), log.Named("admin"))
 	aln, err := net.Listen("tcp", cfg.Admin.Listen)
 	if err != nil {
-		ln.Close()
+		_ = ln.Close() // the admin listen error is the one to report
 		return fail(exitFailed, "serve: admin listen %s: %v", cfg.Admin.Listen, err)
 	}
 	var cur struct {

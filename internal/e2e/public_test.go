@@ -21,10 +21,6 @@ func TestPublicTime(t *testing.T) {
 
 func TestPublicActivities(t *testing.T) {
 	f := newFixture(t)
-	type sku struct {
-		ID        string  `json:"id"`
-		Remaining float64 `json:"remaining"`
-	}
 	state := func(id string) (string, float64) {
 		r := f.do(e2e.Req{Method: "GET", URI: "/_seckill/activities/" + id})
 		if r.Status != 200 || r.Str("id") != id {

@@ -35,7 +35,7 @@ func FreePort(t testing.TB) int {
 	if err != nil {
 		t.Fatalf("free port: %v", err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }() // only held to pick the port number
 	return l.Addr().(*net.TCPAddr).Port
 }
 
@@ -127,7 +127,7 @@ func Do(addr string, args ...string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }() // one command per connection; the reply is read by then
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	var b strings.Builder
 	fmt.Fprintf(&b, "*%d\r\n", len(args))
