@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/seckill-proxy/seckill-proxy/internal/jsonptr"
 	"github.com/seckill-proxy/seckill-proxy/internal/signing"
 	"github.com/seckill-proxy/seckill-proxy/lua"
+	"github.com/seckill-proxy/seckill-proxy/metrics"
 )
 
 // upstream is the shop: one client for winners (never retried: a buy is
@@ -97,12 +100,18 @@ func (u *upstream) prepare(ctx *fasthttp.RequestCtx) {
 	if u.basePath != "" {
 		req.URI().SetPathBytes(append([]byte(u.basePath), req.URI().PathOriginal()...))
 	}
-	ip := ctx.RemoteIP().String()
+	// Built in a pooled buffer: this runs for every proxied request.
+	bp := bufPool.Get().(*[]byte)
+	b := (*bp)[:0]
 	if prior := req.Header.Peek("X-Forwarded-For"); len(prior) > 0 {
-		req.Header.Set("X-Forwarded-For", string(prior)+", "+ip)
-	} else {
-		req.Header.Set("X-Forwarded-For", ip)
+		b = append(append(b, prior...), ", "...)
 	}
+	if ip, ok := netip.AddrFromSlice(ctx.RemoteIP()); ok {
+		b = ip.Unmap().AppendTo(b)
+	}
+	req.Header.SetBytesV("X-Forwarded-For", b)
+	*bp = b
+	bufPool.Put(bp)
 }
 
 // forwardWinner sends an admitted buy to the shop and settles the
@@ -129,7 +138,7 @@ func (s *Server) forwardWinner(ctx *fasthttp.RequestCtx, st *state, r *admission
 
 	switch {
 	case err == nil && status >= 200 && status < 300:
-		s.m.UpstreamLatency.WithLabelValues("ok").Observe(elapsed)
+		s.obs.upstreamOK.Observe(elapsed)
 		oid := orderID(&ctx.Response, a.OrderIDFrom)
 		s.settle("confirm", func(c context.Context) (lua.Code, error) {
 			return s.book.Confirm(c, d.Token, d.Shards, oid)
@@ -152,7 +161,7 @@ func (s *Server) forwardWinner(ctx *fasthttp.RequestCtx, st *state, r *admission
 		}
 		s.answer(ctx, st, a, ans)
 	default:
-		s.m.UpstreamLatency.WithLabelValues("timeout").Observe(elapsed)
+		s.obs.upstreamTimeout.Observe(elapsed)
 		s.log.Warn("shop outcome unknown; reservation stays pending for the reconciler", zap.String("token", tok), zap.Error(err))
 		ans.code = admission.UpstreamTimeout
 		s.answer(ctx, st, a, ans)
@@ -206,7 +215,7 @@ func (s *Server) pass(ctx *fasthttp.RequestCtx, st *state) {
 	up.prepare(ctx)
 	t0 := time.Now()
 	err := up.pass.DoTimeout(&ctx.Request, &ctx.Response, up.timeout)
-	s.m.UpstreamLatency.WithLabelValues("passthrough").Observe(time.Since(t0).Seconds())
+	s.obs.passLatency.Observe(time.Since(t0).Seconds())
 	if err != nil {
 		ctx.Response.Reset()
 		if errors.Is(err, fasthttp.ErrTimeout) {
@@ -214,8 +223,32 @@ func (s *Server) pass(ctx *fasthttp.RequestCtx, st *state) {
 		} else {
 			ctx.Error("bad gateway", fasthttp.StatusBadGateway)
 		}
-		s.m.Passthrough.WithLabelValues("error").Inc()
+		s.obs.passError.Inc()
 		return
 	}
-	s.m.Passthrough.WithLabelValues(strconv.Itoa(ctx.Response.StatusCode()/100) + "xx").Inc()
+	if c := ctx.Response.StatusCode() / 100; c >= 1 && c <= 5 {
+		s.obs.passClass[c].Inc()
+	}
+}
+
+// observers are the metrics the proxy records on every request, resolved
+// once (a label lookup per request costs a hash and, for built labels, an
+// allocation).
+type observers struct {
+	upstreamOK, upstreamTimeout, passLatency prometheus.Observer
+	passError                                prometheus.Counter
+	passClass                                [6]prometheus.Counter // [1..5] = 1xx..5xx
+}
+
+func newObservers(m *metrics.Metrics) observers {
+	o := observers{
+		upstreamOK:      m.UpstreamLatency.WithLabelValues("ok"),
+		upstreamTimeout: m.UpstreamLatency.WithLabelValues("timeout"),
+		passLatency:     m.UpstreamLatency.WithLabelValues("passthrough"),
+		passError:       m.Passthrough.WithLabelValues("error"),
+	}
+	for c := 1; c <= 5; c++ {
+		o.passClass[c] = m.Passthrough.WithLabelValues(strconv.Itoa(c) + "xx")
+	}
+	return o
 }

@@ -53,6 +53,7 @@ type Server struct {
 	log     *zap.Logger
 	srv     *fasthttp.Server
 	display displayCache
+	obs     observers
 }
 
 // state is everything derived from one config, swapped whole on reload.
@@ -78,7 +79,7 @@ type outcomeCounters struct {
 
 // New builds a Server for cfg.
 func New(cfg *config.Config, d Deciders, b Book, m *metrics.Metrics, log *zap.Logger) (*Server, error) {
-	s := &Server{decide: d, book: b, m: m, log: log}
+	s := &Server{decide: d, book: b, m: m, log: log, obs: newObservers(m)}
 	if err := s.Apply(cfg); err != nil {
 		return nil, err
 	}
