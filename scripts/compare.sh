@@ -14,7 +14,7 @@
 # Knobs (environment): OUT, BIN, PG (admin DSN), STOCK,
 #   CL_USERS CL_TRIES CL_CONC          closed loop (default 20000 users × 3 tries, 500 in flight)
 #   RATE RAMP HOLD SPIKE_USERS SPIKE_CONC  open loop (default: spike preset, 5000/s, 3s ramp, 10s hold)
-#   SHARDS (the activity's shards; default: the config default, 8)
+#   SHARDS (the activity's shards; default: the config default — 1 on a single Redis)
 #   PAUSE (between targets), SKIP_CLOSED=1 / SKIP_SPIKE=1
 # Needs: redis-server, nginx, psql, python3, a PostgreSQL reachable with PG.
 set -euo pipefail
