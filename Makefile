@@ -4,7 +4,7 @@ BIN       := bin
 GOLANGCI  := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 export CGO_ENABLED := 0
 
-.PHONY: all build demo run test test-short test-cluster bench compare fuzz lint fmt vet redis clean
+.PHONY: all build demo run test race test-short test-cluster bench compare fuzz lint fmt vet redis clean
 
 all: build
 
@@ -26,6 +26,12 @@ run: demo
 test: redis
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 15m ./...
+	@if command -v cc >/dev/null 2>&1; then $(MAKE) --no-print-directory race; \
+	 else echo "no C compiler: skipping the -race pass (apt-get install -y gcc)"; fi
+
+# The concurrent packages again under the race detector (needs cgo and a C compiler).
+race: redis
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m ./admission/ ./store/ ./proxy/ ./reservation/ ./internal/e2e/ ./admin/ ./cmd/seckill-proxy/
 
 test-short: redis
 	$(GO) test -count=1 -short ./...
