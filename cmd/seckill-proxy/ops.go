@@ -39,6 +39,21 @@ func (c *cli) open() (*config.Config, *store.Store, error) {
 	return cfg, st, nil
 }
 
+// openActivities is open plus the activities a command acts on: the one
+// named by --activity, or all of them.
+func (c *cli) openActivities(id string) (*store.Store, []*config.Activity, error) {
+	cfg, st, err := c.open()
+	if err != nil {
+		return nil, nil, err
+	}
+	acts, err := activities(cfg, id)
+	if err != nil {
+		st.Close()
+		return nil, nil, err
+	}
+	return st, acts, nil
+}
+
 func cmdPreheat(c *cli) error {
 	fs := c.flags("-c FILE [--activity ID] [--force]")
 	act := fs.String("activity", "", "only this activity `ID` (default: all)")
@@ -46,15 +61,11 @@ func cmdPreheat(c *cli) error {
 	if err := c.parse(); err != nil {
 		return err
 	}
-	cfg, st, err := c.open()
+	st, acts, err := c.openActivities(*act)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	acts, err := activities(cfg, *act)
-	if err != nil {
-		return err
-	}
 	failed := false
 	for _, a := range acts {
 		out, err := st.Preheat(context.Background(), a, *force, time.Now())
@@ -164,15 +175,11 @@ func cmdStatus(c *cli) error {
 	if err := c.parse(); err != nil {
 		return err
 	}
-	cfg, st, err := c.open()
+	st, acts, err := c.openActivities(*act)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	acts, err := activities(cfg, *act)
-	if err != nil {
-		return err
-	}
 	var doc struct {
 		Activities []store.ActivityStatus `json:"activities"`
 	}

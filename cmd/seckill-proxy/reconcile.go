@@ -56,15 +56,11 @@ func cmdReconcile(c *cli) error {
 	if err := c.parse(); err != nil {
 		return err
 	}
-	cfg, st, err := c.open()
+	st, acts, err := c.openActivities(*act)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	acts, err := activities(cfg, *act)
-	if err != nil {
-		return err
-	}
 	// A repairing run waits for a serve instance's background pass to
 	// finish: two reconcilers never repair at once.
 	rec := reservation.NewReconciler(st, metrics.New(), c.logger()).WithLeaseWait(*wait)
