@@ -15,25 +15,15 @@ tmp=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
-port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+. scripts/lib.sh  # the cd above made the repository root the working directory
 RP=$(port); SP=$(port); PP=$(port); AP=$(port)
 export SECKILL_SIGNING_SECRET=bench-secret SECKILL_ADMIN_TOKEN=bench-admin
 redis-server --port "$RP" --bind 127.0.0.1 --save "" --appendonly no --dir "$tmp" --logfile "$tmp/redis.log" &
 pids+=($!)
 "$BIN/seckill-bench" shop --listen "127.0.0.1:$SP" --db "sqlite:$tmp/shop.db" --log-format console 2>"$tmp/shop.log" &
 pids+=($!)
-now=$(date -u +%s)
-start=$(date -u -d "@$((now - 60))" +%Y-%m-%dT%H:%M:%SZ)
-end=$(date -u -d "@$((now + 3600))" +%Y-%m-%dT%H:%M:%SZ)
-cat > "$tmp/proxy.yaml" <<YAML
-listen: "127.0.0.1:$PP"
-admin: { listen: "127.0.0.1:$AP" }
-upstream: { url: "http://127.0.0.1:$SP", timeout: 3s }
-redis: { addrs: ["127.0.0.1:$RP"] }
-limits:
-  per_ip: { rate: 1000000, burst: 1000000 }
-  per_device: { rate: 1000000, burst: 1000000 }
-  per_user: { rate: 1000000, burst: 1000000 }
+sale_window 3600
+{ proxy_head "$PP" "$AP" "$SP" "$RP"; cat <<YAML; } > "$tmp/proxy.yaml"
 activities:
   - id: act_bench
     start: $start

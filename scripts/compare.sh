@@ -45,7 +45,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+. scripts/lib.sh  # the cd above made the repository root the working directory
 died() { # what: show the logs, then exit (cleanup still stops everything)
   echo "compare.sh: $1" >&2
   for f in "$tmp"/*.log; do [ -s "$f" ] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }; done
@@ -76,19 +76,9 @@ pids+=($!)
 "$BIN/seckill-bench" bare --listen "127.0.0.1:$BP" 2>"$tmp/bare.log" &
 pids+=($!)
 
-now=$(date -u +%s)
-start=$(date -u -d "@$((now - 60))" +%Y-%m-%dT%H:%M:%SZ)
-end=$(date -u -d "@$((now + 86400))" +%Y-%m-%dT%H:%M:%SZ)
+sale_window 86400
 # Limits high enough never to refuse the bench's users: the table measures the cost of the path, not a 429.
-cat >"$tmp/proxy.yaml" <<YAML
-listen: "127.0.0.1:$PP"
-admin: { listen: "127.0.0.1:$AP" }
-upstream: { url: "http://127.0.0.1:$SP", timeout: 3s }
-redis: { addrs: ["127.0.0.1:$RP"] }
-limits:
-  per_ip: { rate: 1000000, burst: 1000000 }
-  per_device: { rate: 1000000, burst: 1000000 }
-  per_user: { rate: 1000000, burst: 1000000 }
+{ proxy_head "$PP" "$AP" "$SP" "$RP"; cat <<YAML; } > "$tmp/proxy.yaml"
 activities:
   - id: $ACT
     start: $start

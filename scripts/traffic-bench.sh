@@ -11,8 +11,8 @@ w=$(mktemp -d); pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$w"; }
 trap cleanup EXIT
 go build -o "$w/" ./cmd/seckill-proxy ./cmd/seckill-bench
-free() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-rp=$(free); pp=$(free); ap=$(free); bp=$(free)
+. scripts/lib.sh  # the cd above made the repository root the working directory
+rp=$(port); pp=$(port); ap=$(port); bp=$(port)
 redis-server --port "$rp" --save '' --appendonly no --daemonize no >/dev/null & pids+=($!)
 cat > "$w/c.yaml" <<YAML
 listen: "127.0.0.1:$pp"
