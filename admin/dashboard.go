@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"math"
 	"net/http"
 	"sort"
 	"time"
@@ -80,6 +79,10 @@ func (d *Dashboard) data(w http.ResponseWriter, r *http.Request) {
 			da.Error = err.Error()
 		}
 		da.SKUs = st.SKUs
+		soldOut := len(st.SKUs) > 0
+		for _, k := range st.SKUs {
+			soldOut = soldOut && k.Preheated && k.Remaining == 0
+		}
 		da.State = "open"
 		switch {
 		case now.Before(a.Start):
@@ -88,6 +91,8 @@ func (d *Dashboard) data(w http.ResponseWriter, r *http.Request) {
 			da.State = "ended"
 		case st.Paused:
 			da.State = "paused"
+		case soldOut:
+			da.State = "sold_out"
 		}
 		out.Activities = append(out.Activities, da)
 	}
@@ -103,20 +108,28 @@ func label(m *dto.Metric, name string) string {
 	return ""
 }
 
-// quantileMs estimates a quantile from histogram buckets (upper bound of
-// the bucket it falls in), in milliseconds; NaN-free for JSON.
+// quantileMs estimates a quantile from histogram buckets, interpolating
+// linearly inside the bucket it falls in (as Prometheus'
+// histogram_quantile does), in milliseconds; NaN-free for JSON.
 func quantileMs(h *dto.Histogram, q float64) float64 {
 	if h == nil || h.GetSampleCount() == 0 {
 		return 0
 	}
-	target := uint64(math.Ceil(q * float64(h.GetSampleCount())))
+	rank := q * float64(h.GetSampleCount())
 	b := h.GetBucket()
 	sort.Slice(b, func(i, j int) bool { return b[i].GetUpperBound() < b[j].GetUpperBound() })
+	lower, below := 0.0, 0.0
 	for _, bk := range b {
-		if bk.GetCumulativeCount() >= target {
-			return bk.GetUpperBound() * 1000
+		upper, count := bk.GetUpperBound(), float64(bk.GetCumulativeCount())
+		if count >= rank {
+			if count == below {
+				return upper * 1000
+			}
+			return (lower + (upper-lower)*(rank-below)/(count-below)) * 1000
 		}
+		lower, below = upper, count
 	}
+	// Beyond the last bucket: its bound is the best that can be said.
 	return b[len(b)-1].GetUpperBound() * 1000
 }
 
@@ -127,7 +140,7 @@ body{font:14px system-ui,sans-serif;margin:24px;background:#fafafa;color:#222}
 h1{font-size:20px} .act{background:#fff;border:1px solid #ddd;border-radius:8px;padding:12px 16px;margin:12px 0}
 table{border-collapse:collapse} td,th{padding:3px 10px;text-align:right} th{color:#666;font-weight:500}
 td:first-child,th:first-child{text-align:left} .state{font-weight:600;padding:2px 8px;border-radius:4px;background:#eee}
-.open{background:#d4f7d4}.paused{background:#ffe2b3}.ended{background:#ddd}.upcoming{background:#d8e8ff}
+.open{background:#d4f7d4}.sold_out{background:#f7d4d4}.paused{background:#ffe2b3}.ended{background:#ddd}.upcoming{background:#d8e8ff}
 .bad{color:#b00;font-weight:600} .muted{color:#888}
 </style></head><body>
 <h1>seckill-proxy <span class="muted" id="t"></span></h1>
