@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -185,9 +186,15 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, st *state, m match) {
 		return
 	}
 	ans.sku = req.SKU
+	// The request goes to admission behind an interface, so it would escape
+	// to the heap: take it from a pool instead (nothing keeps it past Decide
+	// and forwardWinner, both done before this handler returns).
+	rp := requestPool.Get().(*admission.Request)
+	*rp = req
+	defer func() { *rp = admission.Request{}; requestPool.Put(rp) }()
 	// Never the RequestCtx: it must not escape the handler, and as a parent
 	// context it would cost a goroutine per Redis call (STYLE.md).
-	d := s.decide.Decide(context.Background(), &req)
+	d := s.decide.Decide(context.Background(), rp)
 	ans.code, ans.retryAfter = d.Code, d.RetryAfter
 	if d.Token.ID != "" {
 		ans.token = d.Token.String()
@@ -195,7 +202,7 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, st *state, m match) {
 	ans.orderID = d.OrderID
 	switch d.Code {
 	case admission.Admitted:
-		s.forwardWinner(ctx, st, &req, d, &ans)
+		s.forwardWinner(ctx, st, rp, d, &ans)
 	case admission.NotStarted, admission.Ended:
 		ans.startMs, ans.endMs, ans.serverTime = a.StartMs(), a.EndMs(), true
 		s.answer(ctx, st, a, &ans)
@@ -204,6 +211,8 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, st *state, m match) {
 	}
 	st.outcome[a.ID].latency.Observe(time.Since(t0).Seconds())
 }
+
+var requestPool = sync.Pool{New: func() any { return new(admission.Request) }}
 
 // parse extracts and checks the request's shape; any failure is BAD_REQUEST
 // (or UNKNOWN_ITEM for a SKU this activity does not sell) and reserves nothing.
