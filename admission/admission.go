@@ -245,10 +245,13 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 	}
 	if (!flags.Ready || flags.Shards <= 0) && fresh {
 		// Rare (before preheat): confirm with Redis rather than trust a
-		// snapshot a few ms behind a preheat that just happened.
+		// snapshot a few ms behind a preheat that just happened. The
+		// snapshot's sold-out marks are as old as its flags: not trusted
+		// either (they may even be from a Redis that was since restarted).
 		if flags, err = p.store.Flags(ctx, a.ID); err != nil {
 			return p.storeDown(err)
 		}
+		fresh = false
 	}
 	if !flags.Ready || flags.Shards <= 0 {
 		return p.refuse(rNotReady, retryAfterDefault)

@@ -38,6 +38,7 @@ type lease struct {
 	filled    int64 // ns: when the current lease arrived
 	batch     int64
 	inflight  chan struct{} // non-nil while one request fetches for all
+	failed    bool          // the last fetch failed (Redis unreachable)
 }
 
 func (l *lease) init(r config.Rate) {
@@ -84,6 +85,15 @@ func (l *lease) take(ctx context.Context, ts TrafficStore, act string, now func(
 			tm := time.NewTimer(time.Second)
 			select {
 			case <-ch:
+				// The fetch this request waited for failed: Redis is
+				// down for it as for the fetcher, not the rate exceeded.
+				l.mu.Lock()
+				failed := l.failed
+				l.mu.Unlock()
+				if failed {
+					tm.Stop()
+					return leaseDown, 0
+				}
 			case <-tm.C:
 			}
 			tm.Stop()
@@ -109,6 +119,7 @@ func (l *lease) take(ctx context.Context, ts TrafficStore, act string, now func(
 		t = now().UnixNano()
 		l.mu.Lock()
 		l.inflight = nil
+		l.failed = err != nil
 		close(ch)
 		if err != nil {
 			l.mu.Unlock()

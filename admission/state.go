@@ -246,6 +246,12 @@ func (p *Pipeline) refreshActivity(ctx context.Context, st *actState, now time.T
 			}
 			k.soldOut.Store(out)
 		}
+	} else {
+		// No stock in Redis (never preheated, expired, or a Redis that
+		// restarted empty): marks from before mean nothing now.
+		for _, k := range st.skus {
+			k.soldOut.Store(false)
+		}
 	}
 	if a.EligibleOnly {
 		v, err := p.ts.EligibleVersion(ctx, a.ID)

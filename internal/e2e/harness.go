@@ -58,14 +58,22 @@ func StartProxy(t testing.TB, cfg *config.Config) *Proxy {
 		t.Fatalf("store.Open: %v", err)
 	}
 	m := metrics.New()
+	// Wired as serve wires it: local limits applied, snapshots refreshed.
 	pipe := admission.New(st, m, log, time.Now)
+	pipe.Apply(cfg)
+	runCtx, stopRun := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { defer close(ran); pipe.Run(runCtx) }()
+	stopPipe := func() { stopRun(); <-ran; pipe.Close() }
 	srv, err := proxy.New(cfg, pipe, st, m, log)
 	if err != nil {
+		stopPipe()
 		st.Close()
 		t.Fatalf("proxy.New: %v", err)
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
+		stopPipe()
 		st.Close()
 		t.Fatalf("listen %s: %v", cfg.Listen, err)
 	}
@@ -76,6 +84,7 @@ func StartProxy(t testing.TB, cfg *config.Config) *Proxy {
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 		<-served
+		stopPipe()
 		st.Close()
 	})
 	return &Proxy{Addr: ln.Addr().String(), Cfg: cfg, Store: st, Server: srv}
