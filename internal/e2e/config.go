@@ -52,6 +52,9 @@ type Activity struct {
 	MaxQty       int64         // default PerUserLimit
 	Pending      time.Duration // pending_timeout; default the config's
 	EligibleOnly bool          // eligible_only: only users on the activity's list may buy
+	// AdmissionRate is the admission_rate as YAML flow; default far above any test's load.
+	AdmissionRate string
+	Mode          string // default sync
 }
 
 // Options is one proxy config. Zero fields take the harness defaults.
@@ -65,7 +68,9 @@ type Options struct {
 	RedisTimeout time.Duration
 	KeyPrefix    string // default seckill
 	// User is the identity.user source as YAML flow, default "{ header: X-User-Id }".
-	User       string
+	User string
+	// Limits is the body of `limits:` as YAML flow; default far above any test's load.
+	Limits     string
 	Messages   map[string]string
 	Activities []Activity
 }
@@ -91,10 +96,14 @@ func (o Options) YAML(t testing.TB) string {
 	w("  key_prefix: %s", or(o.KeyPrefix, "seckill"))
 	w("identity:")
 	w("  user: %s", or(o.User, "{ header: X-User-Id }"))
-	w("limits:")
-	w("  per_ip: { rate: 1000000, burst: 1000000 }")
-	w("  per_device: { rate: 1000000, burst: 1000000 }")
-	w("  per_user: { rate: 1000000, burst: 1000000 }")
+	if o.Limits != "" {
+		w("limits: %s", o.Limits)
+	} else {
+		w("limits:")
+		w("  per_ip: { rate: 1000000, burst: 1000000 }")
+		w("  per_device: { rate: 1000000, burst: 1000000 }")
+		w("  per_user: { rate: 1000000, burst: 1000000 }")
+	}
 	if len(o.Messages) > 0 {
 		w("messages:")
 		keys := make([]string, 0, len(o.Messages))
@@ -147,7 +156,8 @@ func (o Options) YAML(t testing.TB) string {
 			shards = 4
 		}
 		w("    shards: %d", shards)
-		w("    admission_rate: { rate: 1000000, burst: 1000000 }")
+		w("    admission_rate: %s", or(a.AdmissionRate, "{ rate: 1000000, burst: 1000000 }"))
+		w("    mode: %s", or(a.Mode, "sync"))
 		if a.Pending > 0 {
 			w("    pending_timeout: %s", a.Pending)
 		}
