@@ -4,7 +4,7 @@ BIN       := bin
 GOLANGCI  := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 export CGO_ENABLED := 0
 
-.PHONY: all build demo run test race test-short test-cluster bench compare fuzz lint fmt vet redis clean
+.PHONY: all build demo run test race test-short test-cluster test-failover bench compare fuzz lint fmt vet redis clean
 
 all: build
 
@@ -39,6 +39,12 @@ test-short: redis
 # Only the tests that run against a Redis Cluster.
 test-cluster: redis
 	$(GO) test -count=1 -run 'Cluster' -v ./...
+
+# On demand, not part of `test`: a spike against a 3-master, 3-replica
+# cluster while the master holding the most stock shards is SIGKILLed
+# (internal/e2e/failover_test.go; figures in BENCHMARKS.md "Cluster failover").
+test-failover: redis
+	$(GO) test -tags failover -count=1 -run Failover -v ./internal/e2e/
 
 # Go benchmarks plus the standard seckill-bench profiles (see BENCHMARKS.md).
 bench: redis build

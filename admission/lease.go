@@ -122,6 +122,10 @@ func (l *lease) take(ctx context.Context, ts TrafficStore, act string, now func(
 		l.failed = err != nil
 		close(ch)
 		if err != nil {
+			// Nothing was spent slowly: Redis was down. Without this, every
+			// failed fetch of an outage halved the batch, and after it the
+			// lease restarted at 1 token while buyers piled up (BUSY).
+			l.filled = 0
 			l.mu.Unlock()
 			return leaseDown, 0
 		}

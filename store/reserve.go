@@ -192,6 +192,7 @@ func (s *Store) runReserve(ctx context.Context, c rueidis.Client, keys, args []s
 // It marks dry donors in out so one request asks each at most once.
 func (s *Store) stealFrom(ctx context.Context, c rueidis.Client, k *SKUKeys, out []bool, home int, need int64, q ReserveRequest) (int64, string, error) {
 	n := len(k.Shards)
+	var failed error
 	for i := 1; i < n; i++ {
 		d := (home + i) % n
 		if out[d] {
@@ -204,7 +205,11 @@ func (s *Store) stealFrom(ctx context.Context, c rueidis.Client, k *SKUKeys, out
 			[]string{itoa(need), moveID, strconv.Itoa(home), itoa(q.NowMs), itoa(q.ExpireAt)}))
 		cancel()
 		if err != nil {
-			return 0, "", err
+			// A donor on a node that is down (a cluster failover) must not
+			// stop the buyer: try the others. Had the steal run after all,
+			// its move record is on the donor and SettleMoves deposits it.
+			failed, out[d] = err, true
+			continue
 		}
 		if len(r) != 2 {
 			return 0, "", ErrInvalidResponse
@@ -214,16 +219,33 @@ func (s *Store) stealFrom(ctx context.Context, c rueidis.Client, k *SKUKeys, out
 		}
 		out[d] = true
 	}
-	return 0, "", nil
+	// Nothing moved: sold out, unless a donor could not be asked; then
+	// nobody can tell, and the buyer hears so rather than SOLD_OUT.
+	return 0, "", failed
 }
 
 // outFlags reads every shard's sold-out flag through client-side caching:
 // after the first read, answers come from local memory until Redis
-// invalidates a flag (a shard empties or gets stock back).
+// invalidates a flag (a shard empties or gets stock back). A flag that
+// cannot be read (its node is down, a cluster failover) counts as "not
+// known to be empty": the script on the buyer's home shard decides, so
+// buyers whose home shard is up are still served. Only when no flag at all
+// can be read is the store unavailable.
 func (s *Store) outFlags(ctx context.Context, c rueidis.Client, k *SKUKeys) ([]bool, error) {
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
 	out := make([]bool, len(k.outKeys))
+	var failed error
+	nfailed := 0
+	read := func(i int, r rueidis.RedisResult) {
+		err := r.Error()
+		if err != nil && !rueidis.IsRedisNil(err) {
+			failed = err
+			nfailed++
+			return
+		}
+		out[i] = err == nil
+	}
 	// Key by key while the answers come from local memory: the shards' keys
 	// live on different connections of the client, and DoMultiCache fans
 	// out to goroutines for that even when every answer is cached — on the
@@ -232,11 +254,7 @@ func (s *Store) outFlags(ctx context.Context, c rueidis.Client, k *SKUKeys) ([]b
 	// flag TTL running out) the remaining keys go in one batch.
 	for i, key := range k.outKeys {
 		r := c.DoCache(cctx, c.B().Get().Key(key).Cache(), flagTTL)
-		err := r.Error()
-		if err != nil && !rueidis.IsRedisNil(err) {
-			return nil, wrap(err)
-		}
-		out[i] = err == nil
+		read(i, r)
 		if r.IsCacheHit() || i == len(k.outKeys)-1 {
 			continue
 		}
@@ -246,13 +264,12 @@ func (s *Store) outFlags(ctx context.Context, c rueidis.Client, k *SKUKeys) ([]b
 			cmds[j] = rueidis.CT(c.B().Get().Key(key).Cache(), flagTTL)
 		}
 		for j, r := range c.DoMultiCache(cctx, cmds...) {
-			err := r.Error()
-			if err != nil && !rueidis.IsRedisNil(err) {
-				return nil, wrap(err)
-			}
-			out[i+1+j] = err == nil
+			read(i+1+j, r)
 		}
 		break
+	}
+	if nfailed == len(out) {
+		return nil, wrap(failed)
 	}
 	return out, nil
 }

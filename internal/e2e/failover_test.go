@@ -298,6 +298,7 @@ func TestClusterFailover(t *testing.T) {
 	orders := shop.Orders()
 	perUser := map[string]int{}
 	var lost, confirmedOK, otherState []string
+	byReconcile := 0
 	for tok, o := range orders {
 		perUser[o.User]++
 		pt, err := store.ParseToken(tok)
@@ -313,6 +314,12 @@ func TestClusterFailover(t *testing.T) {
 			lost = append(lost, tok+" (shard "+strconv.Itoa(pt.Shard)+")")
 		case r.State == store.StateConfirmed && r.OrderID == o.OrderID:
 			confirmedOK = append(confirmedOK, tok)
+		case r.State == store.StateConfirmed && r.OrderID == "":
+			// Its confirm hit the dead master; the reconcile pass confirmed
+			// it from the shop's verify endpoint, which (in this harness)
+			// answers 200 without an order id.
+			confirmedOK = append(confirmedOK, tok)
+			byReconcile++
 		default:
 			otherState = append(otherState, fmt.Sprintf("%s: %s order %q", tok, r.State, r.OrderID))
 		}
@@ -328,8 +335,8 @@ func TestClusterFailover(t *testing.T) {
 		}
 	}
 	sort.Strings(lost)
-	t.Logf("shop: %d orders from %d users (stock %d); Redis confirmed %d; orders with no reservation record after the failover (lost to async replication): %d %v; users with two orders: %d",
-		len(orders), len(perUser), foStock, k.Confirmed, len(lost), lost, twice)
+	t.Logf("shop: %d orders from %d users (stock %d); Redis confirmed %d (%d by the reconcile pass); orders with no reservation record after the failover (lost to async replication): %d %v; users with two orders: %d",
+		len(orders), len(perUser), foStock, k.Confirmed, byReconcile, len(lost), lost, twice)
 	if int64(len(confirmedOK)) != k.Confirmed {
 		t.Errorf("Redis confirmed %d units, but %d shop orders match a confirmed reservation", k.Confirmed, len(confirmedOK))
 	}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -21,8 +22,10 @@ type Server struct {
 	Addr string
 	Port int
 	Dir  string
-	cmd  *exec.Cmd
 	args []string
+
+	mu  sync.Mutex // guards cmd: Kill and Alive may run on different goroutines
+	cmd *exec.Cmd
 }
 
 // Binary is the redis-server executable used; tests are skipped-fatal when missing.
@@ -80,10 +83,13 @@ func StartOn(t testing.TB, port int, extra ...string) *Server {
 }
 
 func (s *Server) start() error {
-	s.cmd = exec.Command(Binary, s.args...)
-	if err := s.cmd.Start(); err != nil {
+	cmd := exec.Command(Binary, s.args...)
+	if err := cmd.Start(); err != nil {
 		return err
 	}
+	s.mu.Lock()
+	s.cmd = cmd
+	s.mu.Unlock()
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		if _, err := s.Do("PING"); err == nil {
@@ -98,6 +104,8 @@ func (s *Server) start() error {
 
 // Kill stops the server at once (SIGKILL). Safe to call twice.
 func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.cmd != nil && s.cmd.Process != nil {
 		_ = s.cmd.Process.Kill()
 		_, _ = s.cmd.Process.Wait()
@@ -206,9 +214,12 @@ func (s *Server) Info(section, field string) string {
 	return ""
 }
 
-// Cluster is a running Redis Cluster with no replicas.
+// Cluster is a running Redis Cluster: Nodes are its masters (as started;
+// after a failover a replica may serve a killed master's slots), Replicas
+// its replicas (none from StartCluster).
 type Cluster struct {
-	Nodes []*Server
+	Nodes    []*Server
+	Replicas []*Server
 }
 
 // Addrs are the masters' addresses, for client seeds.
@@ -280,4 +291,272 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, " | ")
+}
+
+// StartClusterWithReplicas starts masters masters (>= 3), each with
+// replicasPer replicas, joined by redis-cli --cluster create
+// --cluster-replicas, with cluster-node-timeout 1000 ms so a killed master
+// is replaced by its replica within a few seconds. It returns once every
+// node reports cluster_state:ok, every replica's link to its master is up
+// and every node sees every replica. Nodes are the masters, Replicas the
+// rest, as the cluster assigned them.
+func StartClusterWithReplicas(t testing.TB, masters, replicasPer int) *Cluster {
+	t.Helper()
+	var all []*Server
+	for i := 0; i < masters*(1+replicasPer); i++ {
+		all = append(all, Start(t, "--cluster-enabled", "yes", "--cluster-node-timeout", "1000",
+			"--cluster-config-file", "nodes.conf"))
+	}
+	args := []string{"--cluster", "create"}
+	for _, s := range all {
+		args = append(args, s.Addr)
+	}
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicasPer), "--cluster-yes")
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v: %s", err, out)
+	}
+	c := &Cluster{}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, s := range all {
+		for {
+			role, _ := s.Do("ROLE")
+			info, _ := s.Do("CLUSTER", "INFO")
+			nodes, _ := s.Do("CLUSTER", "NODES")
+			ok := strings.Contains(info, "cluster_state:ok") &&
+				strings.Count(nodes, "slave") == masters*replicasPer && !strings.Contains(nodes, "handshake")
+			isMaster := strings.HasPrefix(role, "master")
+			if ok && !isMaster {
+				ok = s.Info("replication", "master_link_status") == "up"
+			}
+			if ok {
+				if isMaster {
+					c.Nodes = append(c.Nodes, s)
+				} else {
+					c.Replicas = append(c.Replicas, s)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("cluster with replicas not ready on %s: role %q, info %q, nodes %q", s.Addr, role, info, nodes)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if len(c.Nodes) != masters || len(c.Replicas) != masters*replicasPer {
+		t.Fatalf("cluster has %d masters and %d replicas, want %d and %d", len(c.Nodes), len(c.Replicas), masters, masters*replicasPer)
+	}
+	return c
+}
+
+// Alive reports whether the server runs (it was not killed).
+func (s *Server) Alive() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
+// All is every server of the cluster, masters first.
+func (c *Cluster) All() []*Server {
+	return append(append([]*Server(nil), c.Nodes...), c.Replicas...)
+}
+
+// Server returns the cluster's server listening on addr, nil if none.
+func (c *Cluster) Server(addr string) *Server {
+	for _, s := range c.All() {
+		if s.Addr == addr {
+			return s
+		}
+	}
+	return nil
+}
+
+// Do sends one command to the first live server that answers it.
+func (c *Cluster) Do(args ...string) (string, error) {
+	err := fmt.Errorf("no live node")
+	for _, s := range c.All() {
+		if !s.Alive() {
+			continue
+		}
+		var out string
+		if out, err = s.Do(args...); err == nil {
+			return out, nil
+		}
+	}
+	return "", err
+}
+
+// Slot is the hash slot of key (CLUSTER KEYSLOT).
+func (c *Cluster) Slot(key string) (int, error) {
+	out, err := c.Do("CLUSTER", "KEYSLOT", key)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(out)
+}
+
+// ClusterNode is one line of CLUSTER NODES.
+type ClusterNode struct {
+	ID, Addr string
+	Flags    []string
+	MasterID string // "-" for a master
+	Slots    [][2]int
+}
+
+// Has reports whether the node carries flag (master, slave, fail, …).
+func (n ClusterNode) Has(flag string) bool {
+	for _, f := range n.Flags {
+		if f == flag {
+			return true
+		}
+	}
+	return false
+}
+
+// Serves reports whether slot is in one of the node's slot ranges.
+func (n ClusterNode) Serves(slot int) bool {
+	for _, r := range n.Slots {
+		if slot >= r[0] && slot <= r[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseNodes reads the text of CLUSTER NODES (importing/migrating slot
+// entries are skipped).
+func ParseNodes(text string) []ClusterNode {
+	var out []ClusterNode
+	for _, l := range strings.Split(strings.TrimSpace(text), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 8 {
+			continue
+		}
+		addr, _, _ := strings.Cut(f[1], "@")
+		n := ClusterNode{ID: f[0], Addr: addr, Flags: strings.Split(strings.ReplaceAll(f[2], "myself,", ""), ","), MasterID: f[3]}
+		for _, s := range f[8:] {
+			if strings.HasPrefix(s, "[") {
+				continue
+			}
+			lo, hi, ok := strings.Cut(s, "-")
+			if !ok {
+				hi = lo
+			}
+			a, err1 := strconv.Atoi(lo)
+			b, err2 := strconv.Atoi(hi)
+			if err1 == nil && err2 == nil {
+				n.Slots = append(n.Slots, [2]int{a, b})
+			}
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// ClusterNodes is CLUSTER NODES as seen by the first live server that answers.
+func (c *Cluster) ClusterNodes() ([]ClusterNode, error) {
+	out, err := c.Do("CLUSTER", "NODES")
+	if err != nil {
+		return nil, err
+	}
+	return ParseNodes(out), nil
+}
+
+// MasterFor returns the server that is master of key's slot, as a live
+// node sees the cluster (while a killed master is not yet replaced, that
+// is the killed one).
+func (c *Cluster) MasterFor(key string) (*Server, error) {
+	slot, err := c.Slot(key)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := c.ClusterNodes()
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range nodes {
+		if n.Has("master") && n.Serves(slot) {
+			if s := c.Server(n.Addr); s != nil {
+				return s, nil
+			}
+			return nil, fmt.Errorf("slot %d is served by %s, not a server of this cluster", slot, n.Addr)
+		}
+	}
+	return nil, fmt.Errorf("no master serves slot %d", slot)
+}
+
+// Healthy reports whether every live server says cluster_state:ok with all
+// 16384 slots ok, and no slot is served by a master flagged fail: a killed
+// master's slots have moved to a promoted replica. It says why not.
+func (c *Cluster) Healthy() (bool, string) {
+	for _, s := range c.All() {
+		if !s.Alive() {
+			continue
+		}
+		info, err := s.Do("CLUSTER", "INFO")
+		if err != nil {
+			return false, s.Addr + ": " + err.Error()
+		}
+		if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_slots_ok:16384") {
+			f := strings.Fields(info)
+			return false, s.Addr + ": " + strings.Join(f[:min(4, len(f))], " ")
+		}
+		out, err := s.Do("CLUSTER", "NODES")
+		if err != nil {
+			return false, s.Addr + ": " + err.Error()
+		}
+		for _, n := range ParseNodes(out) {
+			if len(n.Slots) > 0 && (n.Has("fail") || n.Has("fail?") || !n.Has("master")) {
+				return false, s.Addr + " sees slots on " + n.Addr + " " + strings.Join(n.Flags, ",")
+			}
+			if len(n.Slots) > 0 {
+				if m := c.Server(n.Addr); m == nil || !m.Alive() {
+					return false, s.Addr + " sees slots on dead " + n.Addr
+				}
+			}
+		}
+	}
+	return true, ""
+}
+
+// Replicated reports whether every live master's replicas have
+// acknowledged its whole replication stream (each online replica's offset
+// equals master_repl_offset): nothing written so far would be lost if a
+// master died now.
+func (c *Cluster) Replicated() bool {
+	for _, s := range c.All() {
+		if !s.Alive() {
+			continue
+		}
+		out, err := s.Do("INFO", "replication")
+		if err != nil {
+			return false
+		}
+		var master int64
+		var offsets []int64
+		replica := false
+		for _, l := range strings.Split(out, "\n") {
+			k, v, ok := strings.Cut(strings.TrimSpace(l), ":")
+			switch {
+			case !ok:
+			case k == "role":
+				replica = v != "master"
+			case k == "master_repl_offset":
+				master, _ = strconv.ParseInt(v, 10, 64)
+			case strings.HasPrefix(k, "slave") && strings.Contains(v, "offset="):
+				if !strings.Contains(v, "state=online") {
+					return false
+				}
+				offsets = append(offsets, ParseStat(v, "offset"))
+			}
+		}
+		if replica {
+			continue
+		}
+		for _, o := range offsets {
+			if o != master {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -1,0 +1,94 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seckill-proxy/seckill-proxy/config"
+)
+
+// downStore is a TrafficStore whose Redis is unreachable: every lease
+// fetch fails after a short while.
+type downStore struct{ TrafficStore }
+
+func (downStore) LeaseAdmission(context.Context, string, float64, int, int64) (int64, time.Duration, error) {
+	time.Sleep(5 * time.Millisecond)
+	return 0, 0, errors.New("redis unavailable")
+}
+
+// TestLeaseRedisDownIsNotBusy: with Redis down, requests that waited for
+// another request's failed fetch answer store-down like the fetcher, never
+// BUSY (the admission rate was not exceeded). Seen in the cluster failover
+// test: a few buys answered 503 BUSY while a master was down.
+func TestLeaseRedisDownIsNotBusy(t *testing.T) {
+	var l lease
+	l.init(config.Rate{Rate: 1000000, Burst: 1000000})
+	now := time.Now
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	got := map[leaseResult]int{}
+	for g := 0; g < 64; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 20; i++ {
+				r, _ := l.take(context.Background(), downStore{}, "a", now)
+				mu.Lock()
+				got[r]++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if got[leaseDown] != 64*20 {
+		t.Fatalf("results with Redis down: %v (down=%d, busy=%d); want every one down", got, leaseDown, leaseBusy)
+	}
+}
+
+// flakyStore grants every lease in full unless down; it records the sizes asked.
+type flakyStore struct {
+	TrafficStore
+	down  bool
+	wants []int64
+}
+
+func (f *flakyStore) LeaseAdmission(_ context.Context, _ string, _ float64, _ int, want int64) (int64, time.Duration, error) {
+	f.wants = append(f.wants, want)
+	if f.down {
+		return 0, 0, errors.New("redis unavailable")
+	}
+	return want, 0, nil
+}
+
+// TestLeaseBatchSurvivesOutage: failed fetches during a Redis outage do not
+// count as a lease spent slowly; the batch is not halved down to one token
+// per fetch, which after the outage turned concurrent buyers into BUSY.
+func TestLeaseBatchSurvivesOutage(t *testing.T) {
+	var l lease
+	l.init(config.Rate{Rate: 1000000, Burst: 1000000})
+	clock := time.Unix(1000, 0)
+	now := func() time.Time { return clock }
+	f := &flakyStore{}
+	if r, _ := l.take(context.Background(), f, "a", now); r != leaseOKFetched {
+		t.Fatalf("first take = %v", r)
+	}
+	first := f.wants[0]
+	f.down = true
+	for i := 0; i < 30; i++ {
+		clock = clock.Add(2 * leaseTTL) // the lease expired: every take fetches
+		if r, _ := l.take(context.Background(), f, "a", now); r != leaseDown {
+			t.Fatalf("take with Redis down = %v", r)
+		}
+	}
+	f.down = false
+	clock = clock.Add(2 * leaseTTL)
+	if r, _ := l.take(context.Background(), f, "a", now); r != leaseOKFetched {
+		t.Fatalf("take after the outage = %v", r)
+	}
+	if after := f.wants[len(f.wants)-1]; after < first/2 {
+		t.Fatalf("first lease asked %d, the one after 30 failed fetches %d (asks: %v)", first, after, f.wants)
+	}
+}
