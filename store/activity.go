@@ -117,6 +117,11 @@ func (s *Store) Preheat(ctx context.Context, a *config.Activity, force bool, now
 		// Forced means "start over": even with the stock unchanged, the
 		// reservations go (a rehearsal before the sale, a bench re-run).
 		if sameStock(meta, a) && !force {
+			// The window may have moved (an `end` extended after preheat):
+			// keys must never expire before end + key_ttl_after_end.
+			if err := s.extendExpiry(cctx, c, a); err != nil {
+				return 0, err
+			}
 			return PreheatUnchanged, nil
 		}
 		if !force {
@@ -405,4 +410,24 @@ func (s *Store) settleMoves(ctx context.Context, a *config.Activity, age time.Du
 		}
 	}
 	return n, nil
+}
+
+// extendExpiry moves every key of the activity to expire at ExpireAt(a)
+// when that is later than its current expiry (PEXPIREAT GT: never sooner).
+func (s *Store) extendExpiry(ctx context.Context, c rueidis.Client, a *config.Activity) error {
+	exp := ExpireAt(a)
+	cmds := rueidis.Commands{c.B().Pexpireat().Key(s.MetaKey(a.ID)).MillisecondsTimestamp(exp).Gt().Build()}
+	for _, sku := range a.SKUs {
+		for _, sk := range s.keys.get(a.ID, sku.ID, a.Shards).Shards {
+			for _, key := range []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves, sk.Fence} {
+				cmds = append(cmds, c.B().Pexpireat().Key(key).MillisecondsTimestamp(exp).Gt().Build())
+			}
+		}
+	}
+	for _, r := range c.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			return wrap(err)
+		}
+	}
+	return nil
 }

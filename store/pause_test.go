@@ -3,8 +3,10 @@ package store_test
 import (
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
+	"github.com/seckill-proxy/seckill-proxy/store"
 )
 
 // A pause before any preheat must not leave a meta key that lives forever;
@@ -27,5 +29,48 @@ func TestPauseBeforePreheatExpires(t *testing.T) {
 	f, err := s.Flags(ctx(t), a.ID)
 	if err != nil || !f.Paused || !f.Ready {
 		t.Fatalf("after preheat flags = %+v, %v; want ready and still paused", f, err)
+	}
+}
+
+// Extending an activity's end after preheat: preheating again (stock
+// unchanged) pushes every key's expiry out with it, never in.
+func TestPreheatExtendsExpiry(t *testing.T) {
+	srv := redistest.Start(t)
+	s := openStore(t, redisConfig([]string{srv.Addr}, false))
+	a := newActivity("longer", 10, 2, 1)
+	mustPreheat(t, s, a)
+	if r, err := s.Reserve(ctx(t), reserveReq(a, "u1", 1)); err != nil || r.Code != 1 {
+		t.Fatalf("reserve: %+v %v", r, err)
+	}
+	pttl := func(key string) int64 {
+		v, err := srv.Do("PTTL", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		return n
+	}
+	k := s.SKUKeys(a.ID, testSKU, a.Shards).Shards[0]
+	before := pttl(k.Stock)
+
+	b := *a
+	b.End = a.End.Add(48 * time.Hour)
+	out, err := s.Preheat(ctx(t), &b, false, time.Now())
+	if err != nil || out != store.PreheatUnchanged {
+		t.Fatalf("preheat again: %v %v", out, err)
+	}
+	for _, key := range []string{s.MetaKey(a.ID), k.Stock} {
+		if got := pttl(key); got < before+47*time.Hour.Milliseconds() {
+			t.Errorf("%s PTTL %d ms after extending end by 48 h, was %d", key, got, before)
+		}
+	}
+	// A shorter window never shortens a key's life.
+	c := *a
+	c.End = a.End.Add(-30 * time.Minute)
+	if _, err := s.Preheat(ctx(t), &c, false, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if got := pttl(k.Stock); got < before+47*time.Hour.Milliseconds() {
+		t.Errorf("PTTL shrank to %d ms", got)
 	}
 }
