@@ -439,3 +439,16 @@ func TestRestartOnlySettings(t *testing.T) {
 		t.Fatalf("changed listen and redis: %v", got)
 	}
 }
+
+func TestSecretWarnings(t *testing.T) {
+	cfg := &config.Config{Upstream: config.Upstream{SigningSecretEnv: "SECKILL_TEST_NO_SUCH_SECRET"},
+		Admin: config.Admin{TokenEnv: "SECKILL_TEST_NO_SUCH_TOKEN"}}
+	if got := secretWarnings(cfg); len(got) != 2 {
+		t.Fatalf("both unset: %q", got)
+	}
+	t.Setenv("SECKILL_TEST_NO_SUCH_SECRET", "s")
+	t.Setenv("SECKILL_TEST_NO_SUCH_TOKEN", "t")
+	if got := secretWarnings(cfg); len(got) != 0 {
+		t.Fatalf("both set: %q", got)
+	}
+}

@@ -78,6 +78,9 @@ func cmdServe(c *cli) error {
 	queue.Start(cfg)
 	defer queue.Stop()
 	go pipe.Run(ctx) // local snapshots: flags, sold-out marks, blocklists, eligibility
+	for _, w := range secretWarnings(cfg) {
+		log.Warn(w)
+	}
 	log.Info("serving", zap.String("listen", ln.Addr().String()), zap.String("admin", aln.Addr().String()),
 		zap.Int("activities", len(cfg.Activities)), zap.String("upstream", cfg.Upstream.URL))
 
@@ -177,6 +180,20 @@ func restartOnly(old, next *config.Config) []string {
 	}
 	if old.Watch != next.Watch {
 		out = append(out, "watch")
+	}
+	return out
+}
+
+// secretWarnings names the secrets whose environment variables are empty:
+// the proxy still runs, but an operator should hear it at start, not from
+// a shop rejecting every winner's signature.
+func secretWarnings(cfg *config.Config) []string {
+	var out []string
+	if cfg.SigningSecret() == "" {
+		out = append(out, "signing secret $"+cfg.Upstream.SigningSecretEnv+" is empty: X-Seckill-Signature is computed with an empty key, and a shop that verifies it will refuse every winner")
+	}
+	if cfg.AdminToken() == "" {
+		out = append(out, "admin token $"+cfg.Admin.TokenEnv+" is empty: the /admin/ API is disabled (403)")
 	}
 	return out
 }
