@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -430,4 +432,33 @@ func (s *Store) extendExpiry(ctx context.Context, c rueidis.Client, a *config.Ac
 		}
 	}
 	return nil
+}
+
+// SettingsWarnings checks the Redis settings a sale depends on, on every
+// node, and says what is risky: an eviction policy that may drop stock or
+// reservation keys, and (on a cluster) full-coverage mode, which stops
+// live masters while a failed one is replaced. Nodes that refuse CONFIG
+// (managed Redis) are skipped: not knowing is not a warning.
+func (s *Store) SettingsWarnings(ctx context.Context) []string {
+	c, err := s.Client()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for addr, n := range c.Nodes() {
+		cctx, cancel := s.ctx(ctx)
+		m, err := n.Do(cctx, n.B().ConfigGet().Parameter("maxmemory", "maxmemory-policy", "cluster-enabled", "cluster-require-full-coverage").Build()).AsStrMap()
+		cancel()
+		if err != nil {
+			continue
+		}
+		if m["maxmemory"] != "" && m["maxmemory"] != "0" && m["maxmemory-policy"] != "noeviction" {
+			out = append(out, fmt.Sprintf("redis %s: maxmemory-policy is %s with maxmemory %s: under memory pressure Redis may evict stock or reservation keys; use noeviction", addr, m["maxmemory-policy"], m["maxmemory"]))
+		}
+		if m["cluster-enabled"] == "yes" && m["cluster-require-full-coverage"] == "yes" {
+			out = append(out, fmt.Sprintf("redis %s: cluster-require-full-coverage is yes: while a failed master is replaced, the live masters refuse every buy too; no keeps them selling", addr))
+		}
+	}
+	sort.Strings(out)
+	return out
 }

@@ -27,6 +27,10 @@ func TestCluster(t *testing.T) {
 	if holding < 2 {
 		t.Errorf("stock keys sit on %d node(s); shards should spread over the cluster", holding)
 	}
+	// redis-server's default full-coverage mode is flagged on every master.
+	if w := s.SettingsWarnings(ctx(t)); len(w) != 3 {
+		t.Errorf("settings warnings on a default 3-master cluster: %q, want one per master", w)
+	}
 
 	jobs := spike(t, s, a, 500, 1, 100)
 	tokens := checkSpike(t, s, a, jobs)

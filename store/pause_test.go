@@ -74,3 +74,24 @@ func TestPreheatExtendsExpiry(t *testing.T) {
 		t.Errorf("PTTL shrank to %d ms", got)
 	}
 }
+
+func TestSettingsWarnings(t *testing.T) {
+	tests := []struct {
+		name  string
+		extra []string
+		want  int
+	}{
+		{"defaults", nil, 0},
+		{"noeviction with a limit", []string{"--maxmemory", "64mb", "--maxmemory-policy", "noeviction"}, 0},
+		{"an evicting policy", []string{"--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := redistest.Start(t, tt.extra...)
+			s := openStore(t, redisConfig([]string{srv.Addr}, false))
+			if got := s.SettingsWarnings(ctx(t)); len(got) != tt.want {
+				t.Fatalf("warnings %q, want %d", got, tt.want)
+			}
+		})
+	}
+}

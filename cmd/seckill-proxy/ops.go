@@ -83,6 +83,9 @@ func cmdPreheat(c *cli) error {
 			fmt.Fprintf(c.stdout, "%s: %s (%d SKUs, %d units, %d shards)\n", a.ID, out, len(a.SKUs), total, a.Shards)
 		}
 	}
+	for _, w := range st.SettingsWarnings(context.Background()) {
+		fmt.Fprintln(c.stderr, "warning: "+w)
+	}
 	if failed {
 		return &exitError{code: exitFailed, err: errors.New("")}
 	}
