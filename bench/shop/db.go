@@ -42,6 +42,18 @@ type db struct {
 }
 
 func openDB(ctx context.Context, dsn string) (*db, error) {
+	d, err := connectDB(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.migrate(ctx); err != nil {
+		_ = d.sql.Close() // the migration error is the one to report
+		return nil, err
+	}
+	return d, nil
+}
+
+func connectDB(ctx context.Context, dsn string) (*db, error) {
 	switch {
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
 		s, err := sql.Open("pgx", dsn)
@@ -60,7 +72,7 @@ func openDB(ctx context.Context, dsn string) (*db, error) {
 			_ = s.Close() // the ping error is the one to report
 			return nil, fmt.Errorf("connect postgres: %w", err)
 		}
-		return d, d.migrate(ctx)
+		return d, nil
 	case strings.HasPrefix(dsn, "sqlite:"):
 		path := strings.TrimPrefix(dsn, "sqlite:")
 		if path == "" {
@@ -74,8 +86,7 @@ func openDB(ctx context.Context, dsn string) (*db, error) {
 		// One writer connection: SQLite serialises writers anyway, and a pool
 		// would only turn contention into SQLITE_BUSY errors.
 		s.SetMaxOpenConns(1)
-		d := &db{sql: s}
-		return d, d.migrate(ctx)
+		return &db{sql: s}, nil
 	default:
 		return nil, fmt.Errorf("unsupported --db %q: want sqlite:PATH or postgres://USER:PASS@HOST/DB", dsn)
 	}
