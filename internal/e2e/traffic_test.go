@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/seckill-proxy/seckill-proxy/internal/e2e"
 	"github.com/seckill-proxy/seckill-proxy/store"
 )
@@ -107,4 +108,32 @@ func TestTrafficCodesThroughTheProxy(t *testing.T) {
 			t.Errorf("reservation: %d %s", g.Status, g.Body)
 		}
 	})
+}
+
+// A multi-SKU activity: per_user_limit applies per SKU (docs/decisions.md
+// §2): a buyer may win each SKU once, and a second try on the same SKU is
+// ALREADY_PURCHASED with the token and order id.
+func TestMultiSKUActivityLimitPerSKU(t *testing.T) {
+	redis, shop := e2e.StartRedis(t), e2e.StartShop(t)
+	cfg := e2e.Options{Redis: redis.Addrs, ShopURL: shop.URL, Activities: []e2e.Activity{
+		{ID: "multi", SKUs: []config.SKU{{ID: "red", Stock: 3}, {ID: "blue", Stock: 3}}},
+	}}.Config(t)
+	p := e2e.StartProxy(t, cfg)
+	p.Preheat(t, "multi")
+	buy := func(sku, user string) e2e.Resp {
+		return e2e.Do(nil, p.Addr, e2e.Req{URI: "/api/seckill/multi/" + sku + "/buy", Header: [][2]string{{"X-User-Id", user}}})
+	}
+	wantWin(t, buy("red", "u1"))
+	wantWin(t, buy("blue", "u1"))
+	again := buy("red", "u1")
+	wantCode(t, again, "ALREADY_PURCHASED", 409)
+	if again.Token() == "" || again.Str("order_id") == "" {
+		t.Errorf("ALREADY_PURCHASED without token or order id: %s", again.Body)
+	}
+	st := p.Status(t, "multi")
+	for _, k := range st.SKUs {
+		if !k.OK || k.Confirmed != 1 || k.Remaining != 2 {
+			t.Errorf("sku %s: %+v", k.ID, k)
+		}
+	}
 }
