@@ -66,8 +66,22 @@ type actState struct {
 }
 
 type flagSnap struct {
-	f  store.Flags
-	at time.Time // when the refresher read it (real clock)
+	f     store.Flags
+	at    time.Time // when the refresher read it (real clock)
+	epoch uint64    // the store's cache epoch before the read
+}
+
+// Epocher is implemented by a store whose client-side cache can be dropped
+// whole (*store.Store is): snapshots taken before a drop are not trusted.
+type Epocher interface {
+	CacheEpoch() uint64
+}
+
+func (p *Pipeline) epoch() uint64 {
+	if e, ok := p.store.(Epocher); ok {
+		return e.CacheEpoch()
+	}
+	return 0
 }
 
 type skuState struct {
@@ -231,6 +245,7 @@ func (p *Pipeline) prune(gone []*config.Activity) {
 
 func (p *Pipeline) refreshActivity(ctx context.Context, st *actState, now time.Time) {
 	a := st.a
+	epoch := p.epoch()
 	f, err := p.store.Flags(ctx, a.ID)
 	if err != nil {
 		st.flags.Store(nil) // Decide falls back to asking Redis, and fails there
@@ -263,7 +278,7 @@ func (p *Pipeline) refreshActivity(ctx context.Context, st *actState, now time.T
 			}
 		}
 	}
-	st.flags.Store(&flagSnap{f: f, at: now})
+	st.flags.Store(&flagSnap{f: f, at: now, epoch: epoch})
 }
 
 func (p *Pipeline) refreshBlocks(ctx context.Context, now time.Time) {
@@ -300,7 +315,7 @@ func (p *Pipeline) refreshBlocks(ctx context.Context, now time.Time) {
 // from Redis (client-side cached), as before the refresher existed.
 func (p *Pipeline) flagsFor(ctx context.Context, st *actState) (store.Flags, bool, error) {
 	if p.running.Load() {
-		if s := st.flags.Load(); s != nil && time.Since(s.at) < staleAfter {
+		if s := st.flags.Load(); s != nil && time.Since(s.at) < staleAfter && s.epoch == p.epoch() {
 			return s.f, true, nil
 		}
 	}

@@ -194,17 +194,9 @@ func (aq *actQueue) watchBacklog(ctx context.Context) {
 		if err != nil || !f.Ready {
 			continue
 		}
-		var total int64
-		for _, sku := range aq.a.SKUs {
-			n, err := aq.q.st.QueueLength(ctx, aq.a.ID, sku.ID, f.Shards)
-			if err != nil {
-				total = -1
-				break
-			}
-			total += n
-		}
-		if total >= 0 {
-			g.Set(float64(total))
+		// The streams are shared by the activity's SKUs: count them once.
+		if n, err := aq.q.st.QueueLength(ctx, aq.a.ID, aq.a.SKUs[0].ID, f.Shards); err == nil {
+			g.Set(float64(n))
 		}
 	}
 }
@@ -266,11 +258,11 @@ func (aq *actQueue) run(readCtx, sendCtx context.Context) {
 			continue
 		}
 		if f.Shards != shards {
+			// One stream per shard, shared by the activity's SKUs (any SKU
+			// names its keys); each entry's token says its SKU.
 			shards, refs = f.Shards, nil
-			for _, sku := range a.SKUs {
-				for s := 0; s < shards; s++ {
-					refs = append(refs, shardRef{sku.ID, s})
-				}
+			for s := 0; s < shards; s++ {
+				refs = append(refs, shardRef{a.SKUs[0].ID, s})
 			}
 			ensured = map[shardRef]bool{}
 		}
@@ -379,7 +371,7 @@ func (aq *actQueue) handle(ctx context.Context, j job) {
 		}
 	}
 	tok, err := store.ParseToken(j.e.Token)
-	if err != nil || tok.Activity != a.ID || tok.SKU != j.sku {
+	if err != nil || tok.Activity != a.ID || a.SKU(tok.SKU) == nil {
 		ack() // not an entry this proxy wrote (or trimmed away): nothing to do
 		return
 	}

@@ -71,8 +71,10 @@ func TestQueuePeakShaving(t *testing.T) {
 			mode, rate, buyers, stock, codes, answered.Round(time.Millisecond), sold, done.Round(time.Millisecond),
 			float64(sold)/done.Seconds(), peak, peak100, peak100*10)
 		// Grants: at most rate per second plus the bucket's capacity (rate/10);
-		// arrivals at the shop add dispatch jitter on top.
-		if mode == config.ModeQueue && float64(peak) > rate*1.2 {
+		// arrivals at the shop add dispatch jitter on top (more on a loaded
+		// machine): the slack keeps the test deterministic while a queue
+		// that does not pace (500 at once) still fails it.
+		if mode == config.ModeQueue && float64(peak) > rate*1.5 {
 			t.Errorf("queue mode: %d orders in one second, queue.rate %g", peak, rate)
 		}
 	}

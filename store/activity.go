@@ -374,6 +374,10 @@ func (s *Store) settleMoves(ctx context.Context, a *config.Activity, age time.Du
 				return n, wrap(err)
 			}
 			for id, v := range moves {
+				// The moves hash is shared by the SKUs of the shard.
+				if !strings.HasPrefix(id, sku.ID+":") {
+					continue
+				}
 				parts := strings.Split(v, "|")
 				if len(parts) != 3 {
 					continue

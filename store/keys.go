@@ -9,18 +9,23 @@ import (
 	"sync"
 )
 
-// ShardKeys are the names of every key one stock shard owns. They share one
-// hash tag, {activity:sku:shard}, so every script runs in one cluster slot,
-// and the shards of one hot SKU spread over the cluster's nodes.
+// ShardKeys are the names of every key of one stock shard of one SKU. All
+// keys of shard s of an activity share one hash tag, {activity:s}, so every
+// script runs in one cluster slot and sees, on the buyer's home shard, the
+// buyer's units across every SKU of the activity (the per-user limit is
+// activity-wide, SPEC §3); each SKU's stock is split over all the shards,
+// so the shards of one hot SKU spread over the cluster's nodes. Stock and
+// Out are per SKU; the other keys are shared by the SKUs of the shard, and
+// name reservations and moves by "<sku>:<id>" fields.
 type ShardKeys struct {
-	Stock   string // hash r, i, p, c, x
-	Users   string // hash user -> "<units>|<token id>"
-	Res     string // hash token id -> reservation record
-	Pending string // zset token id -> created ms
+	Stock   string // hash r, i, p, c, x of this SKU's units in the shard
+	Users   string // hash user -> "<units>|<last reservation field>"
+	Res     string // hash "<sku>:<id>" -> reservation record
+	Pending string // zset "<sku>:<id>" -> created ms
 	Log     string // stream of reservations (queue mode)
-	Out     string // string, exists while the shard is empty
+	Out     string // string, exists while this SKU's units in the shard are gone
 	MovesIn string // set of move ids deposited here
-	Moves   string // hash move id -> "<home>|<units>|<ms>" (moves out, unsettled)
+	Moves   string // hash "<sku>:<move id>" -> "<home>|<units>|<ms>" (moves out, unsettled)
 	Fence   string // string: highest reconciler fencing token seen (see lua/fence.lua)
 }
 
@@ -36,10 +41,10 @@ type SKUKeys struct {
 func newSKUKeys(prefix, act, sku string, shards int) *SKUKeys {
 	k := &SKUKeys{Shards: make([]ShardKeys, shards), reserveKeys: make([][]string, shards), outKeys: make([]string, shards)}
 	for s := 0; s < shards; s++ {
-		base := prefix + ":{" + act + ":" + sku + ":" + strconv.Itoa(s) + "}:"
+		base := prefix + ":{" + act + ":" + strconv.Itoa(s) + "}:"
 		sk := ShardKeys{
-			Stock: base + "stock", Users: base + "users", Res: base + "res", Pending: base + "pending",
-			Log: base + "log", Out: base + "out", MovesIn: base + "movesin", Moves: base + "moves",
+			Stock: base + "stock:" + sku, Users: base + "users", Res: base + "res", Pending: base + "pending",
+			Log: base + "log", Out: base + "out:" + sku, MovesIn: base + "movesin", Moves: base + "moves",
 			Fence: base + "fence",
 		}
 		k.Shards[s] = sk
@@ -103,6 +108,20 @@ type Token struct {
 	SKU      string
 	Shard    int
 	ID       string
+}
+
+// Field is the reservation's name in its shard's hashes and pending index:
+// "<sku>:<id>". The SKU in it means a token whose SKU part was altered
+// names no reservation, so it can never move another SKU's counters.
+func (t Token) Field() string { return t.SKU + ":" + t.ID }
+
+// tokenOfField reads a Field back into the token of shard.
+func tokenOfField(act string, shard int, f string) (Token, bool) {
+	sku, id, ok := strings.Cut(f, ":")
+	if !ok || sku == "" || id == "" {
+		return Token{}, false
+	}
+	return Token{Activity: act, SKU: sku, Shard: shard, ID: id}, true
 }
 
 // ErrBadToken means a token's text is not one this proxy issues.

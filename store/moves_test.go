@@ -90,7 +90,7 @@ func TestSettleMovesAfterCrashBetweenStealAndDeposit(t *testing.T) {
 	now := time.Now()
 	steal := rueidis.NewLuaScript(lua.Steal)
 	got, err := steal.Exec(ctx(t), c, []string{donor.Stock, donor.Moves, donor.Out},
-		[]string{"1", "move-1", "3", strconv.FormatInt(now.UnixMilli(), 10), strconv.FormatInt(store.ExpireAt(a), 10)}).AsIntSlice()
+		[]string{"1", testSKU + ":move-1", "3", strconv.FormatInt(now.UnixMilli(), 10), strconv.FormatInt(store.ExpireAt(a), 10)}).AsIntSlice()
 	if err != nil || len(got) != 2 || got[0] != int64(lua.OK) || got[1] != 1 {
 		t.Fatalf("steal = %v, %v; want [1 1]", got, err)
 	}
@@ -124,7 +124,7 @@ func TestSettleMovesAfterCrashBetweenStealAndDeposit(t *testing.T) {
 		t.Errorf("donor still records %s moves", n)
 	}
 	// A late reserve carrying the same move id must not deposit it again.
-	args := []string{"late", "1", "1", "AAAAAAAAAAAAAAAAAAAAAA", "1", strconv.FormatInt(store.ExpireAt(a), 10), "0", "1", "move-1", "100", "x"}
+	args := []string{"late", "1", "1", testSKU + ":AAAAAAAAAAAAAAAAAAAAAA", "1", strconv.FormatInt(store.ExpireAt(a), 10), "0", "1", testSKU + ":move-1", "100", "x"}
 	reserve := rueidis.NewLuaScript(lua.Reserve)
 	if _, err := reserve.Exec(ctx(t), c, []string{home.Stock, home.Users, home.Res, home.Pending, home.Log, home.Out, home.MovesIn}, args).ToArray(); err != nil {
 		t.Fatal(err)

@@ -134,8 +134,9 @@ func (s *Store) AckQueue(ctx context.Context, act, sku string, shards, shard int
 	return nil
 }
 
-// QueueLength is how many entries the streams of one SKU hold: the
-// queue-mode backlog (entries are deleted once handled).
+// QueueLength is how many entries the activity's shard streams hold (they
+// are shared by its SKUs; sku only names the keys): the queue-mode
+// backlog (entries are deleted once handled).
 func (s *Store) QueueLength(ctx context.Context, act, sku string, shards int) (int64, error) {
 	c, err := s.Client()
 	if err != nil {

@@ -84,7 +84,7 @@ func (s *Store) Lookup(ctx context.Context, t Token, shards int) (Reservation, b
 	k := s.keys.get(t.Activity, t.SKU, shards).Shards[t.Shard]
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
-	rec, err := c.Do(cctx, c.B().Hget().Key(k.Res).Field(t.ID).Build()).ToString()
+	rec, err := c.Do(cctx, c.B().Hget().Key(k.Res).Field(t.Field()).Build()).ToString()
 	if rueidis.IsRedisNil(err) {
 		return Reservation{}, false, nil
 	}
@@ -109,7 +109,7 @@ func (s *Store) Confirm(ctx context.Context, t Token, shards int, orderID string
 func (s *Store) confirmAs(ctx context.Context, t Token, shards int, orderID string, f *Fence) (lua.Code, error) {
 	return s.transition(ctx, t, shards, f, s.confirm, s.fencedConfirm,
 		func(k ShardKeys) []string { return []string{k.Stock, k.Res, k.Pending} },
-		[]string{t.ID, sanitize(orderID)})
+		[]string{t.Field(), sanitize(orderID)})
 }
 
 // Release gives a reservation's units back. With pendingOnly, a confirmed
@@ -127,7 +127,7 @@ func (s *Store) releaseAs(ctx context.Context, t Token, shards int, reason strin
 	}
 	return s.transition(ctx, t, shards, f, s.release, s.fencedRelease,
 		func(k ShardKeys) []string { return []string{k.Stock, k.Users, k.Res, k.Pending, k.Out} },
-		[]string{t.ID, sanitize(reason), itoa(nowMs), only})
+		[]string{t.Field(), sanitize(reason), itoa(nowMs), only})
 }
 
 // transition runs one reservation state-change script on the token's
@@ -181,8 +181,12 @@ func (s *Store) StalePending(ctx context.Context, act, sku string, shards int, o
 		if err != nil {
 			return nil, wrap(err)
 		}
-		for _, id := range ids {
-			t := Token{Activity: act, SKU: sku, Shard: i, ID: id}
+		for _, f := range ids {
+			// The pending index is shared by the SKUs of the shard.
+			t, ok := tokenOfField(act, i, f)
+			if !ok || t.SKU != sku {
+				continue
+			}
 			r, ok, err := s.Lookup(ctx, t, shards)
 			if err != nil {
 				return nil, err

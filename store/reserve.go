@@ -76,7 +76,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	}
 	id := newID()
 	tok := Token{Activity: q.Activity, SKU: q.SKU, Shard: home, ID: id}
-	args := []string{q.User, itoa(q.Qty), itoa(q.Limit), id, itoa(q.NowMs), itoa(q.ExpireAt), "0", "0", "", streamMaxLen, tok.String()}
+	args := []string{q.User, itoa(q.Qty), itoa(q.Limit), tok.Field(), itoa(q.NowMs), itoa(q.ExpireAt), "0", "0", "", streamMaxLen, tok.String()}
 	if q.Queue {
 		args[6] = "1"
 	}
@@ -100,7 +100,11 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 			case lua.OK:
 				return ReserveResult{Code: lua.OK, Token: tok, Moves: res.Moves}, nil
 			case lua.Pending, lua.Purchased, lua.Released:
-				last := Token{Activity: q.Activity, SKU: q.SKU, Shard: home, ID: r.token}
+				// The buyer's last reservation: of any SKU of the activity.
+				last, ok := tokenOfField(q.Activity, home, r.token)
+				if !ok {
+					return ReserveResult{}, ErrInvalidResponse
+				}
 				return ReserveResult{Code: lua.Code(r.code), Token: last, OrderID: r.orderID, Moves: res.Moves}, nil
 			case lua.NotReady:
 				return ReserveResult{Code: lua.NotReady}, nil
@@ -133,7 +137,7 @@ var ridTTLms = strconv.FormatInt(RequestIDTTL.Milliseconds(), 10)
 // as the shard, so the reserve script reads and writes it atomically). '|'
 // never occurs in a user id, so user and request id cannot run together.
 func ridKey(sk ShardKeys, user, rid string) string {
-	return strings.TrimSuffix(sk.Stock, "stock") + "rid:" + user + "|" + rid
+	return strings.TrimSuffix(sk.Users, "users") + "rid:" + user + "|" + rid
 }
 
 type reserveReply struct {
@@ -198,7 +202,7 @@ func (s *Store) stealFrom(ctx context.Context, c rueidis.Client, k *SKUKeys, out
 		if out[d] {
 			continue
 		}
-		moveID := newID()
+		moveID := q.SKU + ":" + newID()
 		sk := k.Shards[d]
 		cctx, cancel := s.ctx(ctx)
 		r, err := ints(s.steal.Exec(cctx, c, []string{sk.Stock, sk.Moves, sk.Out},

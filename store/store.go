@@ -52,6 +52,7 @@ type Store struct {
 	// inval is signalled (never blocking) whenever Redis invalidates a key
 	// this client cached, or the cache is dropped with a connection.
 	inval chan struct{}
+	epoch atomic.Uint64 // bumped whenever a connection's cache is dropped whole
 
 	reserve, steal, confirm, release *rueidis.Lua
 	// Fenced variants for the reconciler's repairs (lua/fence.lua), and
@@ -96,7 +97,13 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 		qgroup:        rueidis.NewLuaScript(lua.QueueGroup),
 		bucket:        rueidis.NewLuaScript(lua.Bucket),
 	}
-	s.opt.OnInvalidations = func([]rueidis.RedisMessage) {
+	s.opt.OnInvalidations = func(keys []rueidis.RedisMessage) {
+		if keys == nil {
+			// The whole cache of a connection went (it closed, or Redis
+			// flushed): whatever was read through it may be from a Redis
+			// that is gone, e.g. one that restarted empty.
+			s.epoch.Add(1)
+		}
 		select {
 		case s.inval <- struct{}{}:
 		default:
@@ -157,6 +164,11 @@ func (s *Store) redial() {
 // reopening, a list changing) or a connection's cache is dropped: local
 // snapshots re-read at once instead of polling fast.
 func (s *Store) Invalidations() <-chan struct{} { return s.inval }
+
+// CacheEpoch changes whenever a connection's client-side cache is dropped
+// whole (the connection closed, Redis restarted or flushed): a local
+// snapshot read before the change must not be trusted after it.
+func (s *Store) CacheEpoch() uint64 { return s.epoch.Load() }
 
 // Close releases the client.
 func (s *Store) Close() {

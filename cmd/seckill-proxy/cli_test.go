@@ -232,7 +232,7 @@ func TestStatusCommand(t *testing.T) {
 	}
 
 	// A unit appears from nowhere in shard 0: the invariant is broken.
-	if _, err := srv.Do("HINCRBY", "seckill:{kact:sku1:0}:stock", "r", "1"); err != nil {
+	if _, err := srv.Do("HINCRBY", "seckill:{kact:0}:stock:sku1", "r", "1"); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errs = cliRun("status", "-c", cfgPath, "--json", "--activity", "kact")

@@ -110,30 +110,37 @@ func TestTrafficCodesThroughTheProxy(t *testing.T) {
 	})
 }
 
-// A multi-SKU activity: per_user_limit applies per SKU (docs/decisions.md
-// §2): a buyer may win each SKU once, and a second try on the same SKU is
-// ALREADY_PURCHASED with the token and order id.
-func TestMultiSKUActivityLimitPerSKU(t *testing.T) {
+// A multi-SKU activity: per_user_limit counts the buyer's units across
+// every SKU of the activity (SPEC §3): with limit 1, a buyer who won one
+// colour is ALREADY_PURCHASED on the other, with that reservation's token
+// and order id; with limit 2 they may take one of each.
+func TestMultiSKUActivityLimit(t *testing.T) {
 	redis, shop := e2e.StartRedis(t), e2e.StartShop(t)
 	cfg := e2e.Options{Redis: redis.Addrs, ShopURL: shop.URL, Activities: []e2e.Activity{
 		{ID: "multi", SKUs: []config.SKU{{ID: "red", Stock: 3}, {ID: "blue", Stock: 3}}},
+		{ID: "multi2", SKUs: []config.SKU{{ID: "red", Stock: 3}, {ID: "blue", Stock: 3}}, PerUserLimit: 2, MaxQty: 1},
 	}}.Config(t)
 	p := e2e.StartProxy(t, cfg)
 	p.Preheat(t, "multi")
-	buy := func(sku, user string) e2e.Resp {
-		return e2e.Do(nil, p.Addr, e2e.Req{URI: "/api/seckill/multi/" + sku + "/buy", Header: [][2]string{{"X-User-Id", user}}})
+	p.Preheat(t, "multi2")
+	buy := func(act, sku, user string) e2e.Resp {
+		return e2e.Do(nil, p.Addr, e2e.Req{URI: "/api/seckill/" + act + "/" + sku + "/buy", Header: [][2]string{{"X-User-Id", user}}})
 	}
-	wantWin(t, buy("red", "u1"))
-	wantWin(t, buy("blue", "u1"))
-	again := buy("red", "u1")
-	wantCode(t, again, "ALREADY_PURCHASED", 409)
-	if again.Token() == "" || again.Str("order_id") == "" {
-		t.Errorf("ALREADY_PURCHASED without token or order id: %s", again.Body)
+	first := buy("multi", "red", "u1")
+	wantWin(t, first)
+	other := buy("multi", "blue", "u1")
+	wantCode(t, other, "ALREADY_PURCHASED", 409)
+	if other.Token() != first.Token() || other.Str("order_id") == "" {
+		t.Errorf("ALREADY_PURCHASED on blue should name the red reservation %s with its order id: %s", first.Token(), other.Body)
 	}
-	st := p.Status(t, "multi")
-	for _, k := range st.SKUs {
+	wantWin(t, buy("multi", "blue", "u2"))
+	for _, k := range p.Status(t, "multi").SKUs {
 		if !k.OK || k.Confirmed != 1 || k.Remaining != 2 {
-			t.Errorf("sku %s: %+v", k.ID, k)
+			t.Errorf("multi sku %s: %+v", k.ID, k)
 		}
 	}
+
+	wantWin(t, buy("multi2", "red", "u1"))
+	wantWin(t, buy("multi2", "blue", "u1"))
+	wantCode(t, buy("multi2", "red", "u1"), "ALREADY_PURCHASED", 409)
 }
