@@ -102,23 +102,16 @@ func (q *Queue) Start(cfg *config.Config) {
 
 // Stop stops reading and waits for the forwarders to finish what they
 // hold (each bounded by the shop timeout).
-func (q *Queue) Stop() {
-	q.mu.Lock()
-	stop, kill := q.stop, q.kill
-	q.stop, q.kill = nil, nil
-	q.mu.Unlock()
-	if stop == nil {
-		return
-	}
-	stop()
-	q.wg.Wait()
-	kill()
-}
+func (q *Queue) Stop() { q.halt(false) }
 
 // Kill stops at once, dropping requests in flight unacknowledged, as a
 // crash would; another consumer takes their entries over after ClaimIdle.
 // For tests and abrupt shutdown.
-func (q *Queue) Kill() {
+func (q *Queue) Kill() { q.halt(true) }
+
+// halt stops reading; abort also cuts the requests in flight instead of
+// waiting for them.
+func (q *Queue) halt(abort bool) {
 	q.mu.Lock()
 	stop, kill := q.stop, q.kill
 	q.stop, q.kill = nil, nil
@@ -126,9 +119,12 @@ func (q *Queue) Kill() {
 	if stop == nil {
 		return
 	}
-	kill()
+	if abort {
+		kill()
+	}
 	stop()
 	q.wg.Wait()
+	kill()
 }
 
 // actQueue is the workers of one activity.
