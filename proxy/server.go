@@ -227,7 +227,7 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, 
 	}
 	sx := st.skuFrom[a]
 	sku, err := sx.get(ctx, m.sku, &body)
-	if err != nil || len(sku) == 0 || !utf8Printable(sku) {
+	if err != nil || !validID(sku) {
 		return admission.Request{}, admission.BadRequest
 	}
 	req := admission.Request{Activity: a, Qty: 1, User: string(user)}
@@ -269,7 +269,6 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, 
 	return req, admission.Admitted
 }
 
-func utf8Printable(b []byte) bool { return validID(b) }
 
 // readSignature copies the app signature headers into req; admission checks
 // them (missing or malformed ones are its BAD_REQUEST). Path is the path as
