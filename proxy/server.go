@@ -269,7 +269,6 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, 
 	return req, admission.Admitted
 }
 
-
 // readSignature copies the app signature headers into req; admission checks
 // them (missing or malformed ones are its BAD_REQUEST). Path is the path as
 // sent, without the query.
