@@ -157,14 +157,18 @@ func (r *Result) RPS() float64 {
 }
 
 // OutcomeNames returns the outcome names sorted by count, descending.
-func (r *Result) OutcomeNames() []string {
-	names := make([]string, 0, len(r.Outcomes))
-	for n := range r.Outcomes {
+func (r *Result) OutcomeNames() []string { return SortedOutcomes(r.Outcomes) }
+
+// SortedOutcomes returns the names of counts sorted by count, descending,
+// then by name.
+func SortedOutcomes(counts map[string]int64) []string {
+	names := make([]string, 0, len(counts))
+	for n := range counts {
 		names = append(names, n)
 	}
 	slices.SortFunc(names, func(a, b string) int {
-		if r.Outcomes[a] != r.Outcomes[b] {
-			return int(r.Outcomes[b] - r.Outcomes[a])
+		if counts[a] != counts[b] {
+			return int(counts[b] - counts[a])
 		}
 		return strings.Compare(a, b)
 	})

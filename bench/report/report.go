@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -207,17 +206,7 @@ func Print(w io.Writer, r *Result) {
 	fmt.Fprintln(w)
 	var o Table
 	o.Row("outcome", "count", "share")
-	names := make([]string, 0, len(r.Outcomes))
-	for n := range r.Outcomes {
-		names = append(names, n)
-	}
-	slices.SortFunc(names, func(a, b string) int {
-		if r.Outcomes[a] != r.Outcomes[b] {
-			return int(r.Outcomes[b] - r.Outcomes[a])
-		}
-		return strings.Compare(a, b)
-	})
-	for _, n := range names {
+	for _, n := range load.SortedOutcomes(r.Outcomes) {
 		o.Row(n, strconv.FormatInt(r.Outcomes[n], 10), fmt.Sprintf("%.2f%%", 100*float64(r.Outcomes[n])/float64(max(r.Sent, 1))))
 	}
 	o.Write(w)
