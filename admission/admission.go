@@ -307,7 +307,7 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 	}
 	if l := p.limits.Load(); l != nil {
 		ns := now.UnixNano()
-		if ok, wait := l.ip.AllowAddr(r.IP, ns); !ok {
+		if ok, wait := l.ip.AllowAddr(l.client(r.IP), ns); !ok {
 			return p.refuse(rLimitIP, wait)
 		}
 		if r.Device != "" {

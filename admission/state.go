@@ -182,6 +182,24 @@ type limiters struct {
 	ip, device, user *Limiter
 }
 
+// client is the per-IP limiter's key for a: the address cut to the
+// configured prefix (an IPv6 subscriber owns a /64: rotating the interface
+// id must not buy new buckets).
+func (l *limiters) client(a netip.Addr) netip.Addr {
+	bits := l.cfg.IPv4Prefix
+	if a.Is6() {
+		bits = l.cfg.IPv6Prefix
+	}
+	if bits <= 0 || bits >= a.BitLen() {
+		return a
+	}
+	p, err := a.Prefix(bits)
+	if err != nil {
+		return a
+	}
+	return p.Addr()
+}
+
 // Run refreshes the local snapshots until ctx ends: activity flags (pause,
 // ready, shards), per-SKU sold-out marks, eligibility lists and blocklists.
 // Until Run is called, Decide reads flags from Redis on every request.

@@ -59,6 +59,8 @@ func (c *Config) setDefaults(m *meta) {
 	setOnce(m, &c.Identity.RequestID, Source{Header: "X-Request-Id"})
 
 	setRate(m, &c.Limits.PerIP, 10, 20)
+	setOnce(m, &c.Limits.IPv4Prefix, 32)
+	setOnce(m, &c.Limits.IPv6Prefix, 64)
 	setRate(m, &c.Limits.PerDevice, 5, 10)
 	setRate(m, &c.Limits.PerUser, 2, 5)
 

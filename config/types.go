@@ -71,9 +71,14 @@ type Rate struct {
 
 // Limits are the local per-instance rate limits.
 type Limits struct {
-	PerIP     Rate `yaml:"per_ip"`
-	PerDevice Rate `yaml:"per_device"`
-	PerUser   Rate `yaml:"per_user"`
+	PerIP Rate `yaml:"per_ip"`
+	// IPv4Prefix and IPv6Prefix are how many leading bits of a client
+	// address name one client for per_ip (defaults 32 and 64: an IPv6
+	// subscriber gets a whole /64 and can rotate the rest at will).
+	IPv4Prefix int  `yaml:"ipv4_prefix"`
+	IPv6Prefix int  `yaml:"ipv6_prefix"`
+	PerDevice  Rate `yaml:"per_device"`
+	PerUser    Rate `yaml:"per_user"`
 }
 
 // Route matches buy requests of one activity.

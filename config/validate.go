@@ -62,6 +62,12 @@ func (v *validator) config(c *Config) {
 	// are optional on requests, and a shop may not want them honoured.
 	v.source(&c.Identity.RequestID, "identity.request_id", true, &c.Identity)
 	v.rate(&c.Limits.PerIP, "limits.per_ip", &c.Limits)
+	if l := &c.Limits; v.ok(&l.IPv4Prefix) && (l.IPv4Prefix < 8 || l.IPv4Prefix > 32) {
+		v.errorf(v.m.line(&l.IPv4Prefix, &c.Limits), "limits.ipv4_prefix must be 8..32 bits, got %d", l.IPv4Prefix)
+	}
+	if l := &c.Limits; v.ok(&l.IPv6Prefix) && (l.IPv6Prefix < 16 || l.IPv6Prefix > 128) {
+		v.errorf(v.m.line(&l.IPv6Prefix, &c.Limits), "limits.ipv6_prefix must be 16..128 bits, got %d", l.IPv6Prefix)
+	}
 	v.rate(&c.Limits.PerDevice, "limits.per_device", &c.Limits)
 	v.rate(&c.Limits.PerUser, "limits.per_user", &c.Limits)
 	for code := range c.Messages {

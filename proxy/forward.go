@@ -103,13 +103,13 @@ func (u *upstream) prepare(ctx *fasthttp.RequestCtx) {
 	// Built in a pooled buffer: this runs for every proxied request.
 	bp := bufPool.Get().(*[]byte)
 	b := (*bp)[:0]
-	if prior := req.Header.Peek("X-Forwarded-For"); len(prior) > 0 {
-		b = append(append(b, prior...), ", "...)
-	}
-	if ip, ok := netip.AddrFromSlice(ctx.RemoteIP()); ok {
-		b = ip.Unmap().AppendTo(b)
-	}
-	req.Header.SetBytesV("X-Forwarded-For", b)
+	ip, _ := netip.AddrFromSlice(ctx.RemoteIP())
+	b = appendForwardedFor(b, &req.Header, ip.Unmap())
+	// One canonical line: every line the client and its balancers sent,
+	// in order, then the peer (a shop that reads only one line then reads
+	// the same list the proxy judged the client by).
+	req.Header.Del(fasthttp.HeaderXForwardedFor)
+	req.Header.SetBytesV(fasthttp.HeaderXForwardedFor, b)
 	*bp = b
 	bufPool.Put(bp)
 }

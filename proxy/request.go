@@ -136,31 +136,55 @@ func parseQty(b []byte) int64 {
 
 // clientIP is the buyer's address: the peer, or, when the peer is a trusted
 // proxy, the right-most X-Forwarded-For entry that is not itself trusted.
+// Every X-Forwarded-For line counts, in order (a balancer may append its own
+// line after the client's): reading only the first would let a client pick
+// its own address by sending a line first.
 func clientIP(ctx *fasthttp.RequestCtx, trusted []netip.Prefix) netip.Addr {
 	peer, _ := netip.AddrFromSlice(ctx.RemoteIP())
 	peer = peer.Unmap()
 	if !isTrusted(peer, trusted) {
 		return peer
 	}
-	xff := ctx.Request.Header.Peek("X-Forwarded-For")
-	for len(xff) > 0 {
-		var part []byte
-		if i := bytes.LastIndexByte(xff, ','); i >= 0 {
-			part, xff = xff[i+1:], xff[:i]
-		} else {
-			part, xff = xff, nil
+	lines := ctx.Request.Header.PeekAll(fasthttp.HeaderXForwardedFor)
+	for i := len(lines) - 1; i >= 0; i-- {
+		xff := lines[i]
+		for len(xff) > 0 {
+			var part []byte
+			if j := bytes.LastIndexByte(xff, ','); j >= 0 {
+				part, xff = xff[j+1:], xff[:j]
+			} else {
+				part, xff = xff, nil
+			}
+			part = bytes.TrimSpace(part)
+			if len(part) == 0 {
+				continue // "a, , b" or an empty line claims no address
+			}
+			a, err := netip.ParseAddr(bytesString(part))
+			if err != nil {
+				return peer
+			}
+			a = a.Unmap()
+			if !isTrusted(a, trusted) {
+				return a
+			}
+			peer = a
 		}
-		a, err := netip.ParseAddr(bytesString(bytes.TrimSpace(part)))
-		if err != nil {
-			return peer
-		}
-		a = a.Unmap()
-		if !isTrusted(a, trusted) {
-			return a
-		}
-		peer = a
 	}
 	return peer
+}
+
+// appendForwardedFor appends, to b, every X-Forwarded-For line of h joined
+// in order with ", ", then peer: the one canonical line forwarded upstream.
+func appendForwardedFor(b []byte, h *fasthttp.RequestHeader, peer netip.Addr) []byte {
+	for _, line := range h.PeekAll(fasthttp.HeaderXForwardedFor) {
+		if line = bytes.TrimSpace(line); len(line) > 0 {
+			b = append(append(b, line...), ", "...)
+		}
+	}
+	if peer.IsValid() {
+		return peer.AppendTo(b)
+	}
+	return bytes.TrimSuffix(b, []byte(", "))
 }
 
 func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {

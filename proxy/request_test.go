@@ -170,6 +170,9 @@ func TestClientIP(t *testing.T) {
 		{"spaces", "127.0.0.1", "  198.51.100.7  ", "198.51.100.7"},
 		{"ipv6", "127.0.0.1", "2001:db8::1", "2001:db8::1"},
 		{"v4-mapped peer", "::ffff:127.0.0.1", "198.51.100.7", "198.51.100.7"},
+		{"every line counts, the last appended last", "127.0.0.1", "198.18.0.9\r\nX-Forwarded-For: 203.0.113.7", "203.0.113.7"},
+		{"lines joined in order", "127.0.0.1", "203.0.113.7\r\nX-Forwarded-For: 10.0.0.2, 10.0.0.3", "203.0.113.7"},
+		{"empty entries claim nothing", "127.0.0.1", "198.51.100.7, ,\r\nX-Forwarded-For: ", "198.51.100.7"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
