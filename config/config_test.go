@@ -90,7 +90,8 @@ func TestParseDefaults(t *testing.T) {
 			RequestID: Source{Header: "X-Request-Id"},
 		},
 		Limits: Limits{
-			PerIP:     Rate{Rate: 10, Burst: 20},
+			PerIP:      Rate{Rate: 10, Burst: 20},
+			IPv4Prefix: 32, IPv6Prefix: 64,
 			PerDevice: Rate{Rate: 5, Burst: 10},
 			PerUser:   Rate{Rate: 2, Burst: 5},
 		},
@@ -219,7 +220,8 @@ activities:
 		TrustedProxies: []string{"10.0.0.0/8", "192.168.1.7", "::1"},
 		Identity:       Identity{User: Source{Cookie: "uid"}, Device: Source{Query: "dev"}},
 		Limits: Limits{
-			PerIP:     Rate{Rate: 1.5, Burst: 20},
+			PerIP:      Rate{Rate: 1.5, Burst: 20},
+			IPv4Prefix: 32, IPv6Prefix: 64,
 			PerDevice: Rate{Rate: 5, Burst: 3},
 			PerUser:   Rate{Rate: 4, Burst: 4},
 		},
@@ -581,4 +583,17 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestClientPrefixValidation(t *testing.T) {
+	for _, tt := range []struct{ give, want string }{
+		{"ipv4_prefix: 7", "limits.ipv4_prefix must be 8..32 bits, got 7"},
+		{"ipv6_prefix: 129", "limits.ipv6_prefix must be 16..128 bits, got 129"},
+	} {
+		src := "upstream: { url: \"http://127.0.0.1:8081\" }\nlimits:\n  " + tt.give + "\n"
+		_, err := Parse("t.yaml", []byte(src))
+		if err == nil || !strings.Contains(err.Error(), "t.yaml:3: "+tt.want) {
+			t.Errorf("%s: got %v, want t.yaml:3: %s", tt.give, err, tt.want)
+		}
+	}
 }
