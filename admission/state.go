@@ -167,6 +167,7 @@ func (p *Pipeline) Apply(cfg *config.Config) {
 		p.limits.Store(&limiters{
 			cfg:    l,
 			ip:     NewLimiter(l.PerIP.Rate, l.PerIP.Burst, p.limiterKeys),
+			public: NewLimiter(l.PerIP.Rate, l.PerIP.Burst, p.limiterKeys),
 			device: NewLimiter(l.PerDevice.Rate, l.PerDevice.Burst, p.limiterKeys),
 			user:   NewLimiter(l.PerUser.Rate, l.PerUser.Burst, p.limiterKeys),
 		})
@@ -180,6 +181,20 @@ func (p *Pipeline) Apply(cfg *config.Config) {
 type limiters struct {
 	cfg              config.Limits
 	ip, device, user *Limiter
+	// public holds the proxy's public endpoints (reservation look-ups,
+	// activity state, time) to per_ip, in buckets of their own so a buyer's
+	// countdown polling does not spend the tokens of their buy.
+	public *Limiter
+}
+
+// AllowPublic takes a token of the per-IP limit of the public endpoints
+// for ip at nowNs; when refused, wait is how long until the next token.
+func (p *Pipeline) AllowPublic(ip netip.Addr, nowNs int64) (bool, time.Duration) {
+	l := p.limits.Load()
+	if l == nil {
+		return true, 0
+	}
+	return l.public.AllowAddr(l.client(ip), nowNs)
 }
 
 // client is the per-IP limiter's key for a: the address cut to the

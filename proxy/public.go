@@ -3,12 +3,14 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"net/netip"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/seckill-proxy/seckill-proxy/admission"
 	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/seckill-proxy/seckill-proxy/store"
 )
@@ -19,6 +21,12 @@ func (s *Server) public(ctx *fasthttp.RequestCtx, st *state, rest []byte) {
 	if !ctx.IsGet() && !ctx.IsHead() {
 		jsonError(ctx, fasthttp.StatusMethodNotAllowed, "method not allowed")
 		return
+	}
+	if pl, ok := s.decide.(PublicLimiter); ok {
+		if ok, wait := pl.AllowPublic(clientIP(ctx, st.trusted), time.Now().UnixNano()); !ok {
+			s.answer(ctx, st, nil, &answer{code: admission.RateLimited, retryAfter: wait})
+			return
+		}
 	}
 	switch {
 	case string(rest) == "time":
@@ -32,6 +40,14 @@ func (s *Server) public(ctx *fasthttp.RequestCtx, st *state, rest []byte) {
 		jsonError(ctx, fasthttp.StatusNotFound, "not found")
 	}
 }
+
+// PublicLimiter is what the proxy needs to hold its public endpoints under
+// the per-IP limit; *admission.Pipeline implements it.
+type PublicLimiter interface {
+	AllowPublic(ip netip.Addr, nowNs int64) (bool, time.Duration)
+}
+
+var _ PublicLimiter = (*admission.Pipeline)(nil)
 
 func writeJSON(ctx *fasthttp.RequestCtx, status int, body []byte) {
 	ctx.Response.Reset()
@@ -144,8 +160,14 @@ func (s *Server) renderActivity(a *config.Activity, now time.Time) ([]byte, erro
 }
 
 func (s *Server) reservation(ctx *fasthttp.RequestCtx, st *state, raw string) {
+	// Everything a client can make up is refused here, before any store
+	// call and before anything is built or cached for it.
 	tok, err := store.ParseToken(raw)
-	if err != nil || st.cfg.Activity(tok.Activity) == nil {
+	if err != nil {
+		jsonError(ctx, fasthttp.StatusNotFound, "no such reservation")
+		return
+	}
+	if a := st.cfg.Activity(tok.Activity); a == nil || a.SKU(tok.SKU) == nil {
 		jsonError(ctx, fasthttp.StatusNotFound, "no such reservation")
 		return
 	}

@@ -59,7 +59,11 @@ type keyCache struct {
 	prefix string
 	mu     sync.RWMutex
 	m      map[string]map[string]*SKUKeys
+	n      int // SKUs cached, bounded by maxCachedSKUs
 }
+
+// maxCachedSKUs bounds keyCache: far above the SKUs of any sale's config.
+const maxCachedSKUs = 1 << 14
 
 func (c *keyCache) get(act, sku string, shards int) *SKUKeys {
 	c.mu.RLock()
@@ -70,6 +74,12 @@ func (c *keyCache) get(act, sku string, shards int) *SKUKeys {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.n >= maxCachedSKUs && c.m[act][sku] == nil {
+		// Callers check names against the config first; this is the
+		// backstop that keeps a caller that did not from growing the
+		// process: past the bound, names are built for the one call.
+		return newSKUKeys(c.prefix, act, sku, shards)
+	}
 	if c.m == nil {
 		c.m = map[string]map[string]*SKUKeys{}
 	}
@@ -78,6 +88,9 @@ func (c *keyCache) get(act, sku string, shards int) *SKUKeys {
 	}
 	k = c.m[act][sku]
 	if k == nil || len(k.Shards) != shards {
+		if k == nil {
+			c.n++
+		}
 		k = newSKUKeys(c.prefix, act, sku, shards)
 		c.m[act][sku] = k
 	}
