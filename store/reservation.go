@@ -25,6 +25,7 @@ type Reservation struct {
 
 // Reservation states as shown to buyers and operators.
 const (
+	StateQueued    = "queued"
 	StatePending   = "pending"
 	StateConfirmed = "confirmed"
 	StateReleased  = "released"
