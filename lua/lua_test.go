@@ -735,10 +735,11 @@ func TestScriptSHA(t *testing.T) {
 		src  string
 		want string
 	}{
-		{name: "reserve", src: lua.Reserve, want: "558f966390340e938781a839a3cd1b6119e39dbc"},
+		{name: "reserve", src: lua.Reserve, want: "86db2b8dd7f2fb083dca59f77f107b88b58157ba"},
 		{name: "steal", src: lua.Steal, want: "d347fe60c1714b1301724c0b1e37ace826c6896c"},
-		{name: "confirm", src: lua.Confirm, want: "3a995b0f27ba60890936e4ae9cb8ad6322e0e775"},
-		{name: "release", src: lua.Release, want: "40594743134407e63ac7ec3d03e64204b3dc97d1"},
+		{name: "confirm", src: lua.Confirm, want: "9674578fa56ca241364dd1c7e59a3e32914f5605"},
+		{name: "release", src: lua.Release, want: "5b097f67da2c1620e184fad0de66505844f61348"},
+		{name: "claim", src: lua.Claim, want: "b0620c8ed6c0c18611fe9d2275d6af9ee4c6523b"},
 		{name: "deposit", src: lua.Deposit, want: "f1c5e8900ca6ae6e6cf529787f5855e7a16419bf"},
 	}
 	for _, tt := range tests {
