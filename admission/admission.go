@@ -182,6 +182,7 @@ const (
 	rLimitDevice
 	rLimitUser
 	rBusy
+	rBacklog
 	rStoreDown
 	numRefusals
 )
@@ -211,6 +212,7 @@ var refusalKinds = [numRefusals]struct {
 	rLimitDevice:   {RateLimited, "rate_limit", "device", true},
 	rLimitUser:     {RateLimited, "rate_limit", "user", true},
 	rBusy:          {Busy, "admission_rate", "BUSY", true},
+	rBacklog:       {Busy, "queue_backlog", "BUSY", false},
 	rStoreDown:     {StoreUnavailable, "redis", "STORE_UNAVAILABLE", false},
 }
 
@@ -371,7 +373,7 @@ func (p *Pipeline) reserve(ctx context.Context, r *Request, flags store.Flags, n
 	res, err := p.store.Reserve(ctx, store.ReserveRequest{
 		Activity: a.ID, SKU: r.SKU, User: r.User, Qty: r.Qty, Limit: a.PerUserLimit,
 		Shards: flags.Shards, Queue: a.Mode == config.ModeQueue, NowMs: now.UnixMilli(), ExpireAt: store.ExpireAt(a),
-		RequestID: r.RequestID,
+		RequestID: r.RequestID, MaxBacklog: a.Queue.MaxBacklog,
 	})
 	if err != nil {
 		return p.storeDown(err)
@@ -403,6 +405,10 @@ func (p *Pipeline) reserve(ctx context.Context, r *Request, flags store.Flags, n
 		d.Code = UpstreamFailed
 	case lua.NotReady:
 		d.Code, d.RetryAfter = NotReady, retryAfterDefault
+	case lua.Backlog:
+		// Queue mode: the shop is behind by max_backlog; come back when
+		// the workers have worked the backlog off at queue.rate.
+		return p.refuse(rBacklog, time.Duration(float64(res.Backlog)/a.Queue.Rate*float64(time.Second)))
 	default:
 		p.log.Error("reserve: unexpected script code", zap.Stringer("code", res.Code))
 		return p.storeDown(store.ErrInvalidResponse)

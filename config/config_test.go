@@ -106,7 +106,7 @@ func TestParseDefaults(t *testing.T) {
 			Shards:         1, // single Redis node: one shard
 			AdmissionRate:  Rate{Rate: 20000, Burst: 30000},
 			Mode:           ModeSync,
-			Queue:          Queue{Workers: 32, Rate: 2000},
+			Queue:          Queue{Workers: 32, Rate: 2000, MaxBacklog: 100000},
 			PendingTimeout: 10 * time.Minute,
 			OrderIDFrom:    "json:/order_id",
 			KeyTTLAfterEnd: 24 * time.Hour,
@@ -167,7 +167,7 @@ activities:
     shards: 1024
     admission_rate: {rate: 1, burst: 1}
     mode: queue
-    queue: {workers: 1, rate: 0.5}
+    queue: {workers: 1, rate: 0.5, max_backlog: 7}
     pending_timeout: 1s
     verify: {url: "http://shop/orders/{token}"}
     order_id_from: "header:X-Order-Id"
@@ -193,7 +193,7 @@ activities:
 		Shards:         1024,
 		AdmissionRate:  Rate{Rate: 1, Burst: 1},
 		Mode:           ModeQueue,
-		Queue:          Queue{Workers: 1, Rate: 0.5},
+		Queue:          Queue{Workers: 1, Rate: 0.5, MaxBacklog: 7},
 		PendingTimeout: time.Second,
 		Verify:         Verify{URL: "http://shop/orders/{token}"},
 		OrderIDFrom:    "header:X-Order-Id",
@@ -479,6 +479,7 @@ func TestValidation(t *testing.T) {
 		{"mode", okAct + "    mode: async\n", []wantErr{{8, `mode must be "sync" or "queue", got "async"`}}},
 		{"queue workers", okAct + "    queue:\n      workers: 0\n", []wantErr{{9, "queue.workers must be at least 1"}}},
 		{"queue rate", okAct + "    queue: {rate: -1}\n", []wantErr{{8, "queue.rate must be positive"}}},
+		{"queue max_backlog", okAct + "    queue:\n      max_backlog: 0\n", []wantErr{{9, "queue.max_backlog must be positive"}}},
 		{"pending_timeout", okAct + "    pending_timeout: 0s\n", []wantErr{{8, "pending_timeout must be positive"}}},
 		{"key_ttl_after_end", okAct + "    key_ttl_after_end: -1h\n", []wantErr{{8, "key_ttl_after_end must be positive"}}},
 		{"verify scheme", okAct + "    verify: {url: \"tcp://x/{token}\"}\n", []wantErr{{8, "verify.url must start with http:// or https://"}}},

@@ -85,6 +85,9 @@ func (c *Config) setDefaults(m *meta) {
 		setOnce(m, &a.Mode, ModeSync)
 		setOnce(m, &a.Queue.Workers, 32)
 		setOnce(m, &a.Queue.Rate, 2000)
+		// Enough for a big sale's spike at the default rate (50 s of it),
+		// small enough for Redis: an entry is ~100 bytes.
+		setOnce(m, &a.Queue.MaxBacklog, 100000)
 		setOnce(m, &a.PendingTimeout, 10*time.Minute)
 		setOnce(m, &a.OrderIDFrom, DefaultOrderIDFrom)
 		setOnce(m, &a.KeyTTLAfterEnd, 24*time.Hour)

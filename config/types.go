@@ -102,6 +102,9 @@ type SKU struct {
 type Queue struct {
 	Workers int     `yaml:"workers"`
 	Rate    float64 `yaml:"rate"`
+	// MaxBacklog bounds the reservations queued and not yet handled: beyond
+	// it a buyer is answered 503 BUSY (the stream is never trimmed instead).
+	MaxBacklog int64 `yaml:"max_backlog"`
 }
 
 // Verify says how the reconciler asks the shop whether an order exists.

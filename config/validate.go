@@ -178,6 +178,9 @@ func (v *validator) activities(c *Config) {
 		if v.ok(&a.Queue.Rate) && a.Queue.Rate <= 0 {
 			v.errorf(v.m.line(&a.Queue.Rate, &a.Queue, a), "%s: queue.rate must be positive, got %g", name, a.Queue.Rate)
 		}
+		if v.ok(&a.Queue.MaxBacklog) && a.Queue.MaxBacklog <= 0 {
+			v.errorf(v.m.line(&a.Queue.MaxBacklog, &a.Queue, a), "%s: queue.max_backlog must be positive, got %d", name, a.Queue.MaxBacklog)
+		}
 		if v.ok(&a.PendingTimeout) && a.PendingTimeout <= 0 {
 			v.errorf(at(&a.PendingTimeout), "%s: pending_timeout must be positive, got %s", name, a.PendingTimeout)
 		}

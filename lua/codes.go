@@ -28,6 +28,12 @@ const (
 	// Fenced: a repair carried an older fencing token than the shard has
 	// seen: its reconciler lost the lease; nothing changed.
 	Fenced Code = 11
+	// Backlog: queue mode, the home shard's stream already holds its share
+	// of queue.max_backlog entries not yet handled; nothing was reserved.
+	Backlog Code = 12
+	// NotSent: a pending-only release found the reservation queued and not
+	// sent to the shop yet (the shop cannot have refused it); nothing changed.
+	NotSent Code = 13
 )
 
 // String names the code for logs and errors.
@@ -55,6 +61,10 @@ func (c Code) String() string {
 		return "BROKEN"
 	case Fenced:
 		return "FENCED"
+	case Backlog:
+		return "BACKLOG"
+	case NotSent:
+		return "NOT_SENT"
 	}
 	return "INVALID"
 }
@@ -72,6 +82,8 @@ func (c Code) SpecCode() string {
 		return "NOT_READY"
 	case Empty:
 		return "SOLD_OUT"
+	case Backlog:
+		return "BUSY"
 	}
 	return ""
 }

@@ -1,4 +1,6 @@
--- confirm.lua: pending -> confirmed, once. Replays are harmless.
+-- confirm.lua: pending -> confirmed, once. Replays are harmless. A queued
+-- (not yet sent) reservation is confirmed too: only an order the shop holds
+-- confirms, so it was sent after all; its stream entry is then skipped.
 --
 -- KEYS[1] stock  KEYS[2] res  KEYS[3] pending   (see reserve.lua)
 -- ARGV[1] token id  ARGV[2] order id ("" when unknown)

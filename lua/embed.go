@@ -25,6 +25,12 @@ var Confirm string
 //go:embed release.lua
 var Release string
 
+// Claim turns a queued reservation into a pending (sent) one just before
+// a queue worker calls the shop (see claim.lua).
+//
+//go:embed claim.lua
+var Claim string
+
 // Deposit finishes a stock move whose reserve step never ran (see deposit.lua).
 //
 //go:embed deposit.lua

@@ -227,8 +227,75 @@ func TestReserve(t *testing.T) {
 				}
 				f.wantTTL(kLog)
 				f.wantHash(kUsers, map[string]string{"u1": "2|T1"})
-				f.wantHash(kRes, map[string]string{"T1": "p|u1|2|1000||"})
+				// Queued, not sent: the record names its stream entry, and
+				// the pending index (the reconciler's) does not hold it.
+				f.wantHash(kRes, map[string]string{"T1": "q|u1|2|1000||0-1"})
+				if f.exists(kPending) {
+					f.t.Error("a queued reservation is in the pending index")
+				}
 			},
+		},
+		{
+			name: "queue mode numbers entries in order",
+			setup: [][]string{stock(5, 5, 0, 0, 0), {"XADD", kLog, "0-7", "t", "a.s.0.T0"},
+				{"HSET", kUsers, "u0", "1|T0"}},
+			give: func(f *fx) []string { return f.reserveArgs("u1", 1, 1, "T1", true, 0, "") },
+			want: []string{"1", "4"},
+			check: func(f *fx) {
+				f.wantHash(kRes, map[string]string{"T1": "q|u1|1|1000||0-8"})
+			},
+		},
+		{
+			name: "queue backlog at its bound is busy, the stream untouched",
+			setup: [][]string{stock(5, 5, 0, 0, 0), {"XADD", kLog, "0-1", "t", "a"}, {"XADD", kLog, "0-2", "t", "b"},
+				{"XADD", kLog, "0-3", "t", "c"}},
+			give: func(f *fx) []string {
+				a := f.reserveArgs("u1", 1, 1, "T1", true, 0, "")
+				a[9] = "3" // the shard's backlog bound
+				return a
+			},
+			want: []string{"12", "3"},
+			check: func(f *fx) {
+				if n := f.int("XLEN", kLog); n != 3 {
+					f.t.Errorf("XLEN = %d, want 3 (never trimmed)", n)
+				}
+				f.wantHash(kStock, map[string]string{"r": "5", "p": "0"})
+				if f.exists(kUsers) || f.exists(kRes) {
+					f.t.Error("BUSY wrote a reservation")
+				}
+			},
+		},
+		{
+			name: "queue backlog below its bound admits, never trims",
+			setup: [][]string{stock(5, 5, 0, 0, 0), {"XADD", kLog, "0-1", "t", "a"}, {"XADD", kLog, "0-2", "t", "b"},
+				{"XADD", kLog, "0-3", "t", "c"}},
+			give: func(f *fx) []string {
+				a := f.reserveArgs("u1", 1, 1, "T1", true, 0, "")
+				a[9] = "4"
+				return a
+			},
+			want: []string{"1", "4"},
+			check: func(f *fx) {
+				if n := f.int("XLEN", kLog); n != 4 {
+					f.t.Errorf("XLEN = %d, want 4", n)
+				}
+			},
+		},
+		{
+			name:  "sync mode ignores the backlog bound",
+			setup: [][]string{stock(5, 5, 0, 0, 0), {"XADD", kLog, "0-1", "t", "a"}},
+			give: func(f *fx) []string {
+				a := f.reserveArgs("u1", 1, 1, "T1", false, 0, "")
+				a[9] = "1"
+				return a
+			},
+			want: []string{"1", "4"},
+		},
+		{
+			name:  "pending while queued",
+			setup: [][]string{stock(4, 5, 1, 0, 0), {"HSET", kUsers, "u1", "1|T0"}, {"HSET", kRes, "T0", "q|u1|1|900||0-1"}},
+			give:  func(f *fx) []string { return f.reserveArgs("u1", 1, 1, "T1", true, 0, "") },
+			want:  []string{"3", "T0"},
 		},
 		{
 			name:  "ok second unit within limit",
@@ -507,6 +574,24 @@ func TestRelease(t *testing.T) {
 			wantOut:   true,
 		},
 		{
+			name: "queued refused by pending-only release: never released for not being sent",
+			setup: [][]string{stock(0, 1, 1, 0, 0), {"SET", kOut, "1"}, {"HSET", kUsers, "u1", "1|T1"},
+				{"HSET", kRes, "T1", "q|u1|1|900||0-4"}},
+			only: "1", want: []string{"13", "0"},
+			wantStock: map[string]string{"r": "0", "p": "1", "x": "0"},
+			wantRec:   "q|u1|1|900||0-4",
+			wantUser:  "1|T1",
+			wantOut:   true,
+		},
+		{
+			name: "queued released by an operator",
+			setup: [][]string{stock(0, 1, 1, 0, 0), {"SET", kOut, "1"}, {"HSET", kUsers, "u1", "1|T1"},
+				{"HSET", kRes, "T1", "q|u1|1|900||0-4"}},
+			only: "0", want: []string{"1", "1"},
+			wantStock: map[string]string{"r": "1", "p": "0", "x": "1"},
+			wantRec:   "x|u1|1|900||shop 500|2000",
+		},
+		{
 			name: "broken: counters already above initial",
 			setup: [][]string{stock(5, 5, 1, 0, 0), {"HSET", kUsers, "u1", "1|T1"},
 				{"HSET", kRes, "T1", "p|u1|1|900||"}, {"ZADD", kPending, "900", "T1"}},
@@ -545,6 +630,59 @@ func TestRelease(t *testing.T) {
 			}
 			if n := f.int("ZCARD", kPending); n != tt.wantPending {
 				t.Errorf("pending zset size = %d, want %d", n, tt.wantPending)
+			}
+		})
+	}
+}
+
+// A repeated request id whose reservation is queued answers PENDING.
+func TestReserveRepeatWhileQueued(t *testing.T) {
+	f := newFx(t)
+	rid := "t:{a:s:0}:rid:u1|R1"
+	f.reset([][]string{stock(4, 5, 1, 0, 0), {"HSET", kUsers, "u1", "1|T0"}, {"HSET", kRes, "T0", "q|u1|1|900||0-1"},
+		{"SET", rid, "1|T0"}})
+	args := append(f.reserveArgs("u1", 1, 1, "T1", true, 0, ""), "60000")
+	wantReply(t, f.run(lua.Reserve, append(append([]string(nil), reserveKeys...), rid), args), []string{"3", "T0"})
+}
+
+func TestClaim(t *testing.T) {
+	f := newFx(t)
+	claimKeys := []string{kRes, kPending}
+	tests := []struct {
+		name      string
+		setup     [][]string
+		want      []string
+		wantRec   string
+		wantScore int64 // pending index score of T1 after; 0 = absent
+	}{
+		{name: "queued is claimed: stamped with the send time, indexed",
+			setup: [][]string{{"HSET", kRes, "T1", "q|u1|2|900||0-3"}},
+			want:  []string{"1"}, wantRec: "p|u1|2|5000||", wantScore: 5000},
+		{name: "pending again (redelivered): re-stamped, send again",
+			setup: [][]string{{"HSET", kRes, "T1", "p|u1|2|4000||"}, {"ZADD", kPending, "4000", "T1"}},
+			want:  []string{"6"}, wantRec: "p|u1|2|5000||", wantScore: 5000},
+		{name: "released (operator) is never sent",
+			setup: [][]string{{"HSET", kRes, "T1", "x|u1|2|900||cancelled|950"}},
+			want:  []string{"7"}, wantRec: "x|u1|2|900||cancelled|950"},
+		{name: "confirmed is not sent again",
+			setup: [][]string{{"HSET", kRes, "T1", "c|u1|2|900|O-1|"}},
+			want:  []string{"9"}, wantRec: "c|u1|2|900|O-1|"},
+		{name: "unknown", want: []string{"8"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f.t = t
+			f.reset(tt.setup)
+			wantReply(t, f.run(lua.Claim, claimKeys, []string{"T1", "5000", strconv.FormatInt(f.exp, 10)}), tt.want)
+			if tt.wantRec != "" {
+				f.wantHash(kRes, map[string]string{"T1": tt.wantRec})
+			}
+			score, err := f.do("ZSCORE", kPending, "T1").AsInt64()
+			if tt.wantScore == 0 && err == nil || tt.wantScore != 0 && score != tt.wantScore {
+				t.Errorf("pending score = %d (%v), want %d", score, err, tt.wantScore)
+			}
+			if tt.wantScore != 0 {
+				f.wantTTL(kPending)
 			}
 		})
 	}
@@ -597,10 +735,11 @@ func TestScriptSHA(t *testing.T) {
 		src  string
 		want string
 	}{
-		{name: "reserve", src: lua.Reserve, want: "558f966390340e938781a839a3cd1b6119e39dbc"},
+		{name: "reserve", src: lua.Reserve, want: "86db2b8dd7f2fb083dca59f77f107b88b58157ba"},
 		{name: "steal", src: lua.Steal, want: "d347fe60c1714b1301724c0b1e37ace826c6896c"},
-		{name: "confirm", src: lua.Confirm, want: "3a995b0f27ba60890936e4ae9cb8ad6322e0e775"},
-		{name: "release", src: lua.Release, want: "40594743134407e63ac7ec3d03e64204b3dc97d1"},
+		{name: "confirm", src: lua.Confirm, want: "9674578fa56ca241364dd1c7e59a3e32914f5605"},
+		{name: "release", src: lua.Release, want: "5b097f67da2c1620e184fad0de66505844f61348"},
+		{name: "claim", src: lua.Claim, want: "b0620c8ed6c0c18611fe9d2275d6af9ee4c6523b"},
 		{name: "deposit", src: lua.Deposit, want: "f1c5e8900ca6ae6e6cf529787f5855e7a16419bf"},
 	}
 	for _, tt := range tests {
@@ -614,12 +753,12 @@ func TestScriptSHA(t *testing.T) {
 }
 
 func TestCodeString(t *testing.T) {
-	for c := lua.OK; c <= lua.Fenced; c++ {
+	for c := lua.OK; c <= lua.NotSent; c++ {
 		if s := c.String(); s == "INVALID" || s == "" {
 			t.Errorf("Code(%d).String() = %q", c, s)
 		}
 	}
-	for _, c := range []lua.Code{0, lua.Fenced + 1, -1} {
+	for _, c := range []lua.Code{0, lua.NotSent + 1, -1} {
 		if s := c.String(); s != "INVALID" {
 			t.Errorf("Code(%d).String() = %q, want INVALID", c, s)
 		}
@@ -632,6 +771,7 @@ func TestCodeString(t *testing.T) {
 		{lua.Purchased, "ALREADY_PURCHASED"},
 		{lua.NotReady, "NOT_READY"},
 		{lua.Empty, "SOLD_OUT"},
+		{lua.Backlog, "BUSY"},
 		{lua.OK, ""},
 	}
 	for _, tt := range tests {

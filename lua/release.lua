@@ -1,4 +1,4 @@
--- release.lua: pending -> released or confirmed -> released, once; the units
+-- release.lua: pending (or queued) -> released or confirmed -> released, once; the units
 -- go back on the shelf and the buyer may buy again within their limit.
 -- Never lifts remaining above what the shard's invariant allows.
 --
@@ -6,7 +6,9 @@
 -- ARGV[1] token id  ARGV[2] reason  ARGV[3] now ms (kept on the record as the
 --         release time: "x|<user>|<qty>|<ms>|<order id>|<reason>|<released ms>")
 -- ARGV[4] "1" = only release a pending reservation (the shop said no, or verify
---         proved the order absent); "0" = also a confirmed one (refund, cancel)
+--         proved the order absent): never a queued one, which the shop has not
+--         seen yet; "0" = also a queued or confirmed one (operator: refund,
+--         cancel; a queued one is then never sent, see claim.lua)
 --
 -- Returns {code, remaining}:
 --   {1, r}  OK: released now
@@ -14,6 +16,7 @@
 --   {8, 0}  UNKNOWN: no such reservation
 --   {9, r}  CONFIRMED: pending-only release of a confirmed reservation refused
 --   {10, r} BROKEN: stock counters would break the invariant; nothing changed
+--   {13, r} NOT_SENT: pending-only release of a queued (not yet sent) one refused
 local rec = redis.call('HGET', KEYS[3], ARGV[1])
 if not rec then
   return {8, 0}
@@ -26,6 +29,9 @@ if state == 'x' then
 end
 if state == 'c' and ARGV[4] == '1' then
   return {9, r}
+end
+if state == 'q' and ARGV[4] == '1' then
+  return {13, r}
 end
 qty = tonumber(qty)
 local from = 'p'

@@ -6,9 +6,13 @@
 -- KEYS[1] stock   hash  r=remaining i=initial p=pending c=confirmed x=released
 -- KEYS[2] users   hash  user -> "<units>|<last token id>"
 -- KEYS[3] res     hash  token id -> "<state>|<user>|<qty>|<ms>|<order id>|<reason>"
---                 (released records end in "|<released ms>", see release.lua)
--- KEYS[4] pending zset  token id -> created ms
--- KEYS[5] log     stream of reservations (queue mode only)
+--                 state p pending (sent, or sync), c confirmed, x released
+--                 (released records end in "|<released ms>", see release.lua),
+--                 q queued: not sent yet, "q|<user>|<qty>|<queued ms>||<entry id>"
+--                 (claim.lua turns it into p when a worker sends it)
+-- KEYS[4] pending zset  token id -> created (queue mode: sent) ms; never a queued one
+-- KEYS[5] log     stream of reservations (queue mode only), entry ids 0-1, 0-2, ...:
+--                 the sequence number tells a buyer's place in the queue
 -- KEYS[6] out     string, exists while r == 0 (read through client-side caching)
 -- KEYS[7] movesin set   move ids already deposited here
 -- KEYS[8] rid     string (optional) the buyer's request id -> "<code>|<token id>",
@@ -16,7 +20,8 @@
 -- ARGV[1] user  ARGV[2] qty  ARGV[3] per-user limit  ARGV[4] token id
 -- ARGV[5] now ms (proxy clock)  ARGV[6] expire-at ms  ARGV[7] "1" = queue mode
 -- ARGV[8] units to deposit  ARGV[9] move id ("" = no deposit)
--- ARGV[10] stream max length (approximate trim)  ARGV[11] token (full, for the stream)
+-- ARGV[10] queue mode: the most entries the stream may hold (its share of
+--          queue.max_backlog); never trimmed  ARGV[11] token (full, for the stream)
 -- ARGV[12] request id record ttl ms (with KEYS[8])
 --
 -- Returns {code, ...}:
@@ -26,8 +31,9 @@
 --   {4, token id, order id}   PURCHASED: limit reached, last reservation confirmed
 --   {5}                       NOT_READY: shard was never preheated (or expired)
 --   {7, token id}             RELEASED: a repeated request id whose reservation was released
+--   {12, backlog}             BACKLOG: queue mode, the stream holds ARGV[10] entries or more
 -- A repeated request id (KEYS[8] exists) answers by the current state of the
--- reservation its first copy got: pending {3, ..}, confirmed {4, ..}, released {7, ..}.
+-- reservation its first copy got: pending or queued {3, ..}, confirmed {4, ..}, released {7, ..}.
 local r = redis.call('HGET', KEYS[1], 'r')
 if not r then
   return {5}
@@ -50,7 +56,7 @@ if rid then
     local last = string.match(seen, '^%d+|(.*)$')
     local rec = redis.call('HGET', KEYS[3], last)
     local st = rec and string.sub(rec, 1, 1) or 'p'
-    if st == 'p' then return {3, last} end
+    if st == 'p' or st == 'q' then return {3, last} end
     if st == 'x' then return {7, last} end
     return {4, last, string.match(rec, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)') or ''}
   end
@@ -64,7 +70,8 @@ if held then
   if units + qty > tonumber(ARGV[3]) then
     if rid then redis.call('SET', rid, '3|' .. last, 'PX', ARGV[12]) end
     local rec = redis.call('HGET', KEYS[3], last)
-    if rec and string.sub(rec, 1, 1) == 'p' then
+    local st = rec and string.sub(rec, 1, 1)
+    if st == 'p' or st == 'q' then
       return {3, last}
     end
     local oid = ''
@@ -76,17 +83,26 @@ end
 if r < qty then
   return {2, r}
 end
+if ARGV[7] == '1' then
+  local backlog = redis.call('XLEN', KEYS[5])
+  if backlog >= tonumber(ARGV[10]) then return {12, backlog} end
+end
 
 r = redis.call('HINCRBY', KEYS[1], 'r', -qty)
 redis.call('HINCRBY', KEYS[1], 'p', qty)
 if r == 0 then redis.call('SET', KEYS[6], '1', 'PXAT', ARGV[6]) end
 redis.call('HSET', KEYS[2], ARGV[1], (units + qty) .. '|' .. ARGV[4])
-redis.call('HSET', KEYS[3], ARGV[4], 'p|' .. ARGV[1] .. '|' .. qty .. '|' .. ARGV[5] .. '||')
-redis.call('ZADD', KEYS[4], ARGV[5], ARGV[4])
-if rid then redis.call('SET', rid, '1|' .. ARGV[4], 'PX', ARGV[12]) end
 if ARGV[7] == '1' then
-  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[10], '*', 't', ARGV[11])
+  -- Queued, not sent: out of the pending index until a worker claims it.
+  -- A stream from before sequence ids ("*" ids) keeps "*"; no place shown.
+  local id = redis.pcall('XADD', KEYS[5], '0-*', 't', ARGV[11])
+  if type(id) == 'table' then id = redis.call('XADD', KEYS[5], '*', 't', ARGV[11]) end
+  redis.call('HSET', KEYS[3], ARGV[4], 'q|' .. ARGV[1] .. '|' .. qty .. '|' .. ARGV[5] .. '||' .. id)
+else
+  redis.call('HSET', KEYS[3], ARGV[4], 'p|' .. ARGV[1] .. '|' .. qty .. '|' .. ARGV[5] .. '||')
+  redis.call('ZADD', KEYS[4], ARGV[5], ARGV[4])
 end
+if rid then redis.call('SET', rid, '1|' .. ARGV[4], 'PX', ARGV[12]) end
 -- Every key this script creates expires with the activity. users, res and
 -- the stream are created with the shard's first buyer; the pending index is
 -- deleted whenever it empties and so re-created later, hence its own check.

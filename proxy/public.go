@@ -207,5 +207,21 @@ func (s *Server) reservation(ctx *fasthttp.RequestCtx, st *state, raw string) {
 		b = append(b, `,"reason":`...)
 		b = appendJSONString(b, r.Reason)
 	}
+	if r.State == store.StateQueued {
+		// Where the buyer stands: one O(1) call more, only while queued.
+		type queue interface {
+			QueuePosition(ctx context.Context, t store.Token, shards int, entryID string) (int64, bool, error)
+		}
+		if q, isQ := s.book.(queue); isQ {
+			if pos, ok, err := q.QueuePosition(cctx, tok, f.Shards, r.QueueEntry); err == nil && ok {
+				b = append(b, `,"position":`...)
+				b = strconv.AppendInt(b, pos, 10)
+				if a := st.cfg.Activity(tok.Activity); a != nil && a.Queue.Rate > 0 {
+					b = append(b, `,"eta_ms":`...)
+					b = strconv.AppendInt(b, int64(float64(pos)*1000/a.Queue.Rate), 10)
+				}
+			}
+		}
+	}
 	writeJSON(ctx, 200, append(b, '}'))
 }

@@ -355,7 +355,7 @@ func (aq *actQueue) run(readCtx, sendCtx context.Context) {
 // handle forwards one queued reservation and settles it. The reservation
 // changes state at most once however often its entry is delivered: every
 // transition is conditional, and an entry whose reservation is no longer
-// pending is acknowledged without a request to the shop.
+// queued or pending is acknowledged without a request to the shop.
 func (aq *actQueue) handle(ctx context.Context, j job) {
 	a := aq.a
 	st := aq.q.st
@@ -375,11 +375,29 @@ func (aq *actQueue) handle(ctx context.Context, j job) {
 	if err != nil {
 		return // Redis trouble: leave it to be delivered again
 	}
-	if !ok || res.State != store.StatePending {
+	if !ok || (res.State != store.StateQueued && res.State != store.StatePending) {
 		ack()
 		return
 	}
-	if j.e.Redelivered && a.Verify.URL != "" {
+	// Claim it: queued -> pending since now, in one conditional script, so
+	// a release in the meantime (an operator) means it is never sent, and
+	// the reconciler's pending_timeout counts from this send.
+	claim, err := st.Claim(ctx, tok, j.shards, time.Now().UnixMilli(), aq.expireAt)
+	if err != nil {
+		return
+	}
+	switch claim {
+	case lua.OK:
+	case lua.Same:
+		// Pending already: a worker claimed it and died (or lost Redis)
+		// before settling it. The claim re-stamped the send time; send
+		// again with the same token, which the shop dedups by.
+	default: // released, confirmed or gone since the look-up
+		aq.q.m.Settlements.WithLabelValues("queue_claim", claim.String()).Inc()
+		ack()
+		return
+	}
+	if claim == lua.Same && a.Verify.URL != "" {
 		// The shop may have seen it from the worker that died: ask first.
 		if v, oid, _ := verifyOrder(ctx, aq.client, a.Verify.URL, j.e.Token); v == OrderExists {
 			if aq.settle(ctx, "confirm", func(c context.Context) (lua.Code, error) { return st.Confirm(c, tok, j.shards, oid) }) {

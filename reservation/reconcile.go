@@ -146,8 +146,9 @@ func (r *Reconciler) WithLeaseWait(d time.Duration) *Reconciler {
 // reconciler deposits it: far beyond any admission call's deadline.
 const moveSettleAge = 30 * time.Second
 
-// maxStalePerShard bounds one pass's work per shard.
-const maxStalePerShard = 1000
+// stalePage is how many pending-index entries the reconciler reads at a
+// time; a pass pages through all of them.
+const stalePage = 500
 
 // Run does one pass over acts. With repair it first takes the reconciler
 // lease (ErrLeaseHeld when another instance has it) and every repair
@@ -255,28 +256,32 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 	}
 	cutoff := now.Add(-a.PendingTimeout).UnixMilli()
 	unsettled := map[string]int64{}
+	seen := 0
 	for _, sku := range a.SKUs {
-		stale, err := r.st.StalePending(ctx, a.ID, sku.ID, f.Shards, cutoff, maxStalePerShard)
+		err := r.st.StalePending(ctx, a.ID, sku.ID, f.Shards, cutoff, stalePage, func(stale []store.Reservation) error {
+			for _, res := range stale {
+				if repair && seen > 0 && seen%100 == 0 {
+					if err := r.renew(ctx, fenceToken); err != nil {
+						return err
+					}
+				}
+				seen++
+				fd, err := r.settle(ctx, a, f.Shards, res, fence, now)
+				if err != nil {
+					return err
+				}
+				if !fd.settled() {
+					unsettled[sku.ID] += res.Qty
+				}
+				if fd.Detail == detailReleasedWithOrder {
+					r.alert(&ar, "order_for_released", fmt.Sprintf("sku %s: %s: the shop holds order %s for a released reservation", sku.ID, fd.Token, fd.OrderID))
+				}
+				ar.Stale = append(ar.Stale, fd)
+			}
+			return nil
+		})
 		if err != nil {
 			return ar, err
-		}
-		for i, res := range stale {
-			if repair && i > 0 && i%100 == 0 {
-				if err := r.renew(ctx, fenceToken); err != nil {
-					return ar, err
-				}
-			}
-			fd, err := r.settle(ctx, a, f.Shards, res, fence, now)
-			if err != nil {
-				return ar, err
-			}
-			if !fd.settled() {
-				unsettled[sku.ID] += res.Qty
-			}
-			if fd.Detail == detailReleasedWithOrder {
-				r.alert(&ar, "order_for_released", fmt.Sprintf("sku %s: %s: the shop holds order %s for a released reservation", sku.ID, fd.Token, fd.OrderID))
-			}
-			ar.Stale = append(ar.Stale, fd)
 		}
 	}
 	st, err := r.st.Status(ctx, a)
@@ -364,6 +369,12 @@ const detailReleasedWithOrder = "order exists but the reservation was released"
 // (repair), acts on a definite answer.
 func (r *Reconciler) settle(ctx context.Context, a *config.Activity, shards int, res store.Reservation, fence *store.Fence, now time.Time) (Finding, error) {
 	f := Finding{Token: res.Token.String(), User: res.User, Qty: res.Qty, AgeMs: now.UnixMilli() - res.CreatedMs, Action: "left"}
+	if res.State == store.StateQueued {
+		// Never in the pending index (claim.lua adds it when sent); were one
+		// there, the shop could not know it yet: "absent" proves nothing.
+		f.Verdict, f.Detail = Unverified, "queued, not sent yet"
+		return f, nil
+	}
 	if a.Verify.URL == "" {
 		f.Verdict, f.Detail = Unverified, "no verify.url configured: reported, never guessed"
 		return f, nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
+	"github.com/seckill-proxy/seckill-proxy/lua"
 	"github.com/seckill-proxy/seckill-proxy/metrics"
 	"github.com/seckill-proxy/seckill-proxy/reservation"
 	"github.com/seckill-proxy/seckill-proxy/store"
@@ -51,6 +52,11 @@ func TestEveryKeyExpires(t *testing.T) {
 	}
 	for _, u := range users[:4] { // released buyers may buy again
 		reserve(t, st, a, u, now-time.Hour.Milliseconds(), true)
+	}
+	// Queued reservations join the pending index when a worker claims them
+	// (this one as by a worker that died right after).
+	if code, err := st.Claim(tctx(t), toks[4], a.Shards, now, store.ExpireAt(a)); err != nil || code != lua.OK {
+		t.Fatalf("claim: %v %v", code, err)
 	}
 	seen := checkExpiry(t, rs, store.ExpireAt(a))
 	q := reservation.NewQueue(st, metrics.New(), zap.NewNop(), reservation.QueueOptions{Consumer: "t"})

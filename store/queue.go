@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/seckill-proxy/seckill-proxy/lua"
 )
 
 // QueueGroup is the consumer group queue-mode workers of every instance
@@ -106,9 +109,9 @@ func (s *Store) ClaimQueue(ctx context.Context, act, sku string, shards, shard i
 func entries(shard int, xs []rueidis.XRangeEntry, redelivered bool) []QueueEntry {
 	out := make([]QueueEntry, 0, len(xs))
 	for _, x := range xs {
-		// A nil field map is an entry trimmed away while pending; it is
-		// acked like any other (its reservation is still in res and the
-		// reconciler settles it).
+		// A nil field map is an entry deleted while pending (streams are no
+		// longer trimmed, but one written before may have been); it is acked
+		// like any other.
 		out = append(out, QueueEntry{Shard: shard, ID: x.ID, Token: x.FieldValues["t"], Redelivered: redelivered})
 	}
 	return out
@@ -132,6 +135,68 @@ func (s *Store) AckQueue(ctx context.Context, act, sku string, shards, shard int
 		}
 	}
 	return nil
+}
+
+var claimScript = rueidis.NewLuaScript(lua.Claim)
+
+// Claim turns a queued reservation into a pending one just before a queue
+// worker sends it, stamping nowMs as its send time (record and pending
+// index). Replies: OK (send it), Same (already pending: a redelivered
+// entry, re-stamped; send again or verify), Released, Confirmed, Unknown
+// (do not send).
+func (s *Store) Claim(ctx context.Context, t Token, shards int, nowMs, expireAt int64) (lua.Code, error) {
+	return s.transition(ctx, t, shards, nil, claimScript, nil,
+		func(k ShardKeys) []string { return []string{k.Res, k.Pending} },
+		[]string{t.Field(), itoa(nowMs), itoa(expireAt)})
+}
+
+// QueuePosition estimates how many queued entries of the activity are
+// ahead of a queued reservation whose stream entry is entryID: the entries
+// of its shard's stream between the consumer group's last delivered one
+// and it (entry ids are sequence numbers, see lua/reserve.lua), times the
+// shards, which workers drain in turn. One O(1) call (XINFO GROUPS). ok is
+// false when entryID is not a sequence id (a stream from an older version).
+func (s *Store) QueuePosition(ctx context.Context, t Token, shards int, entryID string) (int64, bool, error) {
+	seq, ok := entrySeq(entryID)
+	if !ok || t.Shard >= shards {
+		return 0, false, nil
+	}
+	c, err := s.Client()
+	if err != nil {
+		return 0, false, err
+	}
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	groups, err := c.Do(cctx, c.B().XinfoGroups().Key(s.shardKeys(t.Activity, t.SKU, shards, t.Shard).Log).Build()).ToArray()
+	if err != nil {
+		return 0, false, wrap(err)
+	}
+	var done int64 // no group yet: no worker has read anything
+	for _, g := range groups {
+		m, err := g.AsMap()
+		if err != nil {
+			return 0, false, ErrInvalidResponse
+		}
+		name, lastID := m["name"], m["last-delivered-id"]
+		if n, _ := name.ToString(); n != QueueGroup {
+			continue
+		}
+		last, _ := lastID.ToString()
+		if done, ok = entrySeq(last); !ok && last != "0-0" {
+			return 0, false, nil
+		}
+	}
+	return max(0, seq-done-1) * int64(shards), true, nil
+}
+
+// entrySeq reads the sequence number of a queue entry id "0-<seq>".
+func entrySeq(id string) (int64, bool) {
+	rest, ok := strings.CutPrefix(id, "0-")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(rest, 10, 64)
+	return n, err == nil && n > 0
 }
 
 // QueueLength is how many entries the activity's shard streams hold (they

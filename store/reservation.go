@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 // Reservation is one reservation record as Redis holds it.
 type Reservation struct {
 	Token     Token
-	State     string // pending | confirmed | released
+	State     string // queued | pending | confirmed | released
 	User      string
 	Qty       int64
 	CreatedMs int64
@@ -21,10 +22,17 @@ type Reservation struct {
 	Reason    string // why it was released
 	// ReleasedMs is when it was released (proxy or CLI clock); 0 otherwise.
 	ReleasedMs int64
+	// QueueEntry is a queued reservation's stream entry id ("0-<seq>"),
+	// its place in the shard's queue; "" otherwise.
+	QueueEntry string
 }
 
-// Reservation states as shown to buyers and operators.
+// Reservation states as shown to buyers and operators. Queued is queue
+// mode's "not sent to the shop yet": CreatedMs is then when it was queued;
+// once a worker sends it, it is pending and CreatedMs is the send time, from
+// which pending_timeout counts.
 const (
+	StateQueued    = "queued"
 	StatePending   = "pending"
 	StateConfirmed = "confirmed"
 	StateReleased  = "released"
@@ -32,6 +40,8 @@ const (
 
 func stateName(b byte) string {
 	switch b {
+	case 'q':
+		return StateQueued
 	case 'p':
 		return StatePending
 	case 'c':
@@ -43,7 +53,8 @@ func stateName(b byte) string {
 }
 
 // parseRecord reads "<state>|<user>|<qty>|<ms>|<order id>|<reason>", and
-// "|<released ms>" after the reason on released records.
+// "|<released ms>" after the reason on released records; a queued record
+// holds its stream entry id where the reason goes (see lua/reserve.lua).
 func parseRecord(t Token, rec string) (Reservation, bool) {
 	parts := strings.SplitN(rec, "|", 7)
 	if len(parts) < 5 || len(parts[0]) != 1 {
@@ -54,6 +65,9 @@ func parseRecord(t Token, rec string) (Reservation, bool) {
 	r.CreatedMs = atoi(parts[3])
 	if len(parts) >= 6 {
 		r.Reason = parts[5]
+	}
+	if r.State == StateQueued {
+		r.QueueEntry, r.Reason = r.Reason, ""
 	}
 	if len(parts) == 7 {
 		r.ReleasedMs = atoi(parts[6])
@@ -164,38 +178,107 @@ func sanitize(s string) string {
 	return strings.ReplaceAll(s, "|", "/")
 }
 
-// StalePending lists reservations of one SKU pending since before
-// olderThanMs (by their creation time), at most limit per shard, from the
-// pending index: no scan of all reservations.
-func (s *Store) StalePending(ctx context.Context, act, sku string, shards int, olderThanMs int64, limit int64) ([]Reservation, error) {
+// StalePending hands fn every reservation of one SKU pending since before
+// olderThanMs (by their send time), from the pending index (no scan of all
+// reservations), page by page: it pages through the whole index, so
+// entries fn cannot settle never starve those behind them. The index is
+// shared by the SKUs of a shard; the others are skipped. fn may settle
+// (remove) what it gets: paging goes by score, not by offset. A record
+// gone from res shows as state "missing".
+func (s *Store) StalePending(ctx context.Context, act, sku string, shards int, olderThanMs int64, page int64,
+	fn func([]Reservation) error) error {
 	c, err := s.Client()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	k := s.keys.get(act, sku, shards)
-	var out []Reservation
+	hi := itoa(olderThanMs)
 	for i, sk := range k.Shards {
-		cctx, cancel := s.ctx(ctx)
-		ids, err := c.Do(cctx, c.B().Zrange().Key(sk.Pending).Min("-inf").Max(itoa(olderThanMs)).Byscore().Limit(0, limit).Build()).AsStrSlice()
-		cancel()
-		if err != nil {
-			return nil, wrap(err)
-		}
-		for _, f := range ids {
-			// The pending index is shared by the SKUs of the shard.
-			t, ok := tokenOfField(act, i, f)
-			if !ok || t.SKU != sku {
-				continue
-			}
-			r, ok, err := s.Lookup(ctx, t, shards)
+		lo := "-inf"
+		for done := false; !done; {
+			cctx, cancel := s.ctx(ctx)
+			zs, err := c.Do(cctx, c.B().Zrange().Key(sk.Pending).Min(lo).Max(hi).Byscore().Limit(0, page).Withscores().Build()).AsZScores()
+			cancel()
 			if err != nil {
-				return nil, err
+				return wrap(err)
 			}
-			if !ok {
-				r = Reservation{Token: t, State: "missing"}
+			if len(zs) == 0 {
+				break
 			}
-			out = append(out, r)
+			fields := make([]string, 0, len(zs))
+			if done = int64(len(zs)) < page; done {
+				for _, z := range zs {
+					fields = append(fields, z.Member)
+				}
+			} else {
+				// The page may end inside a run of equal scores (one ms):
+				// take the whole run, then go on after its score.
+				last := zs[len(zs)-1].Score
+				for _, z := range zs {
+					if z.Score < last {
+						fields = append(fields, z.Member)
+					}
+				}
+				at := strconv.FormatFloat(last, 'f', -1, 64)
+				cctx, cancel := s.ctx(ctx)
+				ties, err := c.Do(cctx, c.B().Zrange().Key(sk.Pending).Min(at).Max(at).Byscore().Build()).AsStrSlice()
+				cancel()
+				if err != nil {
+					return wrap(err)
+				}
+				fields, lo = append(fields, ties...), "("+at
+			}
+			batch, err := s.records(ctx, c, act, sku, i, sk, fields)
+			if err != nil {
+				return err
+			}
+			if len(batch) > 0 {
+				if err := fn(batch); err != nil {
+					return err
+				}
+			}
 		}
+	}
+	return nil
+}
+
+// records reads the reservations of sku among the fields of one shard in
+// one call.
+func (s *Store) records(ctx context.Context, c rueidis.Client, act, sku string, shard int, sk ShardKeys, fields []string) ([]Reservation, error) {
+	toks := make([]Token, 0, len(fields))
+	mine := make([]string, 0, len(fields))
+	for _, f := range fields {
+		if t, ok := tokenOfField(act, shard, f); ok && t.SKU == sku {
+			toks, mine = append(toks, t), append(mine, f)
+		}
+	}
+	if len(mine) == 0 {
+		return nil, nil
+	}
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	vals, err := c.Do(cctx, c.B().Hmget().Key(sk.Res).Field(mine...).Build()).ToArray()
+	if err != nil {
+		return nil, wrap(err)
+	}
+	if len(vals) != len(mine) {
+		return nil, ErrInvalidResponse
+	}
+	out := make([]Reservation, 0, len(mine))
+	for i, v := range vals {
+		rec, err := v.ToString()
+		if rueidis.IsRedisNil(err) || v.IsNil() {
+			out = append(out, Reservation{Token: toks[i], State: "missing"})
+			continue
+		}
+		if err != nil {
+			return nil, ErrInvalidResponse
+		}
+		r, ok := parseRecord(toks[i], rec)
+		if !ok {
+			return nil, ErrInvalidResponse
+		}
+		out = append(out, r)
 	}
 	return out, nil
 }

@@ -30,6 +30,10 @@ type ReserveRequest struct {
 	// RequestID is the buyer's idempotency key ("" = none): a repeat within
 	// RequestIDTTL answers by the first copy's reservation, never reserving twice.
 	RequestID string
+	// MaxBacklog (queue mode) bounds the activity's queued entries not yet
+	// handled: each shard's stream takes its share, ceil(MaxBacklog/Shards),
+	// decided exactly in the script on the buyer's home shard. 0 = no bound.
+	MaxBacklog int64
 }
 
 // RequestIDTTL is how long a request id is remembered (SPEC §4: 5 minutes).
@@ -37,7 +41,7 @@ const RequestIDTTL = 5 * time.Minute
 
 // ReserveResult is what Redis decided.
 type ReserveResult struct {
-	Code    lua.Code // OK, Empty (sold out), Pending, Purchased, NotReady, Released (repeated request id)
+	Code    lua.Code // OK, Empty (sold out), Pending, Purchased, NotReady, Released (repeated request id), Backlog
 	Token   Token    // the new reservation (OK) or the buyer's last one (Pending, Purchased)
 	OrderID string   // Purchased: the shop's order id where known
 	// FromMemory is true when the answer came from client-side cached
@@ -45,11 +49,19 @@ type ReserveResult struct {
 	FromMemory bool
 	// Moves counts stock moves between shards this request needed.
 	Moves int
+	// Backlog (code Backlog) estimates the activity's queued entries not
+	// yet handled: the home shard's stream length times the shards.
+	Backlog int64
 }
 
-// streamMaxLen bounds each shard's reservation stream (queue mode). The
-// stream is a feed for workers, not the record: reservations live in res.
-const streamMaxLen = "100000"
+// shardBacklog is each shard stream's share of max_backlog (queue mode).
+// The stream is never trimmed: an entry in it is a buyer told QUEUED.
+func shardBacklog(maxBacklog int64, shards int) string {
+	if maxBacklog <= 0 {
+		return "9223372036854775807"
+	}
+	return itoa((maxBacklog + int64(shards) - 1) / int64(shards))
+}
 
 // Reserve runs the admission decision for one buyer: the per-user limit,
 // duplicate detection, stock check, decrement, reservation record, pending
@@ -76,7 +88,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	}
 	id := newID()
 	tok := Token{Activity: q.Activity, SKU: q.SKU, Shard: home, ID: id}
-	args := []string{q.User, itoa(q.Qty), itoa(q.Limit), tok.Field(), itoa(q.NowMs), itoa(q.ExpireAt), "0", "0", "", streamMaxLen, tok.String()}
+	args := []string{q.User, itoa(q.Qty), itoa(q.Limit), tok.Field(), itoa(q.NowMs), itoa(q.ExpireAt), "0", "0", "", shardBacklog(q.MaxBacklog, q.Shards), tok.String()}
 	if q.Queue {
 		args[6] = "1"
 	}
@@ -108,6 +120,8 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 				return ReserveResult{Code: lua.Code(r.code), Token: last, OrderID: r.orderID, Moves: res.Moves}, nil
 			case lua.NotReady:
 				return ReserveResult{Code: lua.NotReady}, nil
+			case lua.Backlog:
+				return ReserveResult{Code: lua.Backlog, Backlog: r.remaining * int64(q.Shards), Moves: res.Moves}, nil
 			case lua.Empty:
 				need = max(q.Qty-r.remaining, 1)
 				if res.Moves >= 2*q.Shards {
@@ -162,7 +176,7 @@ func (s *Store) runReserve(ctx context.Context, c rueidis.Client, keys, args []s
 		return reserveReply{}, ErrInvalidResponse
 	}
 	switch lua.Code(r.code) {
-	case lua.OK, lua.Empty:
+	case lua.OK, lua.Empty, lua.Backlog:
 		if len(arr) != 2 {
 			return reserveReply{}, ErrInvalidResponse
 		}

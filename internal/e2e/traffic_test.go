@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,12 +100,13 @@ func TestTrafficCodesThroughTheProxy(t *testing.T) {
 			t.Fatalf("QUEUED without a token: %s", r.Body)
 		}
 		// Reserved at once; no queue workers run in this harness, so it stays
-		// pending (the queue tests in reservation/ cover the forwarding).
+		// queued, first in line (the queue tests in reservation/ cover the
+		// forwarding).
 		if k := p.SKUStatus(t, "que"); k.Pending != 1 || k.Remaining != 4 || !k.OK {
 			t.Errorf("after QUEUED: %+v", k)
 		}
 		g := e2e.Do(nil, p.Addr, e2e.Req{Method: "GET", URI: "/_seckill/reservations/" + r.Token()})
-		if g.Status != 200 || g.Str("state") != "pending" {
+		if g.Status != 200 || g.Str("state") != "queued" || !strings.Contains(string(g.Body), `"position":0,"eta_ms":0`) {
 			t.Errorf("reservation: %d %s", g.Status, g.Body)
 		}
 	})
