@@ -189,8 +189,15 @@ func (s *Server) reservation(ctx *fasthttp.RequestCtx, st *state, raw string) {
 	}
 	b := []byte(`{"token":`)
 	b = appendJSONString(b, raw)
+	// SPEC's states are pending|confirmed|released: a queued reservation
+	// (queue mode, not sent to the shop yet) is pending, with "queued":true.
 	b = append(b, `,"state":`...)
-	b = appendJSONString(b, r.State)
+	if r.State == store.StateQueued {
+		b = appendJSONString(b, store.StatePending)
+		b = append(b, `,"queued":true`...)
+	} else {
+		b = appendJSONString(b, r.State)
+	}
 	b = append(b, `,"activity":`...)
 	b = appendJSONString(b, tok.Activity)
 	b = append(b, `,"sku":`...)

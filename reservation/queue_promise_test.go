@@ -32,6 +32,7 @@ func startWorkers(t *testing.T, st *store.Store, cfg *config.Config) *reservatio
 // publicReservation is GET /_seckill/reservations/{token}.
 type publicReservation struct {
 	State    string `json:"state"`
+	Queued   bool   `json:"queued"`
 	Reason   string `json:"reason"`
 	Position *int64 `json:"position"`
 	EtaMs    *int64 `json:"eta_ms"`
@@ -234,7 +235,7 @@ func TestQueuePositionShown(t *testing.T) {
 	}
 	for i, tok := range tokens {
 		r := lookupPublic(t, addr, tok)
-		if r.State != store.StateQueued || r.Position == nil || *r.Position != int64(i) || r.EtaMs == nil || *r.EtaMs != int64(i)*250 {
+		if r.State != store.StatePending || !r.Queued || r.Position == nil || *r.Position != int64(i) || r.EtaMs == nil || *r.EtaMs != int64(i)*250 {
 			t.Fatalf("token %d: %+v (position %v, eta %v)", i, r, deref(r.Position), deref(r.EtaMs))
 		}
 	}

@@ -106,7 +106,7 @@ func TestTrafficCodesThroughTheProxy(t *testing.T) {
 			t.Errorf("after QUEUED: %+v", k)
 		}
 		g := e2e.Do(nil, p.Addr, e2e.Req{Method: "GET", URI: "/_seckill/reservations/" + r.Token()})
-		if g.Status != 200 || g.Str("state") != "queued" || !strings.Contains(string(g.Body), `"position":0,"eta_ms":0`) {
+		if g.Status != 200 || g.Str("state") != "pending" || !strings.Contains(string(g.Body), `"queued":true`) || !strings.Contains(string(g.Body), `"position":0,"eta_ms":0`) {
 			t.Errorf("reservation: %d %s", g.Status, g.Body)
 		}
 	})
