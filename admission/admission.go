@@ -60,6 +60,9 @@ type Decision struct {
 	RetryAfter time.Duration
 	// Shards is the activity's shard count as preheated (the key layout).
 	Shards int
+	// Replay is the shop's answer to the first copy of a repeated request
+	// id, for AlreadyPurchased when it was kept: the proxy answers with it.
+	Replay *store.Replay
 }
 
 // retryAfterDefault is what buyers are told to wait on a retryable refusal
@@ -113,8 +116,9 @@ func WithLimiterKeys(n int) Option { return func(p *Pipeline) { p.limiterKeys = 
 func WithRefreshEvery(d time.Duration) Option { return func(p *Pipeline) { p.refreshEvery = d } }
 
 // memoTTL is how long this instance answers a repeated request id from
-// memory. Short on purpose: the reservation's state moves on (confirmed,
-// released) and Redis has the truth for the full 5 minutes.
+// memory. Only final states are kept (a released reservation), so a memo
+// answer is never older than the reservation's state; Redis has the truth
+// for the full 5 minutes.
 const memoTTL = time.Second
 
 // New builds a Pipeline. now is the server clock (time.Now outside tests).
@@ -384,7 +388,7 @@ func (p *Pipeline) reserve(ctx context.Context, r *Request, flags store.Flags, n
 	if res.Moves > 0 {
 		p.m.StockMoves.WithLabelValues(a.ID).Add(float64(res.Moves))
 	}
-	d := Decision{Token: res.Token, OrderID: res.OrderID, Shards: flags.Shards}
+	d := Decision{Token: res.Token, OrderID: res.OrderID, Shards: flags.Shards, Replay: res.Replay}
 	switch res.Code {
 	case lua.OK:
 		d.Code = Admitted
@@ -407,15 +411,13 @@ func (p *Pipeline) reserve(ctx context.Context, r *Request, flags store.Flags, n
 		p.log.Error("reserve: unexpected script code", zap.Stringer("code", res.Code))
 		return p.storeDown(store.ErrInvalidResponse)
 	}
-	if r.RequestID != "" && p.memo != nil {
-		m := d
-		if m.Code == Admitted {
-			// A repeat while the first copy is at the shop: PENDING with the token.
-			m.Code = Pending
-		}
-		if m.Code != SoldOut && m.Code != NotReady {
-			p.memo.SetWithTTL(memoKey(a.ID, r.User, r.RequestID), m, 1, memoTTL)
-		}
+	// Only a state that cannot move on is memoised: a winner's reservation
+	// goes from pending to confirmed while its repeats arrive, and a repeat
+	// after the confirm must read the shop's answer (kept in Redis with the
+	// request id), never the PENDING of before it. A released reservation
+	// stays released.
+	if r.RequestID != "" && p.memo != nil && d.Code == UpstreamFailed {
+		p.memo.SetWithTTL(memoKey(a.ID, r.User, r.RequestID), d, 1, memoTTL)
 	}
 	return d
 }

@@ -450,6 +450,60 @@ func TestConfirm(t *testing.T) {
 	}
 }
 
+// TestRequestIDReplay: a winner's confirm keeps the shop's answer in its
+// request-id record (same TTL), atomically with the confirm, and the
+// reserve script's request-id branch hands it back; only the record naming
+// the confirmed token is written, and none is created.
+func TestRequestIDReplay(t *testing.T) {
+	f := newFx(t)
+	const kRid = "t:{a:s:0}:rid:u1|r1"
+	ridKeys := append(append([]string{}, reserveKeys...), kRid)
+	reserve := func() []string {
+		return f.run(lua.Reserve, ridKeys, append(f.reserveArgs("u1", 1, 1, "T1", false, 0, ""), "300000"))
+	}
+	withRid := append(append([]string{}, confirmKeys...), kRid)
+	replay := "200|application/json; charset=utf-8|gzip|{\"order\":\"O-1\"}|\n\x00bytes"
+
+	f.reset([][]string{stock(5, 5, 0, 0, 0)})
+	wantReply(t, reserve(), []string{"1", "4"})
+	wantReply(t, reserve(), []string{"3", "T1"}) // at the shop: pending
+	ttl := f.int("PTTL", kRid)
+	wantReply(t, f.run(lua.Confirm, withRid, []string{"T1", "O-1", replay}), []string{"1"})
+	if got, _ := f.do("GET", kRid).ToString(); got != "1|T1|"+replay {
+		t.Fatalf("rid record = %q", got)
+	}
+	if after := f.int("PTTL", kRid); after <= 0 || after > ttl {
+		t.Errorf("rid PTTL %d after the confirm, was %d: want it kept", after, ttl)
+	}
+	wantReply(t, reserve(), []string{"4", "T1", "O-1", replay})
+	// A retried confirm (SAME) with the replay: harmless, same record.
+	wantReply(t, f.run(lua.Confirm, withRid, []string{"T1", "O-1", replay}), []string{"6"})
+	wantReply(t, reserve(), []string{"4", "T1", "O-1", replay})
+	f.wantHash(kStock, map[string]string{"r": "4", "p": "0", "c": "1"})
+
+	// A confirm without a replay leaves the record as the reserve wrote it.
+	f.reset([][]string{stock(5, 5, 0, 0, 0)})
+	wantReply(t, reserve(), []string{"1", "4"})
+	wantReply(t, f.run(lua.Confirm, withRid, []string{"T1", "O-1", ""}), []string{"1"})
+	wantReply(t, reserve(), []string{"4", "T1", "O-1"})
+
+	// A record naming another token is not touched; none is created.
+	f.reset([][]string{stock(4, 5, 1, 0, 0), {"HSET", kRes, "T1", "p|u1|1|900||"}, {"SET", kRid, "3|T0", "PX", "300000"}})
+	wantReply(t, f.run(lua.Confirm, withRid, []string{"T1", "O-1", replay}), []string{"1"})
+	if got, _ := f.do("GET", kRid).ToString(); got != "3|T0" {
+		t.Errorf("another token's rid record = %q", got)
+	}
+	f.reset([][]string{stock(4, 5, 1, 0, 0), {"HSET", kRes, "T1", "p|u1|1|900||"}})
+	wantReply(t, f.run(lua.Confirm, withRid, []string{"T1", "O-1", replay}), []string{"1"})
+	if f.exists(kRid) {
+		t.Error("confirm created a request-id record")
+	}
+	// Released: nothing changes, the repeat reads RELEASED.
+	f.reset([][]string{stock(5, 5, 0, 0, 1), {"HSET", kRes, "T1", "x|u1|1|900||shop said no"}, {"SET", kRid, "1|T1", "PX", "300000"}})
+	wantReply(t, f.run(lua.Confirm, withRid, []string{"T1", "O-1", replay}), []string{"7"})
+	wantReply(t, reserve(), []string{"7", "T1"})
+}
+
 func TestRelease(t *testing.T) {
 	f := newFx(t)
 	tests := []struct {
@@ -597,9 +651,9 @@ func TestScriptSHA(t *testing.T) {
 		src  string
 		want string
 	}{
-		{name: "reserve", src: lua.Reserve, want: "558f966390340e938781a839a3cd1b6119e39dbc"},
+		{name: "reserve", src: lua.Reserve, want: "cb5ff6385763db8db6ed968dc4b13a80f860bf3e"},
 		{name: "steal", src: lua.Steal, want: "d347fe60c1714b1301724c0b1e37ace826c6896c"},
-		{name: "confirm", src: lua.Confirm, want: "3a995b0f27ba60890936e4ae9cb8ad6322e0e775"},
+		{name: "confirm", src: lua.Confirm, want: "5a78ac0c666eae81d0e6d4e4ea5799d74c5fb95f"},
 		{name: "release", src: lua.Release, want: "40594743134407e63ac7ec3d03e64204b3dc97d1"},
 		{name: "deposit", src: lua.Deposit, want: "f1c5e8900ca6ae6e6cf529787f5855e7a16419bf"},
 	}

@@ -40,6 +40,9 @@ type ReserveResult struct {
 	Code    lua.Code // OK, Empty (sold out), Pending, Purchased, NotReady, Released (repeated request id)
 	Token   Token    // the new reservation (OK) or the buyer's last one (Pending, Purchased)
 	OrderID string   // Purchased: the shop's order id where known
+	// Replay is the shop's answer to the first copy of a repeated request
+	// id, kept by ConfirmReplay (Purchased only; nil when none was kept).
+	Replay *Replay
 	// FromMemory is true when the answer came from client-side cached
 	// sold-out flags, with no script run.
 	FromMemory bool
@@ -105,7 +108,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 				if !ok {
 					return ReserveResult{}, ErrInvalidResponse
 				}
-				return ReserveResult{Code: lua.Code(r.code), Token: last, OrderID: r.orderID, Moves: res.Moves}, nil
+				return ReserveResult{Code: lua.Code(r.code), Token: last, OrderID: r.orderID, Replay: r.replay, Moves: res.Moves}, nil
 			case lua.NotReady:
 				return ReserveResult{Code: lua.NotReady}, nil
 			case lua.Empty:
@@ -145,6 +148,7 @@ type reserveReply struct {
 	remaining int64
 	token     string
 	orderID   string
+	replay    *Replay
 }
 
 func (s *Store) runReserve(ctx context.Context, c rueidis.Client, keys, args []string) (reserveReply, error) {
@@ -175,11 +179,21 @@ func (s *Store) runReserve(ctx context.Context, c rueidis.Client, keys, args []s
 		}
 		r.token, err = arr[1].ToString()
 	case lua.Purchased:
-		if len(arr) != 3 {
+		if len(arr) != 3 && len(arr) != 4 {
 			return reserveReply{}, ErrInvalidResponse
 		}
 		if r.token, err = arr[1].ToString(); err == nil {
 			r.orderID, err = arr[2].ToString()
+		}
+		if err == nil && len(arr) == 4 {
+			// The request id's winner, with the shop's answer kept.
+			var blob string
+			if blob, err = arr[3].ToString(); err == nil {
+				var ok bool
+				if r.replay, ok = parseReplay(blob); !ok {
+					err = ErrInvalidResponse
+				}
+			}
 		}
 	case lua.NotReady:
 	default:
