@@ -76,6 +76,7 @@ func TestParseDefaults(t *testing.T) {
 			Timeout:          3 * time.Second,
 			MaxConns:         1024,
 			SigningSecretEnv: "SECKILL_SIGNING_SECRET",
+			PassTimeout:      time.Minute,
 			IdleTimeout:      4 * time.Second,
 			ReplayMaxBytes:   DefaultReplayMaxBytes,
 			ReleaseStatuses:  []string{"4xx"},
@@ -142,7 +143,7 @@ public_prefix: /flash
 watch: true
 admin: {listen: ":9999", token_env: ADMIN_TOK}
 upstream: {url: "https://shop.example/base", timeout: 1500ms, max_conns: 7, signing_secret_env: SIG,
-  idle_timeout: 2s, replay_max_bytes: 0, release_statuses: [4xx, "502", 3xx]}
+  pass_timeout: 9s, idle_timeout: 2s, replay_max_bytes: 0, release_statuses: [4xx, "502", 3xx]}
 server: {max_conns: 100, max_conns_per_ip: 4, read_timeout: 5s, write_timeout: 6s, idle_timeout: 7s}
 redis:
   addrs: [r1:6379, r2:6379]
@@ -213,7 +214,7 @@ activities:
 		Watch:        true,
 		Admin:        Admin{Listen: ":9999", TokenEnv: "ADMIN_TOK"},
 		Upstream: Upstream{URL: "https://shop.example/base", Timeout: 1500 * time.Millisecond, MaxConns: 7, SigningSecretEnv: "SIG",
-			IdleTimeout: 2 * time.Second, ReplayMaxBytes: 0, ReleaseStatuses: []string{"4xx", "502", "3xx"}},
+			PassTimeout: 9 * time.Second, IdleTimeout: 2 * time.Second, ReplayMaxBytes: 0, ReleaseStatuses: []string{"4xx", "502", "3xx"}},
 		Server: Server{MaxConns: 100, MaxConnsPerIP: 4, ReadTimeout: 5 * time.Second, WriteTimeout: 6 * time.Second, IdleTimeout: 7 * time.Second},
 		Redis: Redis{
 			Addrs:       []string{"r1:6379", "r2:6379"},
@@ -443,6 +444,7 @@ func TestValidation(t *testing.T) {
 		{"upstream url host", upstream("url: \"http:///x\""), []wantErr{{1, "upstream.url needs a host"}}},
 		{"upstream timeout", upstream("url: http://x, timeout: 0s"), []wantErr{{1, "upstream.timeout must be positive"}}},
 		{"upstream idle_timeout", upstream("url: http://x, idle_timeout: 0s"), []wantErr{{1, "upstream.idle_timeout must be positive"}}},
+		{"upstream pass_timeout", upstream("url: http://x, pass_timeout: -1s"), []wantErr{{1, "upstream.pass_timeout must be positive"}}},
 		{"upstream replay_max_bytes", upstream("url: http://x, replay_max_bytes: 1048577"), []wantErr{{1, "upstream.replay_max_bytes must be between 0 and 1048576, got 1048577"}}},
 		{"upstream release_statuses", strings.Replace(okAct, "url: http://127.0.0.1:8081", "url: http://127.0.0.1:8081\n  release_statuses:\n    - 4xx\n    - 2xx\n    - \"600\"\n    - \"201\"", 1),
 			[]wantErr{{5, `upstream.release_statuses: "2xx" is neither`}, {6, `"600" is neither`}, {7, `"201" is neither`}}},

@@ -47,6 +47,7 @@ func (c *Config) setDefaults(m *meta) {
 	setOnce(m, &c.Upstream.Timeout, 3*time.Second)
 	setOnce(m, &c.Upstream.MaxConns, 1024)
 	setOnce(m, &c.Upstream.SigningSecretEnv, DefaultSigningSecretEnv)
+	setOnce(m, &c.Upstream.PassTimeout, 60*time.Second)
 	setOnce(m, &c.Upstream.IdleTimeout, 4*time.Second) // below the usual 5 s keep-alive of shops
 	setOnce(m, &c.Upstream.ReplayMaxBytes, DefaultReplayMaxBytes)
 	setOnce(m, &c.Upstream.ReleaseStatuses, []string{"4xx"})

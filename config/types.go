@@ -36,6 +36,10 @@ type Upstream struct {
 	Timeout          time.Duration `yaml:"timeout"`
 	MaxConns         int           `yaml:"max_conns"`
 	SigningSecretEnv string        `yaml:"signing_secret_env"` // default "SECKILL_SIGNING_SECRET"
+	// PassTimeout bounds one ordinary (non-buy) request's exchange with the
+	// shop: sending its body and streaming the answer back, at the
+	// client's pace, both ways.
+	PassTimeout time.Duration `yaml:"pass_timeout"`
 	// IdleTimeout closes keep-alive connections to the shop idle this long.
 	// Keep it below the shop's own keep-alive timeout: a buy sent on a
 	// connection the shop is closing has an unknown outcome.

@@ -103,6 +103,9 @@ func (v *validator) upstream(c *Config) {
 		v.errorf(v.m.line(&u.MaxConns, &c.Upstream), "upstream.max_conns must be at least 1, got %d", u.MaxConns)
 	}
 	v.envName(&u.SigningSecretEnv, "upstream.signing_secret_env", u.SigningSecretEnv, &c.Upstream)
+	if v.ok(&u.PassTimeout) && u.PassTimeout <= 0 {
+		v.errorf(v.m.line(&u.PassTimeout, &c.Upstream), "upstream.pass_timeout must be positive, got %s", u.PassTimeout)
+	}
 	if v.ok(&u.IdleTimeout) && u.IdleTimeout <= 0 {
 		v.errorf(v.m.line(&u.IdleTimeout, &c.Upstream), "upstream.idle_timeout must be positive, got %s", u.IdleTimeout)
 	}

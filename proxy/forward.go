@@ -34,7 +34,10 @@ type upstream struct {
 	https    bool
 	basePath string
 	timeout  time.Duration
-	secret   []byte
+	// passTimeout bounds an ordinary request's whole exchange, its bodies
+	// streaming at the client's pace.
+	passTimeout time.Duration
+	secret      []byte
 	// replayMax bounds a winner's answer kept for exact replays.
 	replayMax int
 	// releases says whether a non-2xx answer to a buy releases it.
@@ -70,22 +73,22 @@ func newUpstream(u config.Upstream, secret string) (*upstream, error) {
 		}
 		return c, nil
 	}
-	mk := func() *fasthttp.HostClient {
+	mk := func(timeout time.Duration) *fasthttp.HostClient {
 		return &fasthttp.HostClient{
 			Addr:                          host,
 			IsTLS:                         https,
 			Dial:                          dial,
 			MaxConns:                      u.MaxConns,
 			MaxConnWaitTimeout:            u.Timeout,
-			ReadTimeout:                   u.Timeout,
-			WriteTimeout:                  u.Timeout,
+			ReadTimeout:                   timeout,
+			WriteTimeout:                  timeout,
 			MaxIdleConnDuration:           u.IdleTimeout, // below the shop's keep-alive (config default 4 s)
 			NoDefaultUserAgentHeader:      true,
 			DisableHeaderNamesNormalizing: true,
 			DisablePathNormalizing:        true,
 		}
 	}
-	up := &upstream{buy: mk(), pass: mk(), https: https, timeout: u.Timeout,
+	up := &upstream{buy: mk(u.Timeout), pass: mk(u.PassTimeout), https: https, timeout: u.Timeout, passTimeout: u.PassTimeout,
 		basePath: strings.TrimSuffix(pu.Path, "/"), secret: []byte(secret),
 		replayMax: u.ReplayMaxBytes, releases: u.Releases}
 	up.buy.RetryIfErr = func(*fasthttp.Request, int, error) (bool, bool) { return false, false }
@@ -257,7 +260,7 @@ func (s *Server) pass(ctx *fasthttp.RequestCtx, st *state) {
 	up := st.upstream
 	up.prepare(ctx)
 	t0 := time.Now()
-	err := up.pass.DoTimeout(&ctx.Request, &ctx.Response, up.timeout)
+	err := up.pass.DoTimeout(&ctx.Request, &ctx.Response, up.passTimeout)
 	s.obs.passLatency.Observe(time.Since(t0).Seconds())
 	if err != nil {
 		ctx.Response.Reset()
