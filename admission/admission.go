@@ -263,9 +263,17 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 	if flags.Paused {
 		return p.refuse(rPaused, retryAfterDefault)
 	}
+	// A repeat of a won request (it carries a request id) may still be
+	// owed the shop's answer after the sell-out: it goes on, through the
+	// rate limits, to one Redis read (store.Reserve); every other buy of a
+	// sold-out SKU is answered here.
+	soldOut := false
 	if fresh {
 		if k := st.skus[r.SKU]; k != nil && k.soldOut.Load() {
-			return p.refuse(rSoldOut, 0)
+			if r.RequestID == "" {
+				return p.refuse(rSoldOut, 0)
+			}
+			soldOut = true
 		}
 	}
 	// 3. Who is asking: signature, eligibility, blocklists, rate limits.
@@ -323,15 +331,18 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 			return p.refuse(rLimitUser, wait)
 		}
 	}
-	// 4. Fleet admission rate, from the local lease.
-	switch res, wait := st.lease.take(ctx, p.ts, a.ID, p.now); res {
-	case leaseBusy:
-		return p.refuse(rBusy, wait)
-	case leaseDown:
-		return p.storeDown(store.ErrUnavailable)
-	case leaseOK:
-		if p.ts != nil && a.AdmissionRate.Rate > 0 {
-			p.savedLease.Inc()
+	// 4. Fleet admission rate, from the local lease (nothing to admit
+	// when sold out).
+	if !soldOut {
+		switch res, wait := st.lease.take(ctx, p.ts, a.ID, p.now); res {
+		case leaseBusy:
+			return p.refuse(rBusy, wait)
+		case leaseDown:
+			return p.storeDown(store.ErrUnavailable)
+		case leaseOK:
+			if p.ts != nil && a.AdmissionRate.Rate > 0 {
+				p.savedLease.Inc()
+			}
 		}
 	}
 	// 5. Redis: the nonce, then the reserve script.

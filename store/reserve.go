@@ -74,7 +74,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	if err != nil {
 		return ReserveResult{}, err
 	}
-	if allTrue(out) {
+	if allTrue(out) && q.RequestID == "" {
 		return ReserveResult{Code: lua.Empty, FromMemory: true}, nil
 	}
 	id := newID()
@@ -88,9 +88,23 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 		keys = append(keys[:len(keys):len(keys)], ridKey(k.Shards[home], q.User, q.RequestID))
 		args = append(args, ridTTLms)
 	}
+	if allTrue(out) {
+		// Sold out, but a repeat of a won request is still owed its answer
+		// (a replay): one GET finds whether the request id has a record,
+		// and only then the script reads the reservation's state.
+		cctx, cancel := s.ctx(ctx)
+		err := c.Do(cctx, c.B().Get().Key(keys[len(keys)-1]).Build()).Error()
+		cancel()
+		if rueidis.IsRedisNil(err) {
+			return ReserveResult{Code: lua.Empty}, nil
+		}
+		if err != nil {
+			return ReserveResult{}, wrap(err)
+		}
+	}
 	var res ReserveResult
 	need := q.Qty
-	skipReserve := out[home] // the home shard is known dry: move stock first
+	skipReserve := out[home] && !allTrue(out) // the home shard is known dry: move stock first
 	// Every steal is followed by a reserve that deposits it, so a move only
 	// stays in transit when a call fails (SettleMoves finishes those).
 	for {

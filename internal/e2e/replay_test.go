@@ -122,3 +122,25 @@ func TestReplayOfARefusalIsDecidedAfresh(t *testing.T) {
 	}
 	f.p.WantStock(t, actOpen, 100, 0, 0)
 }
+
+// TestReplayAfterSellOut: the sold-out snapshot answers other buyers from
+// memory, but a repeat of a winner's request after the SKU sold out still
+// gets the shop's answer, not SOLD_OUT.
+func TestReplayAfterSellOut(t *testing.T) {
+	f := newFixture(t)
+	buy := func(user, rid string) e2e.Resp {
+		return f.do(e2e.Req{URI: "/api/seckill/" + actTiny + "/" + e2e.SKU + "/buy",
+			Header: [][2]string{{"X-User-Id", user}, {"X-Request-Id", rid}}})
+	}
+	first := buy("alice", "r-1")
+	wantWin(t, first)
+	e2e.Eventually(t, 2*time.Second, "SOLD_OUT for others", func() bool { return buy("bob", "r-1").Code == "SOLD_OUT" })
+	again := buy("alice", "r-1")
+	if again.Status != first.Status || !bytes.Equal(again.Body, first.Body) || again.Token() != first.Token() {
+		t.Fatalf("repeat after the sell-out = %d %s, want the shop's %d %s", again.Status, again.Body, first.Status, first.Body)
+	}
+	wantCode(t, buy("alice", "r-2"), "SOLD_OUT", 410)
+	if n := len(f.shop.Buys()); n != 1 {
+		t.Errorf("the shop got %d buys, want 1", n)
+	}
+}
