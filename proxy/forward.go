@@ -203,7 +203,7 @@ func (s *Server) forwardWinner(ctx *fasthttp.RequestCtx, st *state, r *admission
 // ALREADY_PURCHASED with token and order id).
 func keepReplay(resp *fasthttp.Response, max int) *store.Replay {
 	body := resp.Body()
-	if len(body) > max {
+	if max <= 0 || len(body) > max {
 		return nil
 	}
 	return &store.Replay{

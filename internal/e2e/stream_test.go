@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -183,4 +184,30 @@ func TestBuyBodyStillBounded(t *testing.T) {
 	if o := f.shop.Buys(); len(o) != 1 || o[0].Qty != "2" || o[0].User != "carol" {
 		t.Errorf("shop buys = %+v", o)
 	}
+}
+
+// TestServerConnLimitsFromConfig: server.max_conns_per_ip bounds one
+// address's connections to the public listener.
+func TestServerConnLimitsFromConfig(t *testing.T) {
+	f := newFixture(t, func(o *e2e.Options) { o.Server = "{ max_conns_per_ip: 1 }" })
+	held, err := net.Dial("tcp", f.p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	e2e.Eventually(t, 2*time.Second, "a second connection refused", func() bool {
+		c, err := net.Dial("tcp", f.p.Addr)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		_, _ = io.WriteString(c, "GET /_seckill/time HTTP/1.1\r\nHost: x\r\n\r\n")
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		b, _ := io.ReadAll(io.LimitReader(c, 64))
+		return strings.HasPrefix(string(b), "HTTP/1.1 429")
+	})
+	held.Close()
+	e2e.Eventually(t, 2*time.Second, "served once the first is gone", func() bool {
+		return f.do(e2e.Req{Method: "GET", URI: "/_seckill/time"}).Status == 200
+	})
 }
