@@ -130,8 +130,10 @@ func (u *upstream) prepare(ctx *fasthttp.RequestCtx) {
 }
 
 // forwardWinner sends an admitted buy to the shop and settles the
-// reservation by what the shop said: 2xx confirms, any other status or a
-// failed connection releases, silence keeps it pending for the reconciler.
+// reservation by what the shop said: 2xx confirms (keeping the answer for
+// replays of the request id), a release status or a failed connection
+// releases, silence or (with verify.url) any other status keeps it pending
+// for the reconciler.
 func (s *Server) forwardWinner(ctx *fasthttp.RequestCtx, st *state, r *admission.Request, d admission.Decision, ans *answer) {
 	up := st.upstream
 	a := r.Activity
