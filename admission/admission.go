@@ -60,6 +60,9 @@ type Decision struct {
 	RetryAfter time.Duration
 	// Shards is the activity's shard count as preheated (the key layout).
 	Shards int
+	// Replay is the shop's answer to the first copy of a repeated request
+	// id, for AlreadyPurchased when it was kept: the proxy answers with it.
+	Replay *store.Replay
 }
 
 // retryAfterDefault is what buyers are told to wait on a retryable refusal
@@ -113,8 +116,9 @@ func WithLimiterKeys(n int) Option { return func(p *Pipeline) { p.limiterKeys = 
 func WithRefreshEvery(d time.Duration) Option { return func(p *Pipeline) { p.refreshEvery = d } }
 
 // memoTTL is how long this instance answers a repeated request id from
-// memory. Short on purpose: the reservation's state moves on (confirmed,
-// released) and Redis has the truth for the full 5 minutes.
+// memory. Only final states are kept (a released reservation), so a memo
+// answer is never older than the reservation's state; Redis has the truth
+// for the full 5 minutes.
 const memoTTL = time.Second
 
 // New builds a Pipeline. now is the server clock (time.Now outside tests).
@@ -261,9 +265,17 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 	if flags.Paused {
 		return p.refuse(rPaused, retryAfterDefault)
 	}
+	// A repeat of a won request (it carries a request id) may still be
+	// owed the shop's answer after the sell-out: it goes on, through the
+	// rate limits, to one Redis read (store.Reserve); every other buy of a
+	// sold-out SKU is answered here.
+	soldOut := false
 	if fresh {
 		if k := st.skus[r.SKU]; k != nil && k.soldOut.Load() {
-			return p.refuse(rSoldOut, 0)
+			if r.RequestID == "" {
+				return p.refuse(rSoldOut, 0)
+			}
+			soldOut = true
 		}
 	}
 	// 3. Who is asking: signature, eligibility, blocklists, rate limits.
@@ -321,15 +333,18 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 			return p.refuse(rLimitUser, wait)
 		}
 	}
-	// 4. Fleet admission rate, from the local lease.
-	switch res, wait := st.lease.take(ctx, p.ts, a.ID, p.now); res {
-	case leaseBusy:
-		return p.refuse(rBusy, wait)
-	case leaseDown:
-		return p.storeDown(store.ErrUnavailable)
-	case leaseOK:
-		if p.ts != nil && a.AdmissionRate.Rate > 0 {
-			p.savedLease.Inc()
+	// 4. Fleet admission rate, from the local lease (nothing to admit
+	// when sold out).
+	if !soldOut {
+		switch res, wait := st.lease.take(ctx, p.ts, a.ID, p.now); res {
+		case leaseBusy:
+			return p.refuse(rBusy, wait)
+		case leaseDown:
+			return p.storeDown(store.ErrUnavailable)
+		case leaseOK:
+			if p.ts != nil && a.AdmissionRate.Rate > 0 {
+				p.savedLease.Inc()
+			}
 		}
 	}
 	// 5. Redis: the nonce, then the reserve script.
@@ -386,7 +401,7 @@ func (p *Pipeline) reserve(ctx context.Context, r *Request, flags store.Flags, n
 	if res.Moves > 0 {
 		p.m.StockMoves.WithLabelValues(a.ID).Add(float64(res.Moves))
 	}
-	d := Decision{Token: res.Token, OrderID: res.OrderID, Shards: flags.Shards}
+	d := Decision{Token: res.Token, OrderID: res.OrderID, Shards: flags.Shards, Replay: res.Replay}
 	switch res.Code {
 	case lua.OK:
 		d.Code = Admitted
@@ -413,15 +428,13 @@ func (p *Pipeline) reserve(ctx context.Context, r *Request, flags store.Flags, n
 		p.log.Error("reserve: unexpected script code", zap.Stringer("code", res.Code))
 		return p.storeDown(store.ErrInvalidResponse)
 	}
-	if r.RequestID != "" && p.memo != nil {
-		m := d
-		if m.Code == Admitted {
-			// A repeat while the first copy is at the shop: PENDING with the token.
-			m.Code = Pending
-		}
-		if m.Code != SoldOut && m.Code != NotReady {
-			p.memo.SetWithTTL(memoKey(a.ID, r.User, r.RequestID), m, 1, memoTTL)
-		}
+	// Only a state that cannot move on is memoised: a winner's reservation
+	// goes from pending to confirmed while its repeats arrive, and a repeat
+	// after the confirm must read the shop's answer (kept in Redis with the
+	// request id), never the PENDING of before it. A released reservation
+	// stays released.
+	if r.RequestID != "" && p.memo != nil && d.Code == UpstreamFailed {
+		p.memo.SetWithTTL(memoKey(a.ID, r.User, r.RequestID), d, 1, memoTTL)
 	}
 	return d
 }

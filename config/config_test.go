@@ -76,7 +76,12 @@ func TestParseDefaults(t *testing.T) {
 			Timeout:          3 * time.Second,
 			MaxConns:         1024,
 			SigningSecretEnv: "SECKILL_SIGNING_SECRET",
+			PassTimeout:      time.Minute,
+			IdleTimeout:      4 * time.Second,
+			ReplayMaxBytes:   DefaultReplayMaxBytes,
+			ReleaseStatuses:  []string{"4xx"},
 		},
+		Server: Server{MaxConns: DefaultServerMaxConns, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second},
 		Redis: Redis{
 			Addrs:       []string{"127.0.0.1:6379"},
 			Timeout:     200 * time.Millisecond,
@@ -138,7 +143,9 @@ func TestParseExplicitValues(t *testing.T) {
 public_prefix: /flash
 watch: true
 admin: {listen: ":9999", token_env: ADMIN_TOK}
-upstream: {url: "https://shop.example/base", timeout: 1500ms, max_conns: 7, signing_secret_env: SIG}
+upstream: {url: "https://shop.example/base", timeout: 1500ms, max_conns: 7, signing_secret_env: SIG,
+  pass_timeout: 9s, idle_timeout: 2s, replay_max_bytes: 0, release_statuses: [4xx, "502", 3xx]}
+server: {max_conns: 100, max_conns_per_ip: 4, read_timeout: 5s, write_timeout: 6s, idle_timeout: 7s}
 redis:
   addrs: [r1:6379, r2:6379]
   username: u
@@ -168,7 +175,7 @@ activities:
     admission_rate: {rate: 1, burst: 1}
     mode: queue
     queue: {workers: 1, rate: 0.5, max_backlog: 7}
-    pending_timeout: 1s
+    pending_timeout: 5s # the least: 2 × 1500ms + 2s
     verify: {url: "http://shop/orders/{token}"}
     order_id_from: "header:X-Order-Id"
     key_ttl_after_end: 1h
@@ -194,7 +201,7 @@ activities:
 		AdmissionRate:  Rate{Rate: 1, Burst: 1},
 		Mode:           ModeQueue,
 		Queue:          Queue{Workers: 1, Rate: 0.5, MaxBacklog: 7},
-		PendingTimeout: time.Second,
+		PendingTimeout: 5 * time.Second,
 		Verify:         Verify{URL: "http://shop/orders/{token}"},
 		OrderIDFrom:    "header:X-Order-Id",
 		KeyTTLAfterEnd: time.Hour,
@@ -207,7 +214,9 @@ activities:
 		PublicPrefix: "/flash",
 		Watch:        true,
 		Admin:        Admin{Listen: ":9999", TokenEnv: "ADMIN_TOK"},
-		Upstream:     Upstream{URL: "https://shop.example/base", Timeout: 1500 * time.Millisecond, MaxConns: 7, SigningSecretEnv: "SIG"},
+		Upstream: Upstream{URL: "https://shop.example/base", Timeout: 1500 * time.Millisecond, MaxConns: 7, SigningSecretEnv: "SIG",
+			PassTimeout: 9 * time.Second, IdleTimeout: 2 * time.Second, ReplayMaxBytes: 0, ReleaseStatuses: []string{"4xx", "502", "3xx"}},
+		Server: Server{MaxConns: 100, MaxConnsPerIP: 4, ReadTimeout: 5 * time.Second, WriteTimeout: 6 * time.Second, IdleTimeout: 7 * time.Second},
 		Redis: Redis{
 			Addrs:       []string{"r1:6379", "r2:6379"},
 			Cluster:     true, // implied by two addresses
@@ -436,6 +445,14 @@ func TestValidation(t *testing.T) {
 		{"upstream url scheme", upstream("url: \"ftp://x\""), []wantErr{{1, "upstream.url must start with http:// or https://"}}},
 		{"upstream url host", upstream("url: \"http:///x\""), []wantErr{{1, "upstream.url needs a host"}}},
 		{"upstream timeout", upstream("url: http://x, timeout: 0s"), []wantErr{{1, "upstream.timeout must be positive"}}},
+		{"upstream idle_timeout", upstream("url: http://x, idle_timeout: 0s"), []wantErr{{1, "upstream.idle_timeout must be positive"}}},
+		{"upstream pass_timeout", upstream("url: http://x, pass_timeout: -1s"), []wantErr{{1, "upstream.pass_timeout must be positive"}}},
+		{"upstream replay_max_bytes", upstream("url: http://x, replay_max_bytes: 1048577"), []wantErr{{1, "upstream.replay_max_bytes must be between 0 and 1048576, got 1048577"}}},
+		{"upstream release_statuses", strings.Replace(okAct, "url: http://127.0.0.1:8081", "url: http://127.0.0.1:8081\n  release_statuses:\n    - 4xx\n    - 2xx\n    - \"600\"\n    - \"201\"", 1),
+			[]wantErr{{5, `upstream.release_statuses: "2xx" is neither`}, {6, `"600" is neither`}, {7, `"201" is neither`}}},
+		{"server limits", okAct + "server: {max_conns: 0, max_conns_per_ip: -1, read_timeout: 0s, write_timeout: -1s, idle_timeout: 0s}\n",
+			[]wantErr{{8, "server.max_conns must be at least 1"}, {8, "server.max_conns_per_ip must be 0 (no bound) or more"},
+				{8, "server.read_timeout must be positive"}, {8, "server.write_timeout must be positive"}, {8, "server.idle_timeout must be positive"}}},
 		{"listen", okAct + "listen: 8080\n", []wantErr{{8, "listen: want host:port"}}},
 		{"admin listen", okAct + "admin:\n  listen: localhost\n", []wantErr{{9, "admin.listen: want host:port"}}},
 		{"public prefix", okAct + "public_prefix: _s/\n", []wantErr{{8, "public_prefix must start with"}}},
@@ -481,6 +498,10 @@ func TestValidation(t *testing.T) {
 		{"queue rate", okAct + "    queue: {rate: -1}\n", []wantErr{{8, "queue.rate must be positive"}}},
 		{"queue max_backlog", okAct + "    queue:\n      max_backlog: 0\n", []wantErr{{9, "queue.max_backlog must be positive"}}},
 		{"pending_timeout", okAct + "    pending_timeout: 0s\n", []wantErr{{8, "pending_timeout must be positive"}}},
+		{"pending_timeout within the shop's time", okAct + "    pending_timeout: 7999ms\n",
+			[]wantErr{{8, `activity "a1": pending_timeout must be at least 2 × upstream.timeout + 2s = 8s, got 7.999s`}}},
+		{"pending_timeout default within a slow shop's time", strings.Replace(okAct, "url: http://127.0.0.1:8081", "url: http://127.0.0.1:8081\n  timeout: 5m", 1),
+			[]wantErr{{5, "pending_timeout must be at least 2 × upstream.timeout + 2s = 10m2s, got 10m0s"}}},
 		{"key_ttl_after_end", okAct + "    key_ttl_after_end: -1h\n", []wantErr{{8, "key_ttl_after_end must be positive"}}},
 		{"verify scheme", okAct + "    verify: {url: \"tcp://x/{token}\"}\n", []wantErr{{8, "verify.url must start with http:// or https://"}}},
 		{"verify token", okAct + "    verify:\n      url: http://x/orders\n", []wantErr{{9, "verify.url must contain {token}"}}},

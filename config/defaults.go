@@ -17,6 +17,14 @@ const (
 	// DefaultSignatureWindow bounds clock skew between the shop's app and
 	// the proxy; nonces are remembered for twice as long.
 	DefaultSignatureWindow = time.Minute
+	// DefaultReplayMaxBytes bounds a winner's answer kept for exact replays.
+	DefaultReplayMaxBytes = 8 << 10
+	// DefaultServerMaxConns bounds the public listener's connections: each
+	// costs about 20 KiB of buffers, so the default stays under 1 GiB.
+	DefaultServerMaxConns = 40_000
+	// PendingMargin is what pending_timeout must exceed twice
+	// upstream.timeout by (see validatePending).
+	PendingMargin = 2 * time.Second
 )
 
 // setOnce gives *p the default v unless the file set it. Presence, not the
@@ -39,6 +47,15 @@ func (c *Config) setDefaults(m *meta) {
 	setOnce(m, &c.Upstream.Timeout, 3*time.Second)
 	setOnce(m, &c.Upstream.MaxConns, 1024)
 	setOnce(m, &c.Upstream.SigningSecretEnv, DefaultSigningSecretEnv)
+	setOnce(m, &c.Upstream.PassTimeout, 60*time.Second)
+	setOnce(m, &c.Upstream.IdleTimeout, 4*time.Second) // below the usual 5 s keep-alive of shops
+	setOnce(m, &c.Upstream.ReplayMaxBytes, DefaultReplayMaxBytes)
+	setOnce(m, &c.Upstream.ReleaseStatuses, []string{"4xx"})
+
+	setOnce(m, &c.Server.MaxConns, DefaultServerMaxConns)
+	setOnce(m, &c.Server.ReadTimeout, 30*time.Second)
+	setOnce(m, &c.Server.WriteTimeout, 30*time.Second)
+	setOnce(m, &c.Server.IdleTimeout, 90*time.Second)
 
 	setOnce(m, &c.Redis.Addrs, []string{DefaultRedisAddr})
 	setOnce(m, &c.Redis.Timeout, 200*time.Millisecond)

@@ -15,6 +15,7 @@ type Config struct {
 	Watch          bool              `yaml:"watch"`
 	Admin          Admin             `yaml:"admin"`
 	Upstream       Upstream          `yaml:"upstream"`
+	Server         Server            `yaml:"server"` // the public listener's connection limits
 	Redis          Redis             `yaml:"redis"`
 	TrustedProxies []string          `yaml:"trusted_proxies"`
 	Identity       Identity          `yaml:"identity"`
@@ -35,6 +36,56 @@ type Upstream struct {
 	Timeout          time.Duration `yaml:"timeout"`
 	MaxConns         int           `yaml:"max_conns"`
 	SigningSecretEnv string        `yaml:"signing_secret_env"` // default "SECKILL_SIGNING_SECRET"
+	// PassTimeout bounds one ordinary (non-buy) request's exchange with the
+	// shop: sending its body and streaming the answer back, at the
+	// client's pace, both ways.
+	PassTimeout time.Duration `yaml:"pass_timeout"`
+	// IdleTimeout closes keep-alive connections to the shop idle this long.
+	// Keep it below the shop's own keep-alive timeout: a buy sent on a
+	// connection the shop is closing has an unknown outcome.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// ReplayMaxBytes bounds the body of a winner's answer kept with its
+	// request id for exact replays; a larger answer is replayed as 409
+	// ALREADY_PURCHASED with token and order id. 0 keeps none.
+	ReplayMaxBytes int `yaml:"replay_max_bytes"`
+	// ReleaseStatuses are the shop's answers to a buy that release the
+	// reservation: "4xx"-style classes or exact codes. Any other non-2xx
+	// answer is an unknown outcome (pending, settled by verify.url) for an
+	// activity with verify.url, and releases for one without.
+	ReleaseStatuses []string `yaml:"release_statuses"`
+}
+
+// Releases reports whether the shop's non-2xx status releases a buy's
+// reservation by ReleaseStatuses (validated: "Nxx" or three digits).
+func (u *Upstream) Releases(status int) bool {
+	for _, s := range u.ReleaseStatuses {
+		if len(s) != 3 {
+			continue
+		}
+		if s[1] == 'x' {
+			if int(s[0]-'0') == status/100 {
+				return true
+			}
+		} else if int(s[0]-'0')*100+int(s[1]-'0')*10+int(s[2]-'0') == status {
+			return true
+		}
+	}
+	return false
+}
+
+// Server is the public listener's connection limits.
+type Server struct {
+	// MaxConns bounds the connections served at once; more are refused.
+	MaxConns int `yaml:"max_conns"`
+	// MaxConnsPerIP bounds one client address's connections (0: no bound;
+	// behind a balancer every connection comes from its address).
+	MaxConnsPerIP int `yaml:"max_conns_per_ip"`
+	// ReadTimeout bounds reading one request, headers and body.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds writing one response.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// IdleTimeout closes keep-alive connections idle this long.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
 }
 
 // Redis says how to reach the store.

@@ -10,12 +10,26 @@ import (
 	"time"
 )
 
-const maxStock = 1_000_000_000
+const (
+	maxStock       = 1_000_000_000
+	maxReplayBytes = 1 << 20
+)
+
+// MinPendingTimeout is the shortest pending_timeout allowed with an
+// upstream timeout: the proxy waits up to one timeout for the shop, a shop
+// behind a balancer with the same timeout may work one more on a request
+// the proxy gave up on, and the proxy's confirm or release then takes up
+// to PendingMargin. The reconciler only settles reservations older than
+// this, so it never releases one the shop may still answer for.
+func MinPendingTimeout(upstreamTimeout time.Duration) time.Duration {
+	return 2*upstreamTimeout + PendingMargin
+}
 
 var (
 	idPattern     = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 	envPattern    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	tokenPattern  = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$") // RFC 9110 token
+	releaseStatus = regexp.MustCompile(`^(?:[1345]xx|[1345][0-9][0-9])$`)
 	routeMethods  = []string{"GET", "POST", "PUT", "PATCH", "DELETE"}
 	knownMessages = map[string]bool{
 		"QUEUED": true, "PENDING": true, "ALREADY_PURCHASED": true, "SOLD_OUT": true,
@@ -95,6 +109,36 @@ func (v *validator) upstream(c *Config) {
 		v.errorf(v.m.line(&u.MaxConns, &c.Upstream), "upstream.max_conns must be at least 1, got %d", u.MaxConns)
 	}
 	v.envName(&u.SigningSecretEnv, "upstream.signing_secret_env", u.SigningSecretEnv, &c.Upstream)
+	if v.ok(&u.PassTimeout) && u.PassTimeout <= 0 {
+		v.errorf(v.m.line(&u.PassTimeout, &c.Upstream), "upstream.pass_timeout must be positive, got %s", u.PassTimeout)
+	}
+	if v.ok(&u.IdleTimeout) && u.IdleTimeout <= 0 {
+		v.errorf(v.m.line(&u.IdleTimeout, &c.Upstream), "upstream.idle_timeout must be positive, got %s", u.IdleTimeout)
+	}
+	if v.ok(&u.ReplayMaxBytes) && (u.ReplayMaxBytes < 0 || u.ReplayMaxBytes > maxReplayBytes) {
+		v.errorf(v.m.line(&u.ReplayMaxBytes, &c.Upstream), "upstream.replay_max_bytes must be between 0 and %d, got %d", maxReplayBytes, u.ReplayMaxBytes)
+	}
+	for i, st := range u.ReleaseStatuses {
+		if !releaseStatus.MatchString(st) {
+			v.errorf(v.m.line(&u.ReleaseStatuses[i], &u.ReleaseStatuses, &c.Upstream),
+				"upstream.release_statuses: %q is neither a class like \"4xx\" nor a status like \"409\" (1xx, 3xx, 4xx or 5xx: a 2xx confirms)", st)
+		}
+	}
+	sv := &c.Server
+	if v.ok(&sv.MaxConns) && sv.MaxConns < 1 {
+		v.errorf(v.m.line(&sv.MaxConns, &c.Server), "server.max_conns must be at least 1, got %d", sv.MaxConns)
+	}
+	if v.ok(&sv.MaxConnsPerIP) && sv.MaxConnsPerIP < 0 {
+		v.errorf(v.m.line(&sv.MaxConnsPerIP, &c.Server), "server.max_conns_per_ip must be 0 (no bound) or more, got %d", sv.MaxConnsPerIP)
+	}
+	for _, d := range []struct {
+		p    *time.Duration
+		name string
+	}{{&sv.ReadTimeout, "read_timeout"}, {&sv.WriteTimeout, "write_timeout"}, {&sv.IdleTimeout, "idle_timeout"}} {
+		if v.ok(d.p) && *d.p <= 0 {
+			v.errorf(v.m.line(d.p, &c.Server), "server.%s must be positive, got %s", d.name, *d.p)
+		}
+	}
 }
 
 func (v *validator) redis(c *Config) {
@@ -183,6 +227,9 @@ func (v *validator) activities(c *Config) {
 		}
 		if v.ok(&a.PendingTimeout) && a.PendingTimeout <= 0 {
 			v.errorf(at(&a.PendingTimeout), "%s: pending_timeout must be positive, got %s", name, a.PendingTimeout)
+		} else if least := MinPendingTimeout(c.Upstream.Timeout); v.ok(&a.PendingTimeout) && v.ok(&c.Upstream.Timeout) && a.PendingTimeout < least {
+			v.errorf(at(&a.PendingTimeout), "%s: pending_timeout must be at least 2 × upstream.timeout + %s = %s, got %s: the reconciler must never release a reservation the shop may still answer for",
+				name, PendingMargin, least, a.PendingTimeout)
 		}
 		if v.ok(&a.KeyTTLAfterEnd) && a.KeyTTLAfterEnd <= 0 {
 			v.errorf(at(&a.KeyTTLAfterEnd), "%s: key_ttl_after_end must be positive, got %s", name, a.KeyTTLAfterEnd)

@@ -517,6 +517,60 @@ func TestConfirm(t *testing.T) {
 	}
 }
 
+// TestRequestIDReplay: a winner's confirm keeps the shop's answer in its
+// request-id record (same TTL), atomically with the confirm, and the
+// reserve script's request-id branch hands it back; only the record naming
+// the confirmed token is written, and none is created.
+func TestRequestIDReplay(t *testing.T) {
+	f := newFx(t)
+	const kRid = "t:{a:s:0}:rid:u1|r1"
+	ridKeys := append(append([]string{}, reserveKeys...), kRid)
+	reserve := func() []string {
+		return f.run(lua.Reserve, ridKeys, append(f.reserveArgs("u1", 1, 1, "T1", false, 0, ""), "300000"))
+	}
+	withRid := append(append([]string{}, confirmKeys...), kRid)
+	replay := "200|application/json; charset=utf-8|gzip|{\"order\":\"O-1\"}|\n\x00bytes"
+
+	f.reset([][]string{stock(5, 5, 0, 0, 0)})
+	wantReply(t, reserve(), []string{"1", "4"})
+	wantReply(t, reserve(), []string{"3", "T1"}) // at the shop: pending
+	ttl := f.int("PTTL", kRid)
+	wantReply(t, f.run(lua.Confirm, withRid, []string{"T1", "O-1", replay}), []string{"1"})
+	if got, _ := f.do("GET", kRid).ToString(); got != "1|T1|"+replay {
+		t.Fatalf("rid record = %q", got)
+	}
+	if after := f.int("PTTL", kRid); after <= 0 || after > ttl {
+		t.Errorf("rid PTTL %d after the confirm, was %d: want it kept", after, ttl)
+	}
+	wantReply(t, reserve(), []string{"4", "T1", "O-1", replay})
+	// A retried confirm (SAME) with the replay: harmless, same record.
+	wantReply(t, f.run(lua.Confirm, withRid, []string{"T1", "O-1", replay}), []string{"6"})
+	wantReply(t, reserve(), []string{"4", "T1", "O-1", replay})
+	f.wantHash(kStock, map[string]string{"r": "4", "p": "0", "c": "1"})
+
+	// A confirm without a replay leaves the record as the reserve wrote it.
+	f.reset([][]string{stock(5, 5, 0, 0, 0)})
+	wantReply(t, reserve(), []string{"1", "4"})
+	wantReply(t, f.run(lua.Confirm, withRid, []string{"T1", "O-1", ""}), []string{"1"})
+	wantReply(t, reserve(), []string{"4", "T1", "O-1"})
+
+	// A record naming another token is not touched; none is created.
+	f.reset([][]string{stock(4, 5, 1, 0, 0), {"HSET", kRes, "T1", "p|u1|1|900||"}, {"SET", kRid, "3|T0", "PX", "300000"}})
+	wantReply(t, f.run(lua.Confirm, withRid, []string{"T1", "O-1", replay}), []string{"1"})
+	if got, _ := f.do("GET", kRid).ToString(); got != "3|T0" {
+		t.Errorf("another token's rid record = %q", got)
+	}
+	f.reset([][]string{stock(4, 5, 1, 0, 0), {"HSET", kRes, "T1", "p|u1|1|900||"}})
+	wantReply(t, f.run(lua.Confirm, withRid, []string{"T1", "O-1", replay}), []string{"1"})
+	if f.exists(kRid) {
+		t.Error("confirm created a request-id record")
+	}
+	// Released: nothing changes, the repeat reads RELEASED.
+	f.reset([][]string{stock(5, 5, 0, 0, 1), {"HSET", kRes, "T1", "x|u1|1|900||shop said no"}, {"SET", kRid, "1|T1", "PX", "300000"}})
+	wantReply(t, f.run(lua.Confirm, withRid, []string{"T1", "O-1", replay}), []string{"7"})
+	wantReply(t, reserve(), []string{"7", "T1"})
+}
+
 func TestRelease(t *testing.T) {
 	f := newFx(t)
 	tests := []struct {
@@ -735,9 +789,9 @@ func TestScriptSHA(t *testing.T) {
 		src  string
 		want string
 	}{
-		{name: "reserve", src: lua.Reserve, want: "86db2b8dd7f2fb083dca59f77f107b88b58157ba"},
+		{name: "reserve", src: lua.Reserve, want: "c11aa6e863c51a6b827073c316abcc878d260b9c"},
 		{name: "steal", src: lua.Steal, want: "d347fe60c1714b1301724c0b1e37ace826c6896c"},
-		{name: "confirm", src: lua.Confirm, want: "9674578fa56ca241364dd1c7e59a3e32914f5605"},
+		{name: "confirm", src: lua.Confirm, want: "c3919655a6b88d9c4b1943f5a116b57181b3a33c"},
 		{name: "release", src: lua.Release, want: "5b097f67da2c1620e184fad0de66505844f61348"},
 		{name: "claim", src: lua.Claim, want: "b0620c8ed6c0c18611fe9d2275d6af9ee4c6523b"},
 		{name: "deposit", src: lua.Deposit, want: "f1c5e8900ca6ae6e6cf529787f5855e7a16419bf"},

@@ -53,12 +53,22 @@ local rid = KEYS[8]
 if rid then
   local seen = redis.call('GET', rid)
   if seen then
-    local last = string.match(seen, '^%d+|(.*)$')
+    -- "<code>|<token id>" or, once confirm.lua kept the winner's answer
+    -- from the shop, "<code>|<token id>|<replay>" (any bytes). A confirmed
+    -- reservation with a replay answers {4, token id, order id, replay}.
+    local last = string.sub(seen, (string.find(seen, '|', 1, true) or 0) + 1)
+    local replay = ''
+    local sep = string.find(last, '|', 1, true)
+    if sep then
+      last, replay = string.sub(last, 1, sep - 1), string.sub(last, sep + 1)
+    end
     local rec = redis.call('HGET', KEYS[3], last)
     local st = rec and string.sub(rec, 1, 1) or 'p'
     if st == 'p' or st == 'q' then return {3, last} end
     if st == 'x' then return {7, last} end
-    return {4, last, string.match(rec, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)') or ''}
+    local oid = string.match(rec, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)') or ''
+    if replay ~= '' then return {4, last, oid, replay} end
+    return {4, last, oid}
   end
 end
 

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +23,7 @@ import (
 	"github.com/seckill-proxy/seckill-proxy/internal/signing"
 	"github.com/seckill-proxy/seckill-proxy/lua"
 	"github.com/seckill-proxy/seckill-proxy/metrics"
+	"github.com/seckill-proxy/seckill-proxy/store"
 )
 
 // upstream is the shop: one client for winners (never retried: a buy is
@@ -31,7 +34,14 @@ type upstream struct {
 	https    bool
 	basePath string
 	timeout  time.Duration
-	secret   []byte
+	// passTimeout bounds an ordinary request's whole exchange, its bodies
+	// streaming at the client's pace.
+	passTimeout time.Duration
+	secret      []byte
+	// replayMax bounds a winner's answer kept for exact replays.
+	replayMax int
+	// releases says whether a non-2xx answer to a buy releases it.
+	releases func(status int) bool
 }
 
 // dialError marks a failure to connect: nothing reached the shop, so the
@@ -63,24 +73,29 @@ func newUpstream(u config.Upstream, secret string) (*upstream, error) {
 		}
 		return c, nil
 	}
-	mk := func() *fasthttp.HostClient {
+	mk := func(timeout time.Duration) *fasthttp.HostClient {
 		return &fasthttp.HostClient{
 			Addr:                          host,
 			IsTLS:                         https,
 			Dial:                          dial,
 			MaxConns:                      u.MaxConns,
 			MaxConnWaitTimeout:            u.Timeout,
-			ReadTimeout:                   u.Timeout,
-			WriteTimeout:                  u.Timeout,
-			MaxIdleConnDuration:           4 * time.Second, // below the usual 5 s keep-alive of shops
+			ReadTimeout:                   timeout,
+			WriteTimeout:                  timeout,
+			MaxIdleConnDuration:           u.IdleTimeout, // below the shop's keep-alive (config default 4 s)
 			NoDefaultUserAgentHeader:      true,
 			DisableHeaderNamesNormalizing: true,
 			DisablePathNormalizing:        true,
 		}
 	}
-	up := &upstream{buy: mk(), pass: mk(), https: https, timeout: u.Timeout,
-		basePath: strings.TrimSuffix(pu.Path, "/"), secret: []byte(secret)}
+	up := &upstream{buy: mk(u.Timeout), pass: mk(u.PassTimeout), https: https, timeout: u.Timeout, passTimeout: u.PassTimeout,
+		basePath: strings.TrimSuffix(pu.Path, "/"), secret: []byte(secret),
+		replayMax: u.ReplayMaxBytes, releases: u.Releases}
 	up.buy.RetryIfErr = func(*fasthttp.Request, int, error) (bool, bool) { return false, false }
+	// Ordinary answers stream back to the client as they arrive, so a large
+	// download never sits whole in memory. A buy's answer is read whole: it
+	// is small, and its order id and replay come from it.
+	up.pass.StreamResponseBody = true
 	return up, nil
 }
 
@@ -115,8 +130,10 @@ func (u *upstream) prepare(ctx *fasthttp.RequestCtx) {
 }
 
 // forwardWinner sends an admitted buy to the shop and settles the
-// reservation by what the shop said: 2xx confirms, any other status or a
-// failed connection releases, silence keeps it pending for the reconciler.
+// reservation by what the shop said: 2xx confirms (keeping the answer for
+// replays of the request id), a release status or a failed connection
+// releases, silence or (with verify.url) any other status keeps it pending
+// for the reconciler.
 func (s *Server) forwardWinner(ctx *fasthttp.RequestCtx, st *state, r *admission.Request, d admission.Decision, ans *answer) {
 	up := st.upstream
 	a := r.Activity
@@ -136,16 +153,27 @@ func (s *Server) forwardWinner(ctx *fasthttp.RequestCtx, st *state, r *admission
 	elapsed := time.Since(t0).Seconds()
 	status := ctx.Response.StatusCode()
 
+	// A non-2xx answer releases when it is a definite no: a configured
+	// release status, or any status when nothing could settle it otherwise
+	// (no verify.url). A 5xx may come from a balancer after the shop took
+	// the order: with verify.url it is an unknown outcome, left pending.
+	refused := err == nil && (status < 200 || status > 299) && (a.Verify.URL == "" || up.releases(status))
 	switch {
 	case err == nil && status >= 200 && status < 300:
 		s.obs.upstreamOK.Observe(elapsed)
 		oid := orderID(&ctx.Response, a.OrderIDFrom)
+		// The closure may outlive the handler (settle retries): it holds
+		// copies, never the request or the ctx's bytes.
+		user, rid, rp := r.User, r.RequestID, keepReplay(&ctx.Response, up.replayMax)
 		s.settle("confirm", func(c context.Context) (lua.Code, error) {
-			return s.book.Confirm(c, d.Token, d.Shards, oid)
+			if rid == "" {
+				return s.book.Confirm(c, d.Token, d.Shards, oid)
+			}
+			return s.book.ConfirmReplay(c, d.Token, d.Shards, oid, user, rid, rp)
 		}, tok)
 		ctx.Response.Header.Set("X-Seckill-Token", tok)
 		st.outcome[a.ID].byCode[admission.Admitted].Inc()
-	case err == nil || isDefiniteNo(err):
+	case refused || isDefiniteNo(err):
 		outcome, reason := "refused", "shop_status_"+strconv.Itoa(status)
 		if err != nil {
 			outcome, reason = "failed", "shop_unreachable"
@@ -162,9 +190,29 @@ func (s *Server) forwardWinner(ctx *fasthttp.RequestCtx, st *state, r *admission
 		s.answer(ctx, st, a, ans)
 	default:
 		s.obs.upstreamTimeout.Observe(elapsed)
+		if err == nil {
+			ans.upstream = status
+			err = fmt.Errorf("shop answered %d", status)
+		}
 		s.log.Warn("shop outcome unknown; reservation stays pending for the reconciler", zap.String("token", tok), zap.Error(err))
 		ans.code = admission.UpstreamTimeout
 		s.answer(ctx, st, a, ans)
+	}
+}
+
+// keepReplay copies the shop's answer to a winner for exact replays, or
+// returns nil when its body is larger than max (repeats then read 409
+// ALREADY_PURCHASED with token and order id).
+func keepReplay(resp *fasthttp.Response, max int) *store.Replay {
+	body := resp.Body()
+	if max <= 0 || len(body) > max {
+		return nil
+	}
+	return &store.Replay{
+		Status:          resp.StatusCode(),
+		ContentType:     string(resp.Header.ContentType()),
+		ContentEncoding: string(resp.Header.ContentEncoding()),
+		Body:            append([]byte(nil), body...),
 	}
 }
 
@@ -214,7 +262,7 @@ func (s *Server) pass(ctx *fasthttp.RequestCtx, st *state) {
 	up := st.upstream
 	up.prepare(ctx)
 	t0 := time.Now()
-	err := up.pass.DoTimeout(&ctx.Request, &ctx.Response, up.timeout)
+	err := up.pass.DoTimeout(&ctx.Request, &ctx.Response, up.passTimeout)
 	s.obs.passLatency.Observe(time.Since(t0).Seconds())
 	if err != nil {
 		ctx.Response.Reset()
@@ -229,6 +277,41 @@ func (s *Server) pass(ctx *fasthttp.RequestCtx, st *state) {
 	if c := ctx.Response.StatusCode() / 100; c >= 1 && c <= 5 {
 		s.obs.passClass[c].Inc()
 	}
+}
+
+// bufferBuyBody reads a buy's body into memory, at most maxBuyBody bytes:
+// the server streams request bodies (StreamRequestBody), and a buy's
+// fields (identity, SKU, qty) may be in its body. It reports false, having
+// read no more than the bound, for a larger body or one cut short.
+func bufferBuyBody(req *fasthttp.Request) bool {
+	if !req.IsBodyStream() {
+		return len(req.Body()) <= maxBuyBody
+	}
+	n := req.Header.ContentLength()
+	switch {
+	case n > maxBuyBody:
+		return false
+	case n == 0:
+		req.SetBody(nil)
+		return true
+	case n > 0:
+		bp := bufPool.Get().(*[]byte)
+		b := slices.Grow((*bp)[:0], n)[:n]
+		_, err := io.ReadFull(req.BodyStream(), b)
+		if err == nil {
+			req.SetBody(b) // copied
+		}
+		*bp = b[:0]
+		bufPool.Put(bp)
+		return err == nil
+	}
+	// Chunked: no length known before reading.
+	b, err := io.ReadAll(io.LimitReader(req.BodyStream(), maxBuyBody+1))
+	if err != nil || len(b) > maxBuyBody {
+		return false
+	}
+	req.SetBody(b)
+	return true
 }
 
 // observers are the metrics the proxy records on every request, resolved

@@ -9,6 +9,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/seckill-proxy/seckill-proxy/admission"
+	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/store"
 )
 
 // answer is the body of every response the proxy gives itself (SPEC §4).
@@ -84,6 +86,37 @@ func writeAnswer(ctx *fasthttp.RequestCtx, a *answer) {
 	ctx.Response.SetBody(buf)
 	*bp = buf
 	bufPool.Put(bp)
+}
+
+// replayOrAnswer answers ALREADY_PURCHASED: with the shop's original
+// answer when the buyer repeats a won request (same user, same request id)
+// and it was kept, else with the proxy's 409 (token and order id).
+func (s *Server) replayOrAnswer(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, rp *store.Replay, ans *answer) {
+	if rp == nil {
+		s.answer(ctx, st, a, ans)
+		return
+	}
+	writeReplay(ctx, rp, ans.token)
+	st.outcome[a.ID].byCode[ans.code].Inc()
+}
+
+// writeReplay renders a kept shop answer: its status, Content-Type,
+// Content-Encoding and body, with the reservation's X-Seckill-Token and
+// X-Seckill-Replayed: true (so a client can tell it from a first answer).
+func writeReplay(ctx *fasthttp.RequestCtx, rp *store.Replay, token string) {
+	ctx.Response.Reset()
+	ctx.SetStatusCode(rp.Status)
+	if rp.ContentType != "" {
+		ctx.Response.Header.SetContentType(rp.ContentType)
+	} else {
+		ctx.Response.Header.SetNoDefaultContentType(true)
+	}
+	if rp.ContentEncoding != "" {
+		ctx.Response.Header.SetContentEncoding(rp.ContentEncoding)
+	}
+	ctx.Response.Header.Set("X-Seckill-Token", token)
+	ctx.Response.Header.Set("X-Seckill-Replayed", "true")
+	ctx.Response.SetBody(rp.Body)
 }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}

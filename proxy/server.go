@@ -37,6 +37,7 @@ type Deciders interface {
 // *store.Store implements it.
 type Book interface {
 	Confirm(ctx context.Context, t store.Token, shards int, orderID string) (lua.Code, error)
+	ConfirmReplay(ctx context.Context, t store.Token, shards int, orderID, user, requestID string, rp *store.Replay) (lua.Code, error)
 	Release(ctx context.Context, t store.Token, shards int, reason string, nowMs int64, pendingOnly bool) (lua.Code, error)
 	Lookup(ctx context.Context, t store.Token, shards int) (store.Reservation, bool, error)
 	Flags(ctx context.Context, act string) (store.Flags, error)
@@ -84,19 +85,29 @@ func New(cfg *config.Config, d Deciders, b Book, m *metrics.Metrics, log *zap.Lo
 	if err := s.Apply(cfg); err != nil {
 		return nil, err
 	}
+	sv := cfg.Server
 	s.srv = &fasthttp.Server{
-		Handler:               s.handle,
-		Name:                  "seckill-proxy",
-		ReadBufferSize:        16 << 10, // headers beyond this get 431
-		MaxRequestBodySize:    8 << 20,
-		ReadTimeout:           30 * time.Second,
-		WriteTimeout:          30 * time.Second,
-		IdleTimeout:           90 * time.Second,
-		NoDefaultServerHeader: true,
-		NoDefaultDate:         false,
-		ReduceMemoryUsage:     false,
-		Logger:                zap.NewStdLog(log.Named("fasthttp")),
-		ErrorHandler:          malformedRequest,
+		Handler:        s.handle,
+		Name:           "seckill-proxy",
+		ReadBufferSize: 16 << 10, // headers beyond this get 431
+		// Bodies stream to the shop as they arrive (pass): an upload is
+		// never held whole in memory. MaxRequestBodySize is then only how
+		// much is read ahead; a buy reads its own, bounded (bufferBuyBody).
+		StreamRequestBody:  true,
+		MaxRequestBodySize: maxBuyBody,
+		// A proxy forwards multipart bodies as they are; parsing them
+		// would spool uploads to temporary files first.
+		DisablePreParseMultipartForm: true,
+		Concurrency:                  sv.MaxConns,
+		MaxConnsPerIP:                sv.MaxConnsPerIP,
+		ReadTimeout:                  sv.ReadTimeout,
+		WriteTimeout:                 sv.WriteTimeout,
+		IdleTimeout:                  sv.IdleTimeout,
+		NoDefaultServerHeader:        true,
+		NoDefaultDate:                false,
+		ReduceMemoryUsage:            false,
+		Logger:                       zap.NewStdLog(log.Named("fasthttp")),
+		ErrorHandler:                 malformedRequest,
 	}
 	return s, nil
 }
@@ -203,6 +214,8 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, st *state, m match) {
 	switch d.Code {
 	case admission.Admitted:
 		s.forwardWinner(ctx, st, rp, d, &ans)
+	case admission.AlreadyPurchased:
+		s.replayOrAnswer(ctx, st, a, d.Replay, &ans)
 	case admission.NotStarted, admission.Ended:
 		ans.startMs, ans.endMs, ans.serverTime = a.StartMs(), a.EndMs(), true
 		s.answer(ctx, st, a, &ans)
@@ -218,7 +231,7 @@ var requestPool = sync.Pool{New: func() any { return new(admission.Request) }}
 // (or UNKNOWN_ITEM for a SKU this activity does not sell) and reserves nothing.
 func (s *Server) parse(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, m match) (admission.Request, admission.Code) {
 	var body jsonBody
-	if len(ctx.Request.Body()) > maxBuyBody {
+	if !bufferBuyBody(&ctx.Request) {
 		return admission.Request{}, admission.BadRequest
 	}
 	user, err := st.user.get(ctx, nil, &body)

@@ -81,7 +81,7 @@ return 0`).Numkeys(1).Key(keys[0]).Arg(holder).Build()).Error()
 // ConfirmFenced is Confirm for the reconciler: refused (lua.Fenced) when a
 // newer lease holder has repaired the shard.
 func (s *Store) ConfirmFenced(ctx context.Context, t Token, shards int, orderID string, f Fence) (lua.Code, error) {
-	return s.confirmAs(ctx, t, shards, orderID, &f)
+	return s.confirmAs(ctx, t, shards, orderID, &f, "", "", nil)
 }
 
 // ReleaseFenced is Release for the reconciler, under its fencing token.

@@ -117,13 +117,65 @@ func (s *Store) Lookup(ctx context.Context, t Token, shards int) (Reservation, b
 // released before: the shop holds an order for released stock, alert),
 // Unknown.
 func (s *Store) Confirm(ctx context.Context, t Token, shards int, orderID string) (lua.Code, error) {
-	return s.confirmAs(ctx, t, shards, orderID, nil)
+	return s.confirmAs(ctx, t, shards, orderID, nil, "", "", nil)
 }
 
-func (s *Store) confirmAs(ctx context.Context, t Token, shards int, orderID string, f *Fence) (lua.Code, error) {
-	return s.transition(ctx, t, shards, f, s.confirm, s.fencedConfirm,
-		func(k ShardKeys) []string { return []string{k.Stock, k.Res, k.Pending} },
-		[]string{t.Field(), sanitize(orderID)})
+// ConfirmReplay is Confirm for a winner that came with a request id: in the
+// same script it keeps rp, the shop's answer, in the request id's record
+// (until the record expires, RequestIDTTL after the first copy), so an exact
+// repeat of the request gets that answer again (ReserveResult.Replay) and
+// never a state older than the confirm. A nil rp (an answer too large to
+// keep) confirms only: repeats then read ALREADY_PURCHASED.
+func (s *Store) ConfirmReplay(ctx context.Context, t Token, shards int, orderID, user, requestID string, rp *Replay) (lua.Code, error) {
+	return s.confirmAs(ctx, t, shards, orderID, nil, user, requestID, rp)
+}
+
+func (s *Store) confirmAs(ctx context.Context, t Token, shards int, orderID string, f *Fence, user, requestID string, rp *Replay) (lua.Code, error) {
+	// ARGV[3] is always sent (empty: no replay), so the fence's trailing
+	// KEYS and ARGV never stand where confirm.lua reads its own.
+	args := []string{t.Field(), sanitize(orderID), ""}
+	keysOf := func(k ShardKeys) []string { return []string{k.Stock, k.Res, k.Pending} }
+	if rp != nil && requestID != "" && f == nil {
+		args[2] = rp.encode()
+		keysOf = func(k ShardKeys) []string { return []string{k.Stock, k.Res, k.Pending, ridKey(k, user, requestID)} }
+	}
+	return s.transition(ctx, t, shards, f, s.confirm, s.fencedConfirm, keysOf, args)
+}
+
+// Replay is a winner's answer from the shop, kept with the request id so an
+// exact repeat of the request gets it again (SPEC §9 "Replays").
+type Replay struct {
+	Status          int
+	ContentType     string
+	ContentEncoding string
+	Body            []byte
+}
+
+// encode is confirm.lua's ARGV[3]: "<status>|<content-type>|<content-encoding>|<body>".
+func (rp *Replay) encode() string {
+	var b strings.Builder
+	b.Grow(len(rp.Body) + len(rp.ContentType) + len(rp.ContentEncoding) + 8)
+	b.WriteString(strconv.Itoa(rp.Status))
+	b.WriteByte('|')
+	b.WriteString(strings.ReplaceAll(rp.ContentType, "|", ""))
+	b.WriteByte('|')
+	b.WriteString(strings.ReplaceAll(rp.ContentEncoding, "|", ""))
+	b.WriteByte('|')
+	b.Write(rp.Body)
+	return b.String()
+}
+
+// parseReplay reads what encode wrote.
+func parseReplay(s string) (*Replay, bool) {
+	parts := strings.SplitN(s, "|", 4)
+	if len(parts) != 4 {
+		return nil, false
+	}
+	status, err := strconv.Atoi(parts[0])
+	if err != nil || status < 100 || status > 999 {
+		return nil, false
+	}
+	return &Replay{Status: status, ContentType: parts[1], ContentEncoding: parts[2], Body: []byte(parts[3])}, true
 }
 
 // Release gives a reservation's units back. With pendingOnly, a confirmed

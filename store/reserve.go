@@ -44,6 +44,9 @@ type ReserveResult struct {
 	Code    lua.Code // OK, Empty (sold out), Pending, Purchased, NotReady, Released (repeated request id), Backlog
 	Token   Token    // the new reservation (OK) or the buyer's last one (Pending, Purchased)
 	OrderID string   // Purchased: the shop's order id where known
+	// Replay is the shop's answer to the first copy of a repeated request
+	// id, kept by ConfirmReplay (Purchased only; nil when none was kept).
+	Replay *Replay
 	// FromMemory is true when the answer came from client-side cached
 	// sold-out flags, with no script run.
 	FromMemory bool
@@ -83,7 +86,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	if err != nil {
 		return ReserveResult{}, err
 	}
-	if allTrue(out) {
+	if allTrue(out) && q.RequestID == "" {
 		return ReserveResult{Code: lua.Empty, FromMemory: true}, nil
 	}
 	id := newID()
@@ -97,9 +100,23 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 		keys = append(keys[:len(keys):len(keys)], ridKey(k.Shards[home], q.User, q.RequestID))
 		args = append(args, ridTTLms)
 	}
+	if allTrue(out) {
+		// Sold out, but a repeat of a won request is still owed its answer
+		// (a replay): one GET finds whether the request id has a record,
+		// and only then the script reads the reservation's state.
+		cctx, cancel := s.ctx(ctx)
+		err := c.Do(cctx, c.B().Get().Key(keys[len(keys)-1]).Build()).Error()
+		cancel()
+		if rueidis.IsRedisNil(err) {
+			return ReserveResult{Code: lua.Empty}, nil
+		}
+		if err != nil {
+			return ReserveResult{}, wrap(err)
+		}
+	}
 	var res ReserveResult
 	need := q.Qty
-	skipReserve := out[home] // the home shard is known dry: move stock first
+	skipReserve := out[home] && !allTrue(out) // the home shard is known dry: move stock first
 	// Every steal is followed by a reserve that deposits it, so a move only
 	// stays in transit when a call fails (SettleMoves finishes those).
 	for {
@@ -117,7 +134,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 				if !ok {
 					return ReserveResult{}, ErrInvalidResponse
 				}
-				return ReserveResult{Code: lua.Code(r.code), Token: last, OrderID: r.orderID, Moves: res.Moves}, nil
+				return ReserveResult{Code: lua.Code(r.code), Token: last, OrderID: r.orderID, Replay: r.replay, Moves: res.Moves}, nil
 			case lua.NotReady:
 				return ReserveResult{Code: lua.NotReady}, nil
 			case lua.Backlog:
@@ -159,6 +176,7 @@ type reserveReply struct {
 	remaining int64
 	token     string
 	orderID   string
+	replay    *Replay
 }
 
 func (s *Store) runReserve(ctx context.Context, c rueidis.Client, keys, args []string) (reserveReply, error) {
@@ -189,11 +207,21 @@ func (s *Store) runReserve(ctx context.Context, c rueidis.Client, keys, args []s
 		}
 		r.token, err = arr[1].ToString()
 	case lua.Purchased:
-		if len(arr) != 3 {
+		if len(arr) != 3 && len(arr) != 4 {
 			return reserveReply{}, ErrInvalidResponse
 		}
 		if r.token, err = arr[1].ToString(); err == nil {
 			r.orderID, err = arr[2].ToString()
+		}
+		if err == nil && len(arr) == 4 {
+			// The request id's winner, with the shop's answer kept.
+			var blob string
+			if blob, err = arr[3].ToString(); err == nil {
+				var ok bool
+				if r.replay, ok = parseReplay(blob); !ok {
+					err = ErrInvalidResponse
+				}
+			}
 		}
 	case lua.NotReady:
 	default:

@@ -48,7 +48,7 @@ activities:
     end: %s
     skus: [{ id: "sku1", stock: %d }]
     shards: 4
-    pending_timeout: 1s
+    pending_timeout: 3s # the least allowed: 2 × upstream.timeout + 2s = 2.6s
 %s`, redistest.FreePort(t), redistest.FreePort(t), shopURL, lifeSecretEnv, redisAddr,
 		now.Add(-time.Minute).Format(time.RFC3339), now.Add(time.Hour).Format(time.RFC3339), stock, extra)
 	p := filepath.Join(t.TempDir(), "seckill.yaml")
@@ -267,7 +267,7 @@ func TestKillMidSpike(t *testing.T) {
 	for sh.inflight.Load() > 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(1100 * time.Millisecond)
+	time.Sleep(3100 * time.Millisecond)
 
 	code, out, errs := cliRun("reconcile", "-c", cfgB, "--repair", "--json")
 	var rep reservation.Report

@@ -188,7 +188,7 @@ func TestStoreUnavailable(t *testing.T) {
 
 func TestUpstreamFailedGivesStockBack(t *testing.T) {
 	f := newFixture(t)
-	f.shop.Answer("alice", http.StatusInternalServerError)
+	f.shop.Answer("alice", http.StatusConflict)
 	r := f.buy(actOpen, "alice")
 	wantCode(t, r, "UPSTREAM_FAILED", 502)
 	f.p.WantStock(t, actOpen, 100, 0, 0)
@@ -196,7 +196,7 @@ func TestUpstreamFailedGivesStockBack(t *testing.T) {
 		t.Errorf("released = %d, want 1", k.Released)
 	}
 	buys := f.shop.Buys()
-	if len(buys) != 1 || buys[0].Status != 500 {
+	if len(buys) != 1 || buys[0].Status != 409 {
 		t.Fatalf("shop buys = %+v", buys)
 	}
 	g := f.do(e2e.Req{Method: "GET", URI: "/_seckill/reservations/" + buys[0].Token})

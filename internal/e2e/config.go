@@ -52,6 +52,7 @@ type Activity struct {
 	MaxQty       int64         // default PerUserLimit
 	Pending      time.Duration // pending_timeout; default the config's
 	EligibleOnly bool          // eligible_only: only users on the activity's list may buy
+	NoVerify     bool          // no verify.url (default: the shop's /internal/orders)
 	// AdmissionRate is the admission_rate as YAML flow; default far above any test's load.
 	AdmissionRate string
 	Mode          string // default sync
@@ -73,6 +74,10 @@ type Options struct {
 	Limits     string
 	Messages   map[string]string
 	Activities []Activity
+	// UpstreamExtra are more `upstream:` keys, one "key: value" a line.
+	UpstreamExtra []string
+	// Server is the body of `server:` as YAML flow; default none.
+	Server string
 }
 
 // YAML renders o as a config file. Listen ports are free ports of this
@@ -89,6 +94,12 @@ func (o Options) YAML(t testing.TB) string {
 	w("  url: %q", o.ShopURL)
 	w("  timeout: %s", orDur(o.UpstreamTimeout, 3*time.Second))
 	w("  signing_secret_env: %s", SecretEnv)
+	for _, l := range o.UpstreamExtra {
+		w("  %s", l)
+	}
+	if o.Server != "" {
+		w("server: %s", o.Server)
+	}
 	w("redis:")
 	w("  addrs: [%s]", quoteAll(o.Redis))
 	w("  cluster: %v", o.Cluster)
@@ -164,8 +175,10 @@ func (o Options) YAML(t testing.TB) string {
 		if a.EligibleOnly {
 			w("    eligible_only: true")
 		}
-		w("    verify:")
-		w("      url: %q", strings.TrimSuffix(o.ShopURL, "/")+"/internal/orders?token={token}")
+		if !a.NoVerify {
+			w("    verify:")
+			w("      url: %q", strings.TrimSuffix(o.ShopURL, "/")+"/internal/orders?token={token}")
+		}
 	}
 	return b.String()
 }
