@@ -28,6 +28,12 @@ const (
 	// Fenced: a repair carried an older fencing token than the shard has
 	// seen: its reconciler lost the lease; nothing changed.
 	Fenced Code = 11
+	// Aborted: a call was settled by its id before it ran (abort.lua,
+	// settlemove.lua left a tombstone); nothing was taken.
+	Aborted Code = 12
+	// Stale: moved units belong to another preheat of the stock (a forced
+	// preheat came between steal and deposit); nothing changed.
+	Stale Code = 13
 )
 
 // String names the code for logs and errors.
@@ -55,6 +61,10 @@ func (c Code) String() string {
 		return "BROKEN"
 	case Fenced:
 		return "FENCED"
+	case Aborted:
+		return "ABORTED"
+	case Stale:
+		return "STALE"
 	}
 	return "INVALID"
 }
@@ -72,6 +82,10 @@ func (c Code) SpecCode() string {
 		return "NOT_READY"
 	case Empty:
 		return "SOLD_OUT"
+	case Aborted:
+		// Only a reserve whose caller gave up on it is aborted: that
+		// buyer was told the store was unavailable, and nothing is held.
+		return "STORE_UNAVAILABLE"
 	}
 	return ""
 }
