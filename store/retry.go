@@ -30,10 +30,11 @@ type Retrier struct {
 	observe func(kind, outcome string)
 	closed  bool
 
-	n    atomic.Int64 // jobs queued, read without the lock on the buy path
-	wake chan struct{}
-	stop chan struct{}
-	done chan struct{}
+	n        atomic.Int64 // jobs queued, read without the lock on the buy path
+	lastDrop atomic.Int64 // unix ns of the last "dropped" log line (one a second at most)
+	wake     chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
 }
 
 type retryJob struct {
@@ -106,7 +107,10 @@ func (r *Retrier) Submit(kind, key string, f func(context.Context) error) bool {
 	r.mu.Lock()
 	if r.closed || len(r.queue) >= r.max {
 		r.mu.Unlock()
-		r.log.Error("redis retry queue full or closed; the reconciler will settle this", zap.String("kind", kind), zap.String("key", key))
+		// A long outage drops on every buy: log a sample, count them all.
+		if now, last := time.Now().UnixNano(), r.lastDrop.Load(); now-last > int64(time.Second) && r.lastDrop.CompareAndSwap(last, now) {
+			r.log.Error("redis retry queue full or closed; the reconciler will settle what is dropped", zap.String("kind", kind), zap.String("key", key))
+		}
 		r.note(kind, RetryDropped)
 		return false
 	}
