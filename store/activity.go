@@ -19,7 +19,7 @@ type Flags struct {
 	Ready  bool  // stock was preheated
 	Paused bool  // kill switch is off
 	Shards int   // shards preheated
-	Ver    int64 // preheat time, ms
+	Ver    int64 // stock generation: the preheat time in ms, above every earlier preheat
 }
 
 // Flags reads the activity's meta hash through client-side caching, so a
