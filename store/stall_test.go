@@ -217,3 +217,32 @@ func TestStallDuringStealLosesNoStock(t *testing.T) {
 	mustReserve(t, s, a, u, 1, lua.OK)
 	wantStatus(t, s, a, 0, 1, 0)
 }
+
+// The buyer's client repeats the refused request with the same
+// X-Request-Id: the repeat is decided afresh (the late reservation's
+// request-id record goes with it), not answered RELEASED or PENDING.
+func TestStallRetrySameRequestID(t *testing.T) {
+	srv, s := stallStore(t)
+	a := newActivity("act_srid", 10, 2, 1)
+	mustPreheat(t, s, a)
+	warm(t, s, a, "warm")
+	if _, err := s.SoldOut(ctx(t), a.ID, testSKU, a.Shards); err != nil {
+		t.Fatal(err)
+	}
+	q := reserveReq(a, "u", 1)
+	q.RequestID = "req-1"
+	wait := stalls[1].start(t, srv)
+	if _, err := s.Reserve(ctx(t), q); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Reserve during the stall = %v, want ErrUnavailable", err)
+	}
+	wait()
+	res, err := s.Reserve(ctx(t), q)
+	if err != nil || res.Code != lua.OK {
+		t.Fatalf("repeat of the refused request = %v, %v; want OK", res.Code, err)
+	}
+	wantStatus(t, s, a, 9, 1, 0)
+	// And its own repeat now answers by the new reservation.
+	if again, err := s.Reserve(ctx(t), q); err != nil || again.Code != lua.Pending || again.Token != res.Token {
+		t.Fatalf("second repeat = %+v, %v; want PENDING with %v", again, err, res.Token)
+	}
+}
