@@ -34,6 +34,12 @@ const (
 	// NotSent: a pending-only release found the reservation queued and not
 	// sent to the shop yet (the shop cannot have refused it); nothing changed.
 	NotSent Code = 13
+	// Aborted: a call was settled by its id before it ran (abort.lua,
+	// settlemove.lua left a tombstone); nothing was taken.
+	Aborted Code = 14
+	// Stale: moved units belong to another preheat of the stock (a forced
+	// preheat came between steal and deposit); nothing changed.
+	Stale Code = 15
 )
 
 // String names the code for logs and errors.
@@ -65,6 +71,10 @@ func (c Code) String() string {
 		return "BACKLOG"
 	case NotSent:
 		return "NOT_SENT"
+	case Aborted:
+		return "ABORTED"
+	case Stale:
+		return "STALE"
 	}
 	return "INVALID"
 }
@@ -84,6 +94,10 @@ func (c Code) SpecCode() string {
 		return "SOLD_OUT"
 	case Backlog:
 		return "BUSY"
+	case Aborted:
+		// Only a reserve whose caller gave up on it is aborted: that
+		// buyer was told the store was unavailable, and nothing is held.
+		return "STORE_UNAVAILABLE"
 	}
 	return ""
 }

@@ -36,6 +36,16 @@ var Claim string
 //go:embed deposit.lua
 var Deposit string
 
+// Abort settles a reserve whose reply never came, by its token id (see abort.lua).
+//
+//go:embed abort.lua
+var Abort string
+
+// SettleMove settles a steal whose reply never came, by its move id (see settlemove.lua).
+//
+//go:embed settlemove.lua
+var SettleMove string
+
 // Fence is the fencing guard the reconciler's repairs run under: prepended
 // to Confirm, Release or Deposit (see fence.lua), it refuses a repair whose
 // lease has been taken over since.

@@ -394,6 +394,41 @@ func TestReserve(t *testing.T) {
 			want:  []string{"3", "T0"},
 			check: func(f *fx) { f.wantHash(kStock, map[string]string{"r": "2", "i": "3", "p": "1"}) },
 		},
+		{
+			name:  "aborted token id takes nothing",
+			setup: [][]string{stock(3, 3, 0, 0, 0), {"HSET", kRes, "T1", "x|u1|0|900||store_timeout|900"}},
+			give:  func(f *fx) []string { return f.reserveArgs("u1", 1, 1, "T1", false, 2, "M1") },
+			want:  []string{"14"},
+			check: func(f *fx) {
+				f.wantHash(kStock, map[string]string{"r": "3", "i": "3", "p": "0"})
+				if f.exists(kUsers) || f.exists(kPending) || f.exists(kMovesIn) {
+					f.t.Error("an aborted reserve wrote")
+				}
+			},
+		},
+		{
+			name:  "deposit of the same generation lands",
+			setup: [][]string{stock(0, 0, 0, 0, 0), {"HSET", kStock, "g", "7"}},
+			give: func(f *fx) []string {
+				return append(f.reserveArgs("u1", 1, 1, "T1", false, 2, "M1"), "300000", "7")
+			},
+			want:  []string{"1", "1"},
+			check: func(f *fx) { f.wantHash(kStock, map[string]string{"r": "1", "i": "2", "p": "1"}) },
+		},
+		{
+			name:  "deposit of another generation is refused",
+			setup: [][]string{stock(0, 0, 0, 0, 0), {"HSET", kStock, "g", "8"}},
+			give: func(f *fx) []string {
+				return append(f.reserveArgs("u1", 1, 1, "T1", false, 2, "M1"), "300000", "7")
+			},
+			want: []string{"2", "0"},
+			check: func(f *fx) {
+				f.wantHash(kStock, map[string]string{"r": "0", "i": "0", "p": "0"})
+				if f.exists(kMovesIn) {
+					f.t.Error("a refused deposit was recorded as landed")
+				}
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -431,18 +466,22 @@ func TestSteal(t *testing.T) {
 		wantMoved string // moves record, "" = none
 	}{
 		{name: "half of the donor when more than needed", setup: [][]string{stock(10, 12, 1, 1, 0)}, need: 1,
-			want: []string{"1", "5"}, wantR: "5", wantMoved: "3|5|1000"},
+			want: []string{"1", "5", "0"}, wantR: "5", wantMoved: "3|5|1000|0"},
 		{name: "half rounds up", setup: [][]string{stock(5, 5, 0, 0, 0)}, need: 1,
-			want: []string{"1", "3"}, wantR: "2", wantMoved: "3|3|1000"},
+			want: []string{"1", "3", "0"}, wantR: "2", wantMoved: "3|3|1000|0"},
 		{name: "need when more than half", setup: [][]string{stock(10, 10, 0, 0, 0)}, need: 7,
-			want: []string{"1", "7"}, wantR: "3", wantMoved: "3|7|1000"},
+			want: []string{"1", "7", "0"}, wantR: "3", wantMoved: "3|7|1000|0"},
 		{name: "capped at remaining sets out", setup: [][]string{stock(3, 3, 0, 0, 0)}, need: 5,
-			want: []string{"1", "3"}, wantR: "0", wantOut: true, wantMoved: "3|3|1000"},
+			want: []string{"1", "3", "0"}, wantR: "0", wantOut: true, wantMoved: "3|3|1000|0"},
 		{name: "last unit sets out", setup: [][]string{stock(1, 2, 0, 1, 0)}, need: 1,
-			want: []string{"1", "1"}, wantR: "0", wantOut: true, wantMoved: "3|1|1000"},
+			want: []string{"1", "1", "0"}, wantR: "0", wantOut: true, wantMoved: "3|1|1000|0"},
 		{name: "empty", setup: [][]string{stock(0, 2, 1, 1, 0), {"SET", kOut, "1"}}, need: 1,
 			want: []string{"2", "0"}, wantR: "0", wantOut: true},
 		{name: "not ready", need: 1, want: []string{"5", "0"}},
+		{name: "stamps the stock generation", setup: [][]string{stock(4, 4, 0, 0, 0), {"HSET", kStock, "g", "77"}}, need: 1,
+			want: []string{"1", "2", "77"}, wantR: "2", wantMoved: "3|2|1000|77"},
+		{name: "settled before it ran", setup: [][]string{stock(4, 4, 0, 0, 0), {"HSET", kMoves, "M1", "-1|0|900|0"}, {"PEXPIRE", kMoves, "60000"}}, need: 1,
+			want: []string{"14", "0"}, wantR: "4", wantMoved: "-1|0|900|0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -525,8 +564,15 @@ func TestRequestIDReplay(t *testing.T) {
 	f := newFx(t)
 	const kRid = "t:{a:s:0}:rid:u1|r1"
 	ridKeys := append(append([]string{}, reserveKeys...), kRid)
+	// Every call is a new request with a token id of its own (the first
+	// is T1): a repeat never reuses one (an existing id is a tombstone).
+	calls := 0
 	reserve := func() []string {
-		return f.run(lua.Reserve, ridKeys, append(f.reserveArgs("u1", 1, 1, "T1", false, 0, ""), "300000"))
+		tok := "T1"
+		if calls++; calls > 1 {
+			tok = "R" + strconv.Itoa(calls)
+		}
+		return f.run(lua.Reserve, ridKeys, append(f.reserveArgs("u1", 1, 1, tok, false, 0, ""), "300000"))
 	}
 	withRid := append(append([]string{}, confirmKeys...), kRid)
 	replay := "200|application/json; charset=utf-8|gzip|{\"order\":\"O-1\"}|\n\x00bytes"
@@ -550,6 +596,7 @@ func TestRequestIDReplay(t *testing.T) {
 
 	// A confirm without a replay leaves the record as the reserve wrote it.
 	f.reset([][]string{stock(5, 5, 0, 0, 0)})
+	calls = 0
 	wantReply(t, reserve(), []string{"1", "4"})
 	wantReply(t, f.run(lua.Confirm, withRid, []string{"T1", "O-1", ""}), []string{"1"})
 	wantReply(t, reserve(), []string{"4", "T1", "O-1"})
@@ -750,18 +797,27 @@ func TestDeposit(t *testing.T) {
 		want      []string
 		wantStock map[string]string
 		wantOut   bool
+		gen       string // ARGV[4], "" = not sent
 	}{
 		{name: "ok", setup: [][]string{stock(0, 1, 0, 1, 0), {"SET", kOut, "1"}},
 			want: []string{"1"}, wantStock: map[string]string{"r": "3", "i": "4", "c": "1"}},
 		{name: "same", setup: [][]string{stock(0, 1, 0, 1, 0), {"SET", kOut, "1"}, {"SADD", kMovesIn, "M1"}},
 			want: []string{"6"}, wantStock: map[string]string{"r": "0", "i": "1"}, wantOut: true},
 		{name: "not ready", want: []string{"5"}},
+		{name: "same generation", setup: [][]string{stock(0, 1, 0, 1, 0), {"HSET", kStock, "g", "7"}, {"SET", kOut, "1"}},
+			gen: "7", want: []string{"1"}, wantStock: map[string]string{"r": "3", "i": "4", "c": "1"}},
+		{name: "stale generation", setup: [][]string{stock(0, 1, 0, 1, 0), {"HSET", kStock, "g", "8"}, {"SET", kOut, "1"}},
+			gen: "7", want: []string{"15"}, wantStock: map[string]string{"r": "0", "i": "1"}, wantOut: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f.t = t
 			f.reset(tt.setup)
-			wantReply(t, f.run(lua.Deposit, depositKeys, []string{"M1", "3", strconv.FormatInt(f.exp, 10)}), tt.want)
+			args := []string{"M1", "3", strconv.FormatInt(f.exp, 10)}
+			if tt.gen != "" {
+				args = append(args, tt.gen)
+			}
+			wantReply(t, f.run(lua.Deposit, depositKeys, args), tt.want)
 			if tt.wantStock != nil {
 				f.wantHash(kStock, tt.wantStock)
 			}
@@ -771,7 +827,7 @@ func TestDeposit(t *testing.T) {
 			if tt.want[0] == "1" {
 				f.wantTTL(kMovesIn)
 				// A replay is a no-op.
-				wantReply(t, f.run(lua.Deposit, depositKeys, []string{"M1", "3", strconv.FormatInt(f.exp, 10)}), []string{"6"})
+				wantReply(t, f.run(lua.Deposit, depositKeys, args), []string{"6"})
 				f.wantHash(kStock, tt.wantStock)
 			}
 			if tt.want[0] == "5" && f.int("DBSIZE") != 0 {
@@ -779,6 +835,125 @@ func TestDeposit(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestAbort(t *testing.T) {
+	f := newFx(t)
+	const kRid = "t:{a:s:0}:rid:u1|r1"
+	keys := []string{kStock, kUsers, kRes, kPending, kOut, kMovesIn, kRid}
+	tests := []struct {
+		name      string
+		setup     [][]string
+		move      bool // the aborted call carried move M1 of 2 units, generation 0
+		want      []string
+		wantStock map[string]string
+		wantRec   string
+		wantUser  string // users[u1] after, "" = none
+		wantRid   bool
+		queue     bool // ARGV[9] = "1"
+	}{
+		{name: "releases the late reservation",
+			setup: [][]string{stock(1, 2, 1, 0, 0), {"HSET", kUsers, "u1", "1|T1"}, {"HSET", kRes, "T1", "p|u1|1|900||"},
+				{"ZADD", kPending, "900", "T1"}, {"SET", kRid, "1|T1"}},
+			want: []string{"1"}, wantStock: map[string]string{"r": "2", "i": "2", "p": "0", "x": "1"},
+			wantRec: "x|u1|1|900||store_timeout|1000"},
+		{name: "keeps the buyer's other units",
+			setup: [][]string{stock(0, 2, 2, 0, 0), {"HSET", kUsers, "u1", "2|T1"}, {"HSET", kRes, "T1", "p|u1|1|900||"},
+				{"HSET", kRes, "T0", "p|u1|1|800||"}, {"ZADD", kPending, "900", "T1"}},
+			want: []string{"1"}, wantStock: map[string]string{"r": "1", "p": "1"},
+			wantRec: "x|u1|1|900||store_timeout|1000", wantUser: "1|T1"},
+		{name: "tombstone when the reserve has not run",
+			setup: [][]string{stock(2, 2, 0, 0, 0), {"SET", kRid, "3|T0"}},
+			want:  []string{"14"}, wantStock: map[string]string{"r": "2", "i": "2", "p": "0", "x": "0"},
+			wantRec: "x|u1|0|1000||store_timeout|1000", wantRid: true},
+		{name: "deposits the carried move and tombstones",
+			setup: [][]string{stock(0, 0, 0, 0, 0), {"SET", kOut, "1"}}, move: true,
+			want: []string{"14"}, wantStock: map[string]string{"r": "2", "i": "2"},
+			wantRec: "x|u1|0|1000||store_timeout|1000"},
+		{name: "the move landed already",
+			setup: [][]string{stock(1, 2, 1, 0, 0), {"SADD", kMovesIn, "M1"}, {"HSET", kUsers, "u1", "1|T1"},
+				{"HSET", kRes, "T1", "p|u1|1|900||"}, {"ZADD", kPending, "900", "T1"}}, move: true,
+			want: []string{"1"}, wantStock: map[string]string{"r": "2", "i": "2", "p": "0"},
+			wantRec: "x|u1|1|900||store_timeout|1000"},
+		{name: "aborted before",
+			setup: [][]string{stock(2, 2, 0, 0, 0), {"HSET", kRes, "T1", "x|u1|0|900||store_timeout|900"}},
+			want:  []string{"6"}, wantStock: map[string]string{"r": "2"}, wantRec: "x|u1|0|900||store_timeout|900"},
+		{name: "confirmed is left alone",
+			setup: [][]string{stock(1, 2, 0, 1, 0), {"HSET", kUsers, "u1", "1|T1"}, {"HSET", kRes, "T1", "c|u1|1|900|o1|"}},
+			want:  []string{"9"}, wantStock: map[string]string{"r": "1", "c": "1"}, wantRec: "c|u1|1|900|o1|", wantUser: "1|T1"},
+		{name: "queue mode: a queued reservation is released", queue: true,
+			setup: [][]string{stock(1, 2, 1, 0, 0), {"HSET", kUsers, "u1", "1|T1"}, {"HSET", kRes, "T1", "q|u1|1|900||0-1"}},
+			want: []string{"1"}, wantStock: map[string]string{"r": "2", "p": "0", "x": "1"},
+			wantRec: "x|u1|1|900||store_timeout|1000"},
+		{name: "queue mode: a claimed (sent) reservation is left alone", queue: true,
+			setup: [][]string{stock(1, 2, 1, 0, 0), {"HSET", kUsers, "u1", "1|T1"}, {"HSET", kRes, "T1", "p|u1|1|950||"}, {"ZADD", kPending, "950", "T1"}},
+			want: []string{"9"}, wantStock: map[string]string{"r": "1", "p": "1"}, wantRec: "p|u1|1|950||", wantUser: "1|T1"},
+		{name: "sync mode: a queued record is not this mode's",
+			setup: [][]string{stock(1, 2, 1, 0, 0), {"HSET", kUsers, "u1", "1|T1"}, {"HSET", kRes, "T1", "q|u1|1|900||0-1"}},
+			want: []string{"9"}, wantStock: map[string]string{"r": "1", "p": "1"}, wantRec: "q|u1|1|900||0-1", wantUser: "1|T1"},
+		{name: "broken counters",
+			setup: [][]string{stock(2, 2, 1, 0, 0), {"HSET", kUsers, "u1", "1|T1"}, {"HSET", kRes, "T1", "p|u1|1|900||"}},
+			want:  []string{"10"}, wantStock: map[string]string{"r": "2", "p": "1"}, wantRec: "p|u1|1|900||", wantUser: "1|T1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f.t = t
+			f.reset(tt.setup)
+			units, move := "0", ""
+			if tt.move {
+				units, move = "2", "M1"
+			}
+			mode := "0"
+			if tt.queue {
+				mode = "1"
+			}
+			args := []string{"T1", "u1", "store_timeout", "1000", units, move, "0", strconv.FormatInt(f.exp, 10), mode}
+			wantReply(t, f.run(lua.Abort, keys, args), tt.want)
+			f.wantHash(kStock, tt.wantStock)
+			if got := f.hash(kRes)["T1"]; got != tt.wantRec {
+				t.Errorf("res[T1] = %q, want %q", got, tt.wantRec)
+			}
+			if got := f.hash(kUsers)["u1"]; got != tt.wantUser {
+				t.Errorf("users[u1] = %q, want %q", got, tt.wantUser)
+			}
+			if f.exists(kRid) != tt.wantRid {
+				t.Errorf("request id record exists = %v, want %v", f.exists(kRid), tt.wantRid)
+			}
+			if tt.want[0] == "1" || tt.want[0] == "14" {
+				if n := f.int("ZCARD", kPending); n != 0 && tt.name != "keeps the buyer's other units" {
+					t.Errorf("pending index holds %d", n)
+				}
+				if tt.want[0] == "14" {
+					f.wantTTL(kRes)
+				}
+				// The late reserve finds the token settled and takes nothing.
+				wantReply(t, f.run(lua.Reserve, reserveKeys, f.reserveArgs("u1", 1, 1, "T1", tt.queue, 0, "")), []string{"14"})
+				// A replay of the abort changes nothing.
+				before := f.hash(kStock)
+				wantReply(t, f.run(lua.Abort, keys, args), []string{"6"})
+				f.wantHash(kStock, before)
+			}
+		})
+	}
+}
+
+func TestSettleMove(t *testing.T) {
+	f := newFx(t)
+	args := func() []string { return []string{"M1", "1000", strconv.FormatInt(f.exp, 10)} }
+	// The steal ran: its record says where the units go.
+	f.reset([][]string{{"HSET", kMoves, "M1", "2|3|900|77"}})
+	wantReply(t, f.run(lua.SettleMove, []string{kMoves}, args()), []string{"1", "2", "3", "77"})
+	// A record from before generations.
+	f.reset([][]string{{"HSET", kMoves, "M1", "2|3|900"}})
+	wantReply(t, f.run(lua.SettleMove, []string{kMoves}, args()), []string{"1", "2", "3", "0"})
+	// It had not run: a tombstone, and the late steal takes nothing.
+	f.reset([][]string{stock(4, 4, 0, 0, 0)})
+	wantReply(t, f.run(lua.SettleMove, []string{kMoves}, args()), []string{"14"})
+	f.wantHash(kMoves, map[string]string{"M1": "-1|0|1000|0"})
+	f.wantTTL(kMoves)
+	wantReply(t, f.run(lua.Steal, stealKeys, []string{"1", "M1", "3", "1000", strconv.FormatInt(f.exp, 10)}), []string{"14", "0"})
+	f.wantHash(kStock, map[string]string{"r": "4", "i": "4"})
+	wantReply(t, f.run(lua.SettleMove, []string{kMoves}, args()), []string{"6"})
 }
 
 // TestScriptSHA pins every script: a change to one must be deliberate, and
@@ -789,12 +964,14 @@ func TestScriptSHA(t *testing.T) {
 		src  string
 		want string
 	}{
-		{name: "reserve", src: lua.Reserve, want: "c11aa6e863c51a6b827073c316abcc878d260b9c"},
-		{name: "steal", src: lua.Steal, want: "d347fe60c1714b1301724c0b1e37ace826c6896c"},
+		{name: "reserve", src: lua.Reserve, want: "5a3bc46cbe15083408d2dd8e1eaa9c528a663a06"},
+		{name: "steal", src: lua.Steal, want: "ecd78a0a5d969304c4db0022c31d3c3e554a6970"},
 		{name: "confirm", src: lua.Confirm, want: "c3919655a6b88d9c4b1943f5a116b57181b3a33c"},
 		{name: "release", src: lua.Release, want: "5b097f67da2c1620e184fad0de66505844f61348"},
 		{name: "claim", src: lua.Claim, want: "b0620c8ed6c0c18611fe9d2275d6af9ee4c6523b"},
-		{name: "deposit", src: lua.Deposit, want: "f1c5e8900ca6ae6e6cf529787f5855e7a16419bf"},
+		{name: "deposit", src: lua.Deposit, want: "90af21c9259a27ce2fd67f111d5e01d92baa5081"},
+		{name: "abort", src: lua.Abort, want: "c048a9dff7431666de5ae614355cee8d5d5b12b2"},
+		{name: "settlemove", src: lua.SettleMove, want: "d18a52fc394960a482388ca298c0cc0b63ab4e27"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -807,12 +984,12 @@ func TestScriptSHA(t *testing.T) {
 }
 
 func TestCodeString(t *testing.T) {
-	for c := lua.OK; c <= lua.NotSent; c++ {
+	for c := lua.OK; c <= lua.Stale; c++ {
 		if s := c.String(); s == "INVALID" || s == "" {
 			t.Errorf("Code(%d).String() = %q", c, s)
 		}
 	}
-	for _, c := range []lua.Code{0, lua.NotSent + 1, -1} {
+	for _, c := range []lua.Code{0, lua.Stale + 1, -1} {
 		if s := c.String(); s != "INVALID" {
 			t.Errorf("Code(%d).String() = %q, want INVALID", c, s)
 		}
@@ -826,6 +1003,8 @@ func TestCodeString(t *testing.T) {
 		{lua.NotReady, "NOT_READY"},
 		{lua.Empty, "SOLD_OUT"},
 		{lua.Backlog, "BUSY"},
+		{lua.Aborted, "STORE_UNAVAILABLE"},
+		{lua.Stale, ""},
 		{lua.OK, ""},
 	}
 	for _, tt := range tests {

@@ -22,7 +22,9 @@
 -- ARGV[8] units to deposit  ARGV[9] move id ("" = no deposit)
 -- ARGV[10] queue mode: the most entries the stream may hold (its share of
 --          queue.max_backlog); never trimmed  ARGV[11] token (full, for the stream)
--- ARGV[12] request id record ttl ms (with KEYS[8])
+-- ARGV[12] request id record ttl ms (read with KEYS[8]; always sent)
+-- ARGV[13] stock generation of the deposited units (steal.lua's reply):
+--          units of an older preheat are not deposited (see store.Preheat)
 --
 -- Returns {code, ...}:
 --   {1, remaining}            OK: reserved, pending marker and record written
@@ -32,16 +34,25 @@
 --   {5}                       NOT_READY: shard was never preheated (or expired)
 --   {7, token id}             RELEASED: a repeated request id whose reservation was released
 --   {12, backlog}             BACKLOG: queue mode, the stream holds ARGV[10] entries or more
+--   {14}                      ABORTED: abort.lua settled this token id first; nothing taken
 -- A repeated request id (KEYS[8] exists) answers by the current state of the
 -- reservation its first copy got: pending or queued {3, ..}, confirmed {4, ..}, released {7, ..}.
+-- Token ids are random: a record before the reserve is abort.lua's tombstone.
+if redis.call('HEXISTS', KEYS[3], ARGV[4]) == 1 then
+  return {14}
+end
 local r = redis.call('HGET', KEYS[1], 'r')
 if not r then
   return {5}
 end
 r = tonumber(r)
 local qty = tonumber(ARGV[2])
+local move = ARGV[9]
+if move ~= '' and (redis.call('HGET', KEYS[1], 'g') or '0') ~= (ARGV[13] or '0') then
+  move = ''
+end
 
-if ARGV[9] ~= '' and redis.call('SADD', KEYS[7], ARGV[9]) == 1 then
+if move ~= '' and redis.call('SADD', KEYS[7], move) == 1 then
   local k = tonumber(ARGV[8])
   redis.call('HINCRBY', KEYS[1], 'i', k)
   r = redis.call('HINCRBY', KEYS[1], 'r', k)

@@ -4,15 +4,20 @@
 -- finished by the reconciler, never lost.
 --
 -- KEYS[1] stock  hash of the donor shard (see reserve.lua)
--- KEYS[2] moves  hash  move id -> "<home shard>|<units>|<ms>"
+-- KEYS[2] moves  hash  move id -> "<home shard>|<units>|<ms>|<generation>"
+--                (home -1: a tombstone left by settlemove.lua)
 -- KEYS[3] out    string, exists while r == 0
 -- ARGV[1] units needed  ARGV[2] move id  ARGV[3] home shard index
 -- ARGV[4] now ms  ARGV[5] expire-at ms
 --
--- Returns {code, units moved}:
---   {1, k}   OK: k units (>= 1) left the donor
---   {2, 0}   EMPTY: donor has nothing to give
---   {5, 0}   NOT_READY: donor shard was never preheated
+-- Returns {code, units moved, ...}:
+--   {1, k, g} OK: k units (>= 1) of stock generation g left the donor
+--   {2, 0}    EMPTY: donor has nothing to give
+--   {5, 0}    NOT_READY: donor shard was never preheated
+--   {14, 0}   ABORTED: settlemove.lua settled this move id first; nothing taken
+if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 1 then
+  return {14, 0}
+end
 local r = redis.call('HGET', KEYS[1], 'r')
 if not r then
   return {5, 0}
@@ -28,6 +33,7 @@ if k > r then k = r end
 redis.call('HINCRBY', KEYS[1], 'i', -k)
 r = redis.call('HINCRBY', KEYS[1], 'r', -k)
 if r == 0 then redis.call('SET', KEYS[3], '1', 'PXAT', ARGV[5]) end
-redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. '|' .. k .. '|' .. ARGV[4])
+local g = redis.call('HGET', KEYS[1], 'g') or '0'
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. '|' .. k .. '|' .. ARGV[4] .. '|' .. g)
 if redis.call('HLEN', KEYS[2]) == 1 then redis.call('PEXPIREAT', KEYS[2], ARGV[5]) end
-return {1, k}
+return {1, k, tonumber(g)}

@@ -37,6 +37,9 @@ type Metrics struct {
 	QueueBacklog *prometheus.GaugeVec
 	// ReconcileAlerts counts reconciler findings that need a person.
 	ReconcileAlerts *prometheus.CounterVec
+	// RedisRetries counts background settlements of calls whose reply
+	// never came (abort, move, confirm, release), by kind and outcome.
+	RedisRetries *prometheus.CounterVec
 }
 
 // latencyBuckets span 50µs (a local refusal) to 10s (a stuck shop).
@@ -80,8 +83,11 @@ func New() *Metrics {
 		ReconcileAlerts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_reconcile_alerts_total", Help: "Reconciler findings that need a person, by activity and kind.",
 		}, []string{"activity", "kind"}),
+		RedisRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_redis_retries_total", Help: "Background settlements of Redis calls whose reply never came, by kind (abort, move, confirm, release) and outcome (ok, retry, failed, dropped, abandoned).",
+		}, []string{"kind", "outcome"}),
 	}
-	r.MustRegister(m.Outcomes, m.Rejections, m.BuyLatency, m.ScriptLatency, m.UpstreamLatency,
+	r.MustRegister(m.RedisRetries, m.Outcomes, m.Rejections, m.BuyLatency, m.ScriptLatency, m.UpstreamLatency,
 		m.Settlements, m.RedisSaved, m.StockMoves, m.Passthrough, m.QueueBacklog, m.ReconcileAlerts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

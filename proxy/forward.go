@@ -224,10 +224,36 @@ func isDefiniteNo(err error) bool {
 
 // settle runs one reservation transition with its own deadline: the
 // buyer's connection may already be gone, the reservation must not wait.
+// When Redis does not answer (a stall, a failover), the transition is
+// retried in the background until it does (the store's retrier: every
+// transition is idempotent by token), so a shop-accepted order is
+// confirmed moments after Redis recovers, not by the reconciler minutes
+// later.
 func (s *Server) settle(kind string, f func(context.Context) (lua.Code, error), tok string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	code, err := f(ctx)
+	if err != nil && store.Retryable(err) {
+		if rb, ok := s.book.(interface{ Retrier() *store.Retrier }); ok {
+			queued := rb.Retrier().Submit(kind, tok, func(c context.Context) error {
+				code, err := f(c)
+				if err == nil {
+					s.settled(kind, tok, code, nil)
+				}
+				return err
+			})
+			if queued {
+				s.log.Warn(kind+" did not reach Redis; retrying in the background", zap.String("token", tok), zap.Error(err))
+				s.m.Settlements.WithLabelValues(kind, "retry").Inc()
+				return
+			}
+		}
+	}
+	s.settled(kind, tok, code, err)
+}
+
+// settled records a transition's result.
+func (s *Server) settled(kind, tok string, code lua.Code, err error) {
 	result := code.String()
 	if err != nil {
 		result = "error"

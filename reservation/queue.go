@@ -454,6 +454,14 @@ func (aq *actQueue) settle(ctx context.Context, kind string, f func(context.Cont
 		}
 	}
 	aq.q.m.Settlements.WithLabelValues("queue_"+kind, "error").Inc()
+	// Redis is still not answering: keep trying in the background until it
+	// does (a shop-accepted order must not wait for the entry's takeover),
+	// and leave the entry unacknowledged so a crash meanwhile is covered by
+	// the takeover, whose claim then finds the reservation settled.
+	aq.q.st.Retrier().Submit("queue_"+kind, kind, func(c context.Context) error {
+		_, err := f(c)
+		return err
+	})
 	return false
 }
 

@@ -19,7 +19,7 @@ type Flags struct {
 	Ready  bool  // stock was preheated
 	Paused bool  // kill switch is off
 	Shards int   // shards preheated
-	Ver    int64 // preheat time, ms
+	Ver    int64 // stock generation: the preheat time in ms, above every earlier preheat
 }
 
 // Flags reads the activity's meta hash through client-side caching, so a
@@ -115,6 +115,11 @@ func (s *Store) Preheat(ctx context.Context, a *config.Activity, force bool, now
 		return 0, wrap(err)
 	}
 	outcome := PreheatCreated
+	// The stock generation: every shard's stock hash carries it (field g),
+	// steals stamp their moves with it, and a move's units are deposited
+	// only into stock of the same generation, so a steal taken from the
+	// stock a forced preheat replaced never lands in the new stock.
+	gen := max(now.UnixMilli(), atoi(meta["ver"])+1)
 	if meta["ready"] == "1" {
 		// Forced means "start over": even with the stock unchanged, the
 		// reservations go (a rehearsal before the sale, a bench re-run).
@@ -165,7 +170,7 @@ func (s *Store) Preheat(ctx context.Context, a *config.Activity, force bool, now
 			cmds := rueidis.Commands{
 				c.B().Del().Key(sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves).Build(),
 				c.B().Hset().Key(sk.Stock).FieldValue().FieldValue("r", itoa(share)).FieldValue("i", itoa(share)).
-					FieldValue("p", "0").FieldValue("c", "0").FieldValue("x", "0").Build(),
+					FieldValue("p", "0").FieldValue("c", "0").FieldValue("x", "0").FieldValue("g", itoa(gen)).Build(),
 				c.B().Pexpireat().Key(sk.Stock).MillisecondsTimestamp(exp).Build(),
 			}
 			if share == 0 {
@@ -179,7 +184,7 @@ func (s *Store) Preheat(ctx context.Context, a *config.Activity, force bool, now
 		}
 	}
 	fv := c.B().Hset().Key(s.MetaKey(a.ID)).FieldValue().FieldValue("shards", strconv.Itoa(a.Shards)).
-		FieldValue("ver", itoa(now.UnixMilli())).FieldValue("ready", "1").FieldValue("paused", meta["paused"]+"")
+		FieldValue("ver", itoa(gen)).FieldValue("ready", "1").FieldValue("paused", meta["paused"]+"")
 	for _, sku := range a.SKUs {
 		fv = fv.FieldValue("sku:"+sku.ID, itoa(sku.Stock))
 	}
@@ -358,7 +363,7 @@ func (s *Store) settleMoves(ctx context.Context, a *config.Activity, age time.Du
 	if err != nil {
 		return 0, err
 	}
-	deposit := rueidis.NewLuaScript(lua.Deposit)
+	deposit := s.deposit
 	if f != nil {
 		deposit = s.fencedDeposit
 	}
@@ -378,17 +383,33 @@ func (s *Store) settleMoves(ctx context.Context, a *config.Activity, age time.Du
 				if !strings.HasPrefix(id, sku.ID+":") {
 					continue
 				}
+				// "<home>|<units>|<ms>|<generation>" ("<home>|<units>|<ms>"
+				// before generations); home -1 is a settled steal's tombstone.
 				parts := strings.Split(v, "|")
-				if len(parts) != 3 {
+				if len(parts) != 3 && len(parts) != 4 {
 					continue
 				}
 				home, _ := strconv.Atoi(parts[0])
-				if home < 0 || home >= len(k.Shards) || now.UnixMilli()-atoi(parts[2]) < age.Milliseconds() {
+				if home >= len(k.Shards) || now.UnixMilli()-atoi(parts[2]) < age.Milliseconds() {
+					continue
+				}
+				gen := ""
+				if len(parts) == 4 {
+					gen = parts[3]
+				}
+				if home < 0 {
+					// A tombstone outlived any late steal it was left for.
+					cctx, cancel := s.ctx(ctx)
+					err := c.Do(cctx, c.B().Hdel().Key(donor.Moves).Field(id).Build()).Error()
+					cancel()
+					if err != nil {
+						return n, wrap(err)
+					}
 					continue
 				}
 				hk := k.Shards[home]
 				cctx, cancel := s.ctx(ctx)
-				keys, args := []string{hk.Stock, hk.Out, hk.MovesIn}, []string{id, parts[1], exp}
+				keys, args := []string{hk.Stock, hk.Out, hk.MovesIn}, []string{id, parts[1], exp, gen}
 				if f != nil {
 					keys, args = f.wrap(keys, args, hk)
 				}
@@ -403,7 +424,7 @@ func (s *Store) settleMoves(ctx context.Context, a *config.Activity, age time.Du
 				if lua.Code(r[0]) == lua.OK {
 					n++
 				}
-				if lua.Code(r[0]) == lua.NotReady {
+				if lua.Code(r[0]) == lua.NotReady || lua.Code(r[0]) == lua.Stale {
 					continue
 				}
 				cctx, cancel = s.ctx(ctx)

@@ -91,8 +91,8 @@ func TestSettleMovesAfterCrashBetweenStealAndDeposit(t *testing.T) {
 	steal := rueidis.NewLuaScript(lua.Steal)
 	got, err := steal.Exec(ctx(t), c, []string{donor.Stock, donor.Moves, donor.Out},
 		[]string{"1", testSKU + ":move-1", "3", strconv.FormatInt(now.UnixMilli(), 10), strconv.FormatInt(store.ExpireAt(a), 10)}).AsIntSlice()
-	if err != nil || len(got) != 2 || got[0] != int64(lua.OK) || got[1] != 1 {
-		t.Fatalf("steal = %v, %v; want [1 1]", got, err)
+	if err != nil || len(got) != 3 || got[0] != int64(lua.OK) || got[1] != 1 {
+		t.Fatalf("steal = %v, %v; want [1 1 <generation>]", got, err)
 	}
 	if st := wantStatus(t, s, a, 8, 0, 0); st.InTransit != 1 {
 		t.Fatalf("in transit = %d, want 1", st.InTransit)

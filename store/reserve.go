@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"go.uber.org/zap"
 
 	"github.com/seckill-proxy/seckill-proxy/lua"
 )
@@ -82,6 +84,12 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	}
 	k := s.keys.get(q.Activity, q.SKU, q.Shards)
 	home := HomeShard(q.User, q.Shards)
+	// A call of this buyer that this instance could not settle (Redis
+	// stalled) is settled first, so the buyer's retry is decided on what
+	// they really hold, not on a phantom.
+	if err := s.retry.RunNow(ctx, buyerKey(q.Activity, q.User)); err != nil {
+		return ReserveResult{}, err
+	}
 	out, err := s.outFlags(ctx, c, k)
 	if err != nil {
 		return ReserveResult{}, err
@@ -91,14 +99,15 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	}
 	id := newID()
 	tok := Token{Activity: q.Activity, SKU: q.SKU, Shard: home, ID: id}
-	args := []string{q.User, itoa(q.Qty), itoa(q.Limit), tok.Field(), itoa(q.NowMs), itoa(q.ExpireAt), "0", "0", "", shardBacklog(q.MaxBacklog, q.Shards), tok.String()}
+	args := []string{q.User, itoa(q.Qty), itoa(q.Limit), tok.Field(), itoa(q.NowMs), itoa(q.ExpireAt), "0", "0", "", shardBacklog(q.MaxBacklog, q.Shards), tok.String(), ridTTLms, "0"}
 	if q.Queue {
 		args[6] = "1"
 	}
 	keys := k.reserveKeys[home]
+	rid := ""
 	if q.RequestID != "" {
-		keys = append(keys[:len(keys):len(keys)], ridKey(k.Shards[home], q.User, q.RequestID))
-		args = append(args, ridTTLms)
+		rid = ridKey(k.Shards[home], q.User, q.RequestID)
+		keys = append(keys[:len(keys):len(keys)], rid)
 	}
 	if allTrue(out) {
 		// Sold out, but a repeat of a won request is still owed its answer
@@ -123,6 +132,10 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 		if !skipReserve {
 			r, err := s.runReserve(ctx, c, keys, args)
 			if err != nil {
+				// The script may still run: settle the token id (and the
+				// move it carried) once Redis answers, so the buyer, told
+				// "unavailable", holds nothing.
+				s.abortLater(err, k.Shards[home], tok, q, rid, args[7], args[8], args[12])
 				return ReserveResult{}, err
 			}
 			switch lua.Code(r.code) {
@@ -139,6 +152,9 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 				return ReserveResult{Code: lua.NotReady}, nil
 			case lua.Backlog:
 				return ReserveResult{Code: lua.Backlog, Backlog: r.remaining * int64(q.Shards), Moves: res.Moves}, nil
+			case lua.Aborted:
+				// Only a token id this instance gave up on is aborted.
+				return ReserveResult{}, fmt.Errorf("%w: reservation %s was aborted", ErrUnavailable, tok)
 			case lua.Empty:
 				need = max(q.Qty-r.remaining, 1)
 				if res.Moves >= 2*q.Shards {
@@ -150,7 +166,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 			}
 		}
 		skipReserve = false
-		moved, moveID, err := s.stealFrom(ctx, c, k, out, home, need, q)
+		moved, moveID, gen, err := s.stealFrom(ctx, c, k, out, home, need, q)
 		if err != nil {
 			return ReserveResult{}, err
 		}
@@ -158,8 +174,67 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 			return ReserveResult{Code: lua.Empty, Moves: res.Moves}, nil
 		}
 		res.Moves++
-		args[7], args[8] = itoa(moved), moveID
+		args[7], args[8], args[12] = itoa(moved), moveID, itoa(gen)
 	}
+}
+
+// buyerKey groups the retrier's jobs of one buyer of one activity.
+func buyerKey(act, user string) string { return act + "\x00" + user }
+
+// mayHaveRun reports whether a call that failed may still reach Redis and
+// run: anything but a connection that could not even be made.
+func mayHaveRun(err error) bool {
+	var op *net.OpError
+	return !errors.As(err, &op) || op.Op != "dial"
+}
+
+// abortReason is the release reason of a reservation whose reserve call
+// the proxy gave up on (the buyer was told STORE_UNAVAILABLE).
+const abortReason = "store_timeout"
+
+// abortLater queues abort.lua for a reserve call that failed: it releases
+// the reservation if the script ran after all, or leaves a tombstone so it
+// takes nothing when it runs later; units the call carried from a donor
+// are deposited on the way.
+func (s *Store) abortLater(cause error, sk ShardKeys, tok Token, q ReserveRequest, rid, units, moveID, gen string) {
+	if !mayHaveRun(cause) && moveID == "" {
+		return
+	}
+	keys := []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Out, sk.MovesIn}
+	if rid != "" {
+		keys = append(keys, rid)
+	}
+	s.retry.Submit("abort", buyerKey(q.Activity, q.User), func(ctx context.Context) error {
+		c, err := s.Client()
+		if err != nil {
+			return err
+		}
+		cctx, cancel := s.ctx(ctx)
+		defer cancel()
+		r, err := ints(s.abort.Exec(cctx, c, keys, []string{tok.Field(), q.User, abortReason,
+			itoa(time.Now().UnixMilli()), units, moveID, gen, itoa(q.ExpireAt), queueFlag(q.Queue)}))
+		if err != nil {
+			return err
+		}
+		switch code := lua.Code(r[0]); code {
+		case lua.OK, lua.Aborted, lua.Same:
+			return nil
+		case lua.Confirmed:
+			// A queue worker sent it to the shop before the abort ran:
+			// the buyer has an order after all; the shop's answer settles it.
+			s.log.Warn("aborted reserve was already taken to the shop", zap.String("token", tok.String()))
+			return nil
+		default:
+			return fmt.Errorf("abort %s: %v", tok, code)
+		}
+	})
+}
+
+func queueFlag(q bool) string {
+	if q {
+		return "1"
+	}
+	return "0"
 }
 
 var ridTTLms = strconv.FormatInt(RequestIDTTL.Milliseconds(), 10)
@@ -223,7 +298,7 @@ func (s *Store) runReserve(ctx context.Context, c rueidis.Client, keys, args []s
 				}
 			}
 		}
-	case lua.NotReady:
+	case lua.NotReady, lua.Aborted:
 	default:
 		return reserveReply{}, ErrInvalidResponse
 	}
@@ -235,8 +310,10 @@ func (s *Store) runReserve(ctx context.Context, c rueidis.Client, keys, args []s
 
 // stealFrom moves units from the first donor shard that has any, starting
 // after home so concurrent buyers of different shards spread over donors.
-// It marks dry donors in out so one request asks each at most once.
-func (s *Store) stealFrom(ctx context.Context, c rueidis.Client, k *SKUKeys, out []bool, home int, need int64, q ReserveRequest) (int64, string, error) {
+// It marks dry donors in out so one request asks each at most once. It
+// returns the units moved, the move id and the stock generation of the
+// units (the donor's preheat).
+func (s *Store) stealFrom(ctx context.Context, c rueidis.Client, k *SKUKeys, out []bool, home int, need int64, q ReserveRequest) (int64, string, int64, error) {
 	n := len(k.Shards)
 	var failed error
 	for i := 1; i < n; i++ {
@@ -253,21 +330,73 @@ func (s *Store) stealFrom(ctx context.Context, c rueidis.Client, k *SKUKeys, out
 		if err != nil {
 			// A donor on a node that is down (a cluster failover) must not
 			// stop the buyer: try the others. Had the steal run after all,
-			// its move record is on the donor and SettleMoves deposits it.
+			// its units are settled to home once the donor answers.
+			if mayHaveRun(err) {
+				s.settleMoveLater(k, d, moveID, q)
+			}
 			failed, out[d] = err, true
 			continue
 		}
-		if len(r) != 2 {
-			return 0, "", ErrInvalidResponse
-		}
-		if lua.Code(r[0]) == lua.OK {
-			return r[1], moveID, nil
+		switch {
+		case lua.Code(r[0]) == lua.OK && len(r) == 3:
+			return r[1], moveID, r[2], nil
+		case len(r) != 2:
+			return 0, "", 0, ErrInvalidResponse
 		}
 		out[d] = true
 	}
 	// Nothing moved: sold out, unless a donor could not be asked; then
 	// nobody can tell, and the buyer hears so rather than SOLD_OUT.
-	return 0, "", failed
+	return 0, "", 0, failed
+}
+
+// settleMoveLater queues the settling of a steal whose reply never came:
+// on the donor, settlemove.lua either finds the move (then its units are
+// deposited on home, and the record forgotten) or leaves a tombstone so
+// the steal takes nothing when it runs later.
+func (s *Store) settleMoveLater(k *SKUKeys, donor int, moveID string, q ReserveRequest) {
+	exp := itoa(q.ExpireAt)
+	s.retry.Submit("move", buyerKey(q.Activity, q.User), func(ctx context.Context) error {
+		c, err := s.Client()
+		if err != nil {
+			return err
+		}
+		d := k.Shards[donor]
+		cctx, cancel := s.ctx(ctx)
+		r, err := ints(s.settleMove.Exec(cctx, c, []string{d.Moves}, []string{moveID, itoa(time.Now().UnixMilli()), exp}))
+		cancel()
+		if err != nil {
+			return err
+		}
+		if lua.Code(r[0]) != lua.OK {
+			return nil // aborted now or before: nothing moved
+		}
+		if len(r) != 4 || r[1] < 0 || int(r[1]) >= len(k.Shards) {
+			return ErrInvalidResponse
+		}
+		return s.depositMove(ctx, c, k, donor, int(r[1]), moveID, r[2], r[3], exp)
+	})
+}
+
+// depositMove lands a move's units on home (deposit.lua, idempotent by
+// move id) and then forgets the move on the donor.
+func (s *Store) depositMove(ctx context.Context, c rueidis.Client, k *SKUKeys, donor, home int, moveID string, units, gen int64, exp string) error {
+	h := k.Shards[home]
+	cctx, cancel := s.ctx(ctx)
+	r, err := ints(s.deposit.Exec(cctx, c, []string{h.Stock, h.Out, h.MovesIn}, []string{moveID, itoa(units), exp, itoa(gen)}))
+	cancel()
+	if err != nil {
+		return err
+	}
+	switch lua.Code(r[0]) {
+	case lua.OK, lua.Same:
+	default:
+		// Home is gone or re-preheated: the reconciler decides.
+		return nil
+	}
+	cctx, cancel = s.ctx(ctx)
+	defer cancel()
+	return wrap(c.Do(cctx, c.B().Hdel().Key(k.Shards[donor].Moves).Field(moveID).Build()).Error())
 }
 
 // outFlags reads every shard's sold-out flag through client-side caching:

@@ -59,6 +59,9 @@ type Store struct {
 	// the lease script that hands out fencing tokens.
 	fencedConfirm, fencedRelease, fencedDeposit, fenceOnly, lease *rueidis.Lua
 	qgroup, bucket                                                *rueidis.Lua
+	// Settling calls whose reply never came (see abort.lua, settlemove.lua).
+	abort, settleMove, deposit *rueidis.Lua
+	retry                      *Retrier
 }
 
 // Open builds a Store for cfg. It never fails because Redis is down: it
@@ -96,6 +99,10 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 		lease:         rueidis.NewLuaScript(lua.Lease),
 		qgroup:        rueidis.NewLuaScript(lua.QueueGroup),
 		bucket:        rueidis.NewLuaScript(lua.Bucket),
+		abort:         rueidis.NewLuaScript(lua.Abort),
+		settleMove:    rueidis.NewLuaScript(lua.SettleMove),
+		deposit:       rueidis.NewLuaScript(lua.Deposit),
+		retry:         NewRetrier(log.Named("retry"), retryQueueMax, max(10*cfg.Timeout, 2*time.Second)),
 	}
 	s.opt.OnInvalidations = func(keys []rueidis.RedisMessage) {
 		if keys == nil {
@@ -170,13 +177,21 @@ func (s *Store) Invalidations() <-chan struct{} { return s.inval }
 // snapshot read before the change must not be trusted after it.
 func (s *Store) CacheEpoch() uint64 { return s.epoch.Load() }
 
-// Close releases the client.
+// Retrier is the store's background queue for calls whose reply never
+// came: aborts of reserves and settles of steals queue there, and callers
+// that confirm or release (the proxy, queue workers) may queue their own
+// retries there too. Close drains it.
+func (s *Store) Retrier() *Retrier { return s.retry }
+
+// Close drains the retrier (briefly: what Redis does not answer within a
+// second is logged and left to the reconciler) and releases the client.
 func (s *Store) Close() {
 	select {
 	case <-s.stop:
 	default:
 		close(s.stop)
 	}
+	s.retry.Close()
 	if c := s.client.Load(); c != nil {
 		(*c).Close()
 	}
@@ -220,7 +235,7 @@ func wrap(err error) error {
 	if _, ok := rueidis.IsRedisErr(err); ok {
 		return err
 	}
-	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
 func (s *Store) ctx(parent context.Context) (context.Context, context.CancelFunc) {
