@@ -225,13 +225,13 @@ func (c *canonizer) utf8Byte(b byte) {
 		c.setFlaw(flawUTF8)
 	}
 	switch r {
-	case 'ſ': // U+017F LATIN SMALL LETTER LONG S
+	case '\u017f': // ſ U+017F LATIN SMALL LETTER LONG S
 		c.out = append(c.out, 's')
-	case 'ı': // U+0131 LATIN SMALL LETTER DOTLESS I
+	case '\u0131': // ı U+0131 LATIN SMALL LETTER DOTLESS I
 		c.out = append(c.out, 'i')
-	case 'İ': // U+0130 LATIN CAPITAL LETTER I WITH DOT ABOVE
+	case '\u0130': // İ U+0130 LATIN CAPITAL LETTER I WITH DOT ABOVE
 		c.out = append(c.out, 'I')
-	case 'K': // U+212A KELVIN SIGN
+	case '\u212a': // U+212A KELVIN SIGN
 		c.out = append(c.out, 'K')
 	default:
 		for _, x := range seq {
