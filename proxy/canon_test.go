@@ -262,3 +262,32 @@ func FuzzCanonicalPath(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkRouteMatch is the route decision per request: a canonical buy
+// path, an oddly spelled one (copied into a pooled buffer), and ordinary
+// traffic (refused by the prefix after one byte scan).
+//
+//	go test -run XXX -bench RouteMatch -benchmem ./proxy/
+func BenchmarkRouteMatch(b *testing.B) {
+	routes := compileRoutes([]config.Activity{{ID: "act_1001", Route: config.Route{Method: "POST", Path: "/api/seckill/{activity}/{sku}/buy"}}})
+	for _, bc := range []struct {
+		name, path string
+		want       routeKind
+	}{
+		{"buy", "/api/seckill/act_1001/30021/buy", routeBuy},
+		{"buy_spelled", "/API/seckill/act_1001/30021/buy;jsessionid=abc", routeBuy},
+		{"pass", "/catalog/items/30021", routePass},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			method, path := []byte("POST"), []byte(bc.path)
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				m, kind := routes.resolve(method, path)
+				if kind != bc.want {
+					b.Fatalf("kind %d", kind)
+				}
+				m.release()
+			}
+		})
+	}
+}
