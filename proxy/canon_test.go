@@ -55,7 +55,7 @@ func TestCanonPath(t *testing.T) {
 		{"/a/b%C0", "/a/b%C0", flawUTF8, false},
 		{"/a/b%C3", "/a/b%C3", flawUTF8, false},
 		{"/a/b%C3/c", "/a/b%C3/c", flawUTF8, false},
-		{"/a/%C0%AF", "/a/%C0%AF", flawUTF8, false}, // overlong '/'
+		{"/a/%C0%AF", "/a/%C0%AF", flawUTF8, false},       // overlong '/'
 		{"/a/%ED%A0%80", "/a/%ED%A0%80", flawUTF8, false}, // surrogate
 		{"/a/\xff", "/a/%FF", flawUTF8, false},
 		{"/..", "/", flawAboveRoot, true},
