@@ -506,6 +506,7 @@ func TestValidation(t *testing.T) {
 		{"pass_methods unknown", okAct + "    route:\n      pass_methods: [GET, FETCH]\n", []wantErr{{9, `route.pass_methods: "FETCH" is not one of GET HEAD POST PUT PATCH DELETE OPTIONS`}}},
 		{"pass_methods lower case", okAct + "    route:\n      pass_methods:\n        - get\n", []wantErr{{10, `route.pass_methods: "get" is not one of`}}},
 		{"pass_methods own method", okAct + "    route:\n      method: PUT\n      pass_methods: [PUT]\n", []wantErr{{10, "PUT is the route's own method"}}},
+		{"pass_methods HEAD on GET", okAct + "    route:\n      method: GET\n      pass_methods: [OPTIONS, HEAD]\n", []wantErr{{10, "HEAD runs a GET route's handler"}}},
 		{"pass_methods twice", okAct + "    route:\n      pass_methods: [GET, GET]\n", []wantErr{{9, "lists GET twice"}}},
 		{"case_sensitive not bool", okAct + "    route: {case_sensitive: maybe}\n", []wantErr{{8, "case_sensitive: want true or false"}}},
 		{"route conflict in case", okAct + "    route: {path: \"/buy/{sku}\"}\n  - id: a2\n    route:\n      path: /BUY/{sku}\n" + window + skus1,

@@ -225,6 +225,10 @@ func (v *validator) route(a *Activity, name string) {
 			v.errorf(at(), "%s: route.pass_methods: %q is not one of %s", name, m, strings.Join(passMethods, " "))
 		case m == r.Method:
 			v.errorf(at(), "%s: route.pass_methods: %s is the route's own method; a buy is never passed through", name, m)
+		case m == "HEAD" && r.Method == "GET":
+			// Most frameworks (Express, Rails, Spring) run the GET handler
+			// for HEAD: that would be a buy without admission.
+			v.errorf(at(), "%s: route.pass_methods: HEAD runs a GET route's handler in most shops; a buy is never passed through", name)
 		case seen[m]:
 			v.errorf(at(), "%s: route.pass_methods lists %s twice", name, m)
 		}
