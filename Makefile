@@ -59,6 +59,7 @@ compare: redis build
 
 fuzz: redis
 	$(GO) test -run XXX -fuzz FuzzBuyRequest -fuzztime 60s ./proxy/
+	$(GO) test -run XXX -fuzz FuzzCanonicalPath -fuzztime 60s ./proxy/
 	$(GO) test -run XXX -fuzz FuzzParse -fuzztime 30s ./config/
 
 vet:

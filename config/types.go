@@ -141,6 +141,14 @@ type Route struct {
 	SkuFrom string `yaml:"sku_from"`
 	// QtyFrom uses the same forms; empty means qty 1.
 	QtyFrom string `yaml:"qty_from"`
+	// CaseSensitive makes Path's literal segments match only as written.
+	// By default they match in any case, as ASP.NET, IIS and Express route:
+	// a case the shop would still run as a buy must not skip admission.
+	CaseSensitive bool `yaml:"case_sensitive"`
+	// PassMethods are other methods on Path that go to the shop as ordinary
+	// traffic (e.g. OPTIONS for CORS preflights, GET for a product page on
+	// the same path). Any other method on Path is answered 405.
+	PassMethods []string `yaml:"pass_methods"`
 }
 
 // SKU is one item on sale.

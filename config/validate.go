@@ -31,6 +31,7 @@ var (
 	tokenPattern  = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$") // RFC 9110 token
 	releaseStatus = regexp.MustCompile(`^(?:[1345]xx|[1345][0-9][0-9])$`)
 	routeMethods  = []string{"GET", "POST", "PUT", "PATCH", "DELETE"}
+	passMethods   = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 	knownMessages = map[string]bool{
 		"QUEUED": true, "PENDING": true, "ALREADY_PURCHASED": true, "SOLD_OUT": true,
 		"NOT_STARTED": true, "ENDED": true, "NOT_READY": true, "PAUSED": true,
@@ -193,7 +194,9 @@ func (v *validator) activities(c *Config) {
 		if v.ok(&a.Route.Method) && v.ok(&a.Route.Path) && !strings.Contains(a.Route.Path, "{activity}") {
 			// Without {activity} in the path, nothing in the request says
 			// which of two identical routes it is for.
-			key := a.Route.Method + " " + a.Route.Path
+			// Compared in lower case: two paths differing only in case
+			// are one route to a case-insensitive matcher.
+			key := a.Route.Method + " " + strings.ToLower(a.Route.Path)
 			if other, dup := routes[key]; dup {
 				v.errorf(v.m.line(&a.Route.Path, &a.Route, a), "%s: route %s is already used by activity %q; add {activity} to the path to tell them apart", name, key, other)
 			} else {
@@ -269,6 +272,23 @@ func (v *validator) route(a *Activity, name string) {
 		} else if r.SkuFrom == "path" && !hasSegment(r.Path, "{sku}") {
 			v.errorf(at(&r.Path), "%s: route.path must contain a {sku} segment when sku_from is path", name)
 		}
+	}
+	seen := map[string]bool{}
+	for i, m := range r.PassMethods {
+		at := func() int { return v.m.line(&r.PassMethods[i], &r.PassMethods, r, a) }
+		switch {
+		case !slices.Contains(passMethods, m):
+			v.errorf(at(), "%s: route.pass_methods: %q is not one of %s", name, m, strings.Join(passMethods, " "))
+		case m == r.Method:
+			v.errorf(at(), "%s: route.pass_methods: %s is the route's own method; a buy is never passed through", name, m)
+		case m == "HEAD" && r.Method == "GET":
+			// Most frameworks (Express, Rails, Spring) run the GET handler
+			// for HEAD: that would be a buy without admission.
+			v.errorf(at(), "%s: route.pass_methods: HEAD runs a GET route's handler in most shops; a buy is never passed through", name)
+		case seen[m]:
+			v.errorf(at(), "%s: route.pass_methods lists %s twice", name, m)
+		}
+		seen[m] = true
 	}
 	if v.ok(&r.SkuFrom) {
 		if msg := valueFrom(r.SkuFrom, true); msg != "" {
@@ -401,7 +421,19 @@ func routePath(p string) string {
 		return fmt.Sprintf("must be a path without query or fragment, got %q", p)
 	}
 	seen := make(map[string]bool)
-	for _, seg := range strings.Split(p[1:], "/") {
+	segs := strings.Split(p[1:], "/")
+	for i, seg := range segs {
+		// Literals are matched against canonical request paths, so they
+		// must be canonical themselves or they could never match.
+		switch {
+		case seg == "" && i < len(segs)-1:
+			return fmt.Sprintf("must not have empty segments (\"//\"), got %q", p)
+		case seg == "." || seg == "..":
+			return fmt.Sprintf("must not have %q segments, got %q", seg, p)
+		case strings.ContainsAny(seg, "{}"):
+		case strings.IndexFunc(seg, notPathChar) >= 0:
+			return fmt.Sprintf("literal %q may only use letters, digits and -._~!$&'()*+,=:@ (no ';', '%%' or '\\')", seg)
+		}
 		if !strings.ContainsAny(seg, "{}") {
 			continue
 		}
@@ -414,6 +446,17 @@ func routePath(p string) string {
 		seen[seg] = true
 	}
 	return ""
+}
+
+// notPathChar reports a rune a canonical literal path segment cannot hold:
+// anything but RFC 3986 unreserved characters, sub-delims other than ';',
+// ':' and '@'.
+func notPathChar(r rune) bool {
+	switch {
+	case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z', '0' <= r && r <= '9':
+		return false
+	}
+	return !strings.ContainsRune("-._~!$&'()*+,=:@", r)
 }
 
 func hasSegment(p, seg string) bool {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -17,46 +18,72 @@ func TestMatchPath(t *testing.T) {
 	acts := []config.Activity{
 		{ID: "a1", Route: config.Route{Method: "POST", Path: "/api/seckill/{activity}/{sku}/buy"}},
 		{ID: "a2", Route: config.Route{Method: "POST", Path: "/api/seckill/{activity}/{sku}/buy"}},
-		{ID: "solo", Route: config.Route{Method: "PUT", Path: "/solo/buy"}},
+		{ID: "solo", Route: config.Route{Method: "PUT", Path: "/solo/buy", PassMethods: []string{"GET"}}},
+		{ID: "cs", Route: config.Route{Method: "POST", Path: "/cs/{sku}/Buy", CaseSensitive: true}},
 	}
 	routes := compileRoutes(acts)
-	if len(routes) != 2 {
-		t.Fatalf("routes = %d, want 2 (a1 and a2 share one)", len(routes))
+	if len(routes.routes) != 3 {
+		t.Fatalf("routes = %d, want 3 (a1 and a2 share one)", len(routes.routes))
+	}
+	if want := []string{"/api/seckill", "/solo", "/cs"}; !slices.Equal(routes.prefixes, want) {
+		t.Fatalf("prefixes = %q, want %q", routes.prefixes, want)
 	}
 	tests := []struct {
 		name, method, path string
-		wantOK             bool
+		want               routeKind
 		wantAct, wantSKU   string
 		wantUnknown        bool
+		wantShop           string // path the winner is forwarded on
 	}{
-		{"a1", "POST", "/api/seckill/a1/s1/buy", true, "a1", "s1", false},
-		{"a2 trailing slash", "POST", "/api/seckill/a2/s9/buy/", true, "a2", "s9", false},
-		{"unknown activity", "POST", "/api/seckill/zz/s1/buy", true, "", "s1", true},
-		{"wrong method", "GET", "/api/seckill/a1/s1/buy", false, "", "", false},
-		{"empty activity", "POST", "/api/seckill//s1/buy", false, "", "", false},
-		{"empty sku", "POST", "/api/seckill/a1//buy", false, "", "", false},
-		{"too short", "POST", "/api/seckill/a1/s1", false, "", "", false},
-		{"too long", "POST", "/api/seckill/a1/s1/buy/more", false, "", "", false},
-		{"literal differs", "POST", "/api/seckilx/a1/s1/buy", false, "", "", false},
-		{"root", "POST", "/", false, "", "", false},
-		{"empty", "POST", "", false, "", "", false},
-		{"solo", "PUT", "/solo/buy", true, "solo", "", false},
-		{"solo prefix only", "PUT", "/solo", false, "", "", false},
+		{"a1", "POST", "/api/seckill/a1/s1/buy", routeBuy, "a1", "s1", false, "/api/seckill/a1/s1/buy"},
+		{"a2 trailing slash", "POST", "/api/seckill/a2/s9/buy/", routeBuy, "a2", "s9", false, "/api/seckill/a2/s9/buy"},
+		{"unknown activity", "POST", "/api/seckill/zz/s1/buy", routeBuy, "", "s1", true, ""},
+		{"activity in other case", "POST", "/api/seckill/A1/s1/buy", routeBuy, "", "s1", true, ""},
+		{"path params", "POST", "/api/seckill/a1/s1/buy;jsessionid=abc", routeBuy, "a1", "s1", false, "/api/seckill/a1/s1/buy"},
+		{"upper case", "POST", "/API/SECKILL/a1/s1/BUY", routeBuy, "a1", "s1", false, "/api/seckill/a1/s1/buy"},
+		{"mixed case", "POST", "/api/seckill/a1/s1/Buy", routeBuy, "a1", "s1", false, "/api/seckill/a1/s1/buy"},
+		{"format suffix", "POST", "/api/seckill/a1/s1/buy.json", routeBuy, "a1", "s1", false, "/api/seckill/a1/s1/buy"},
+		{"encoded letter", "POST", "/api/seckill/a1/s1/%62uy", routeBuy, "a1", "s1", false, "/api/seckill/a1/s1/buy"},
+		{"dots and slashes", "POST", "//api//seckill/./x/../a1/s1/buy/", routeBuy, "a1", "s1", false, "/api/seckill/a1/s1/buy"},
+		{"encoded dots", "POST", "/api/seckill/x/%2e%2E/a1/s1/buy", routeBuy, "a1", "s1", false, "/api/seckill/a1/s1/buy"},
+		{"long s", "POST", "/api/%C5%BFeckill/a1/s1/buy", routeBuy, "a1", "s1", false, "/api/seckill/a1/s1/buy"},
+		{"wrong method", "GET", "/api/seckill/a1/s1/buy", routeMethod, "", "", false, ""},
+		{"wrong method spelled oddly", "DELETE", "/API/seckill/a1/s1/buy.xml", routeMethod, "", "", false, ""},
+		{"empty activity collapses", "POST", "/api/seckill//s1/buy", routePass, "", "", false, ""},
+		{"too short", "POST", "/api/seckill/a1/s1", routePass, "", "", false, ""},
+		{"too long", "POST", "/api/seckill/a1/s1/buy/more", routePass, "", "", false, ""},
+		{"literal differs", "POST", "/api/seckilx/a1/s1/buy", routePass, "", "", false, ""},
+		{"root", "POST", "/", routePass, "", "", false, ""},
+		{"empty", "POST", "", routePass, "", "", false, ""},
+		{"other path", "GET", "/catalog/items", routePass, "", "", false, ""},
+		{"solo", "PUT", "/solo/buy", routeBuy, "solo", "", false, "/solo/buy"},
+		{"solo upper", "PUT", "/SOLO/BUY", routeBuy, "solo", "", false, "/solo/buy"},
+		{"solo pass method", "GET", "/solo/buy", routePass, "", "", false, ""},
+		{"solo 405", "POST", "/solo/buy", routeMethod, "", "", false, ""},
+		{"solo prefix only", "PUT", "/solo", routePass, "", "", false, ""},
+		{"case-sensitive", "POST", "/cs/s1/Buy.json", routeBuy, "cs", "s1", false, "/cs/s1/Buy"},
+		{"case-sensitive other case", "POST", "/cs/s1/buy", routePass, "", "", false, ""},
+		{"encoded slash", "POST", "/api/seckill/a1%2Fs1/buy", routeUnsafe, "", "", false, ""},
+		{"encoded slash in prefix", "POST", "/api%2Fseckill/a1/s1/buy", routeUnsafe, "", "", false, ""},
+		{"backslash", "POST", "/api\\seckill/a1/s1/buy", routeUnsafe, "", "", false, ""},
+		{"nul", "POST", "/api/seckill/a1/s1/buy%00", routeUnsafe, "", "", false, ""},
+		{"bad escape", "POST", "/api/seckill/a1/s1/b%zzuy", routeUnsafe, "", "", false, ""},
+		{"truncated escape", "POST", "/api/seckill/a1/s1/buy%4", routeUnsafe, "", "", false, ""},
+		{"not utf-8", "POST", "/api/seckill/a1/s1/buy%C0", routeUnsafe, "", "", false, ""},
+		{"above root", "POST", "/../api/seckill/a1/s1/buy", routeUnsafe, "", "", false, ""},
+		{"dot capture", "POST", "/api/seckill/./s1/buy", routeUnsafe, "", "", false, ""},
+		{"params capture", "POST", "/api/seckill/;x/s1/buy", routeUnsafe, "", "", false, ""},
+		{"unsafe outside prefix", "GET", "/static/a%2Fb", routePass, "", "", false, ""},
+		{"odd outside prefix", "GET", "/static/./x;y", routePass, "", "", false, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var got match
-			ok := false
-			for _, r := range routes {
-				if m, hit := r.matchPath([]byte(tt.method), []byte(tt.path)); hit {
-					got, ok = m, true
-					break
-				}
+			got, kind := routes.resolve([]byte(tt.method), []byte(tt.path))
+			defer got.release()
+			if kind != tt.want {
+				t.Fatalf("kind = %d, want %d", kind, tt.want)
 			}
-			if ok != tt.wantOK {
-				t.Fatalf("matched = %v, want %v", ok, tt.wantOK)
-			}
-			if !ok {
+			if kind != routeBuy {
 				return
 			}
 			act := ""
@@ -65,6 +92,11 @@ func TestMatchPath(t *testing.T) {
 			}
 			if act != tt.wantAct || string(got.sku) != tt.wantSKU || got.unknownActivity != tt.wantUnknown {
 				t.Errorf("match = act %q sku %q unknown %v", act, got.sku, got.unknownActivity)
+			}
+			if got.act != nil {
+				if p := string(got.shopPath(nil)); p != tt.wantShop {
+					t.Errorf("shop path = %q, want %q", p, tt.wantShop)
+				}
 			}
 		})
 	}

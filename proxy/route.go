@@ -2,15 +2,37 @@ package proxy
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+
 	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/metrics"
 )
+
+// routeRefusals count the requests refused by their path alone (no
+// activity known yet): seckill_rejections_total{layer="route"}.
+type routeRefusals struct {
+	unsafe [flawAmbiguous + 1]prometheus.Counter // by pathFlaw
+	method prometheus.Counter
+}
+
+func newRouteRefusals(m *metrics.Metrics) routeRefusals {
+	var r routeRefusals
+	for f := range r.unsafe {
+		r.unsafe[f] = m.Rejections.WithLabelValues("route", pathFlaw(f).String())
+	}
+	r.method = m.Rejections.WithLabelValues("route", "method_not_allowed")
+	return r
+}
 
 // segment is one piece of a compiled route path: a literal, or a capture.
 type segment struct {
-	lit  string
-	kind int // segLit, segActivity, segSKU
+	lit  string // as configured, sent to the shop
+	cmp  string // what a request's segment is compared with: lit, lower-cased unless case-sensitive
+	kind int    // segLit, segActivity, segSKU
 }
 
 const (
@@ -19,47 +41,103 @@ const (
 	segSKU
 )
 
-// route is one compiled buy route, shared by every activity whose method and
-// path pattern are the same (they are told apart by the {activity} capture).
+// route is one compiled buy route, shared by every activity whose method,
+// path pattern and case rule are the same (they are told apart by the
+// {activity} capture).
 type route struct {
-	method string
-	segs   []segment
+	method        string
+	segs          []segment
+	caseSensitive bool
+	// passMethods are other methods on the path that go to the shop as
+	// ordinary traffic; any other method is 405.
+	passMethods []string
 	// byID holds the activities of this route by id; single is set when the
 	// pattern has no {activity} (config validation makes that unique).
 	byID   map[string]*config.Activity
 	single *config.Activity
 }
 
+// routeTable is every buy route of one config, with the prefixes under
+// which an unsafe path is refused rather than passed through.
+type routeTable struct {
+	routes []*route
+	// prefixes are the routes' leading literal segments ("/api/seckill" for
+	// the default route), lower case, compared case-insensitively; "" is the
+	// root (a route starting with a capture): every path is under it.
+	prefixes []string
+}
+
+// routeKind is what the proxy does with a request, by its path and method.
+type routeKind uint8
+
+const (
+	routePass   routeKind = iota // ordinary traffic: to the shop untouched
+	routeBuy                     // a buy: admission decides
+	routeUnsafe                  // under a buy prefix but not safely canonical: 400
+	routeMethod                  // a buy route's path with another method: 405
+)
+
 // match is a route matched against one request path.
 type match struct {
+	r   *route
 	act *config.Activity
 	sku []byte // the {sku} capture, if the pattern has one
 	// unknownActivity is set when the path has the route's shape but names
 	// no configured activity.
 	unknownActivity bool
+	// path is the canonical path (loose for routeUnsafe); it may alias buf
+	// or the request.
+	path []byte
+	// flaw is why the path is unsafe, for routeUnsafe.
+	flaw pathFlaw
+	// buf is the pooled buffer the captures may alias; release returns it.
+	buf *[]byte
 }
 
-func compileRoutes(acts []config.Activity) []*route {
+// release returns the match's buffer to its pool; its captures are invalid
+// afterwards.
+func (m *match) release() {
+	if m.buf != nil {
+		*m.buf = (*m.buf)[:0]
+		bufPool.Put(m.buf)
+		m.buf = nil
+	}
+}
+
+func compileRoutes(acts []config.Activity) routeTable {
 	byKey := map[string]*route{}
-	var out []*route
+	var t routeTable
 	for i := range acts {
 		a := &acts[i]
-		key := a.Route.Method + " " + a.Route.Path
+		rt := &a.Route
+		key := rt.Method + " " + rt.Path
+		if !rt.CaseSensitive {
+			key = rt.Method + " " + strings.ToLower(rt.Path) + " any case"
+		}
 		r := byKey[key]
 		if r == nil {
-			r = &route{method: a.Route.Method, segs: compilePath(a.Route.Path), byID: map[string]*config.Activity{}}
+			r = &route{method: rt.Method, segs: compilePath(rt.Path, rt.CaseSensitive), caseSensitive: rt.CaseSensitive,
+				byID: map[string]*config.Activity{}}
 			byKey[key] = r
-			out = append(out, r)
+			t.routes = append(t.routes, r)
+			if p := r.prefix(); !slices.Contains(t.prefixes, p) {
+				t.prefixes = append(t.prefixes, p)
+			}
+		}
+		for _, m := range rt.PassMethods {
+			if !slices.Contains(r.passMethods, m) {
+				r.passMethods = append(r.passMethods, m)
+			}
 		}
 		r.byID[a.ID] = a
 		if !r.hasActivity() {
 			r.single = a
 		}
 	}
-	return out
+	return t
 }
 
-func compilePath(p string) []segment {
+func compilePath(p string, caseSensitive bool) []segment {
 	parts := strings.Split(strings.Trim(p, "/"), "/")
 	segs := make([]segment, 0, len(parts))
 	for _, part := range parts {
@@ -69,10 +147,28 @@ func compilePath(p string) []segment {
 		case "{sku}":
 			segs = append(segs, segment{kind: segSKU})
 		default:
-			segs = append(segs, segment{lit: part})
+			cmp := part
+			if !caseSensitive {
+				cmp = strings.ToLower(part)
+			}
+			segs = append(segs, segment{lit: part, cmp: cmp})
 		}
 	}
 	return segs
+}
+
+// prefix is the route's leading literal segments, lower case, without the
+// last segment of the pattern (which a suffix may extend).
+func (r *route) prefix() string {
+	var b strings.Builder
+	for _, s := range r.segs[:len(r.segs)-1] {
+		if s.kind != segLit {
+			break
+		}
+		b.WriteByte('/')
+		b.WriteString(strings.ToLower(s.lit))
+	}
+	return b.String()
 }
 
 func (r *route) hasActivity() bool {
@@ -84,14 +180,117 @@ func (r *route) hasActivity() bool {
 	return false
 }
 
-// matchPath walks path against the route's segments without allocating.
-func (r *route) matchPath(method, path []byte) (match, bool) {
-	if string(method) != r.method {
-		return match{}, false
+// under reports whether canonical path c falls under one of the prefixes.
+func (t *routeTable) under(c []byte) bool {
+	for _, p := range t.prefixes {
+		if len(c) >= len(p) && asciiFoldEqual(c[:len(p)], p) && (len(c) == len(p) || c[len(p)] == '/') {
+			return true
+		}
+	}
+	return false
+}
+
+// resolve decides what the request with this method and raw path is. It
+// reads the prefixes first, so ordinary traffic pays a byte scan and a
+// compare; only a path under a buy prefix and spelled unusually is copied,
+// into a pooled buffer the match holds until release.
+func (t *routeTable) resolve(method, raw []byte) (match, routeKind) {
+	if len(t.routes) == 0 {
+		return match{}, routePass
 	}
 	var m match
+	c := raw
+	odd := false
+	if simplePath(raw) {
+		c = trimSlash(raw)
+		if !t.under(c) {
+			return match{}, routePass
+		}
+		m.path = c
+	} else {
+		bp := bufPool.Get().(*[]byte)
+		var flaw pathFlaw
+		c, flaw, odd = canonPath((*bp)[:0], raw)
+		*bp = c
+		if !t.under(c) {
+			*bp = c[:0]
+			bufPool.Put(bp)
+			return match{}, routePass
+		}
+		m.buf = bp
+		m.path = c
+		if flaw != pathOK {
+			m.flaw = flaw
+			return m, routeUnsafe
+		}
+	}
+	var other *route // a route whose path matched with another method
+	var unknown match
+	found := false
+	for _, r := range t.routes {
+		got, ok := r.matchPath(c)
+		if !ok {
+			continue
+		}
+		if string(method) != r.method {
+			if other == nil || slices.Contains(r.passMethods, string(method)) {
+				other = r
+			}
+			continue
+		}
+		got.path, got.buf = m.path, m.buf
+		if !got.unknownActivity {
+			return got, routeBuy
+		}
+		if !found {
+			// Another route of the same shape may know the activity.
+			unknown, found = got, true
+		}
+	}
+	switch {
+	case found:
+		return unknown, routeBuy
+	case other != nil && slices.Contains(other.passMethods, string(method)):
+		m.release()
+		return match{}, routePass
+	case other != nil:
+		m.r = other
+		return m, routeMethod
+	case odd:
+		// Under the prefix, a dot segment or path parameter that does not
+		// make a buy here may make one in a framework that resolves it
+		// differently (Express captures "." as {activity}): refuse it.
+		m.flaw = flawAmbiguous
+		return m, routeUnsafe
+	}
+	m.release()
+	return match{}, routePass
+}
+
+// allow lists the methods the buy routes take on canonical path c, for the
+// Allow header of a 405 (a cold path).
+func (t *routeTable) allow(c []byte) string {
+	var ms []string
+	for _, r := range t.routes {
+		if _, ok := r.matchPath(c); ok && !slices.Contains(ms, r.method) {
+			ms = append(ms, r.method)
+		}
+	}
+	return strings.Join(ms, ", ")
+}
+
+// matchPath walks canonical path c against the route's segments without
+// allocating, whatever the method. Literals match in any ASCII case unless
+// the route is case-sensitive; the last segment, when a literal, may carry
+// a ".ext" suffix (buy.json, as Rails' format and Spring's suffix patterns
+// route). Captures match exactly: activity and SKU ids are case-sensitive
+// strings, so ACT_1001 names no activity and is refused (UNKNOWN_ITEM),
+// never passed through. A capture in the last position loses its ".ext"
+// (ids cannot hold a '.', so 30021.json can only mean 30021).
+func (r *route) matchPath(c []byte) (match, bool) {
+	var m match
 	var actID []byte
-	p := path
+	p := c
 	if len(p) > 0 && p[0] == '/' {
 		p = p[1:]
 	}
@@ -99,35 +298,42 @@ func (r *route) matchPath(method, path []byte) (match, bool) {
 		p = p[:len(p)-1]
 	}
 	for i, s := range r.segs {
+		last := i == len(r.segs)-1
 		var part []byte
 		if j := bytes.IndexByte(p, '/'); j >= 0 {
 			part, p = p[:j], p[j+1:]
 		} else {
 			part, p = p, nil
-			if i != len(r.segs)-1 {
+			if !last {
 				return match{}, false
 			}
 		}
 		switch s.kind {
 		case segLit:
-			if string(part) != s.lit {
+			if !r.litEqual(part, s.cmp) &&
+				!(last && len(part) > len(s.cmp) && part[len(s.cmp)] == '.' && r.litEqual(part[:len(s.cmp)], s.cmp)) {
 				return match{}, false
 			}
-		case segActivity:
-			if len(part) == 0 {
-				return match{}, false
+			continue
+		}
+		if last {
+			if j := bytes.IndexByte(part, '.'); j >= 0 {
+				part = part[:j]
 			}
+		}
+		if len(part) == 0 {
+			return match{}, false
+		}
+		if s.kind == segActivity {
 			actID = part
-		case segSKU:
-			if len(part) == 0 {
-				return match{}, false
-			}
+		} else {
 			m.sku = part
 		}
 	}
 	if p != nil {
 		return match{}, false
 	}
+	m.r = r
 	if actID != nil {
 		m.act = r.byID[string(actID)]
 		m.unknownActivity = m.act == nil
@@ -135,4 +341,41 @@ func (r *route) matchPath(method, path []byte) (match, bool) {
 		m.act = r.single
 	}
 	return m, true
+}
+
+func (r *route) litEqual(part []byte, cmp string) bool {
+	if r.caseSensitive {
+		return string(part) == cmp
+	}
+	return asciiFoldEqual(part, cmp)
+}
+
+// shopPath is the path a winner is forwarded on: the route's pattern as
+// configured, with the activity's id and the SKU capture filled in.
+func (m *match) shopPath(dst []byte) []byte {
+	for _, s := range m.r.segs {
+		dst = append(dst, '/')
+		switch s.kind {
+		case segLit:
+			dst = append(dst, s.lit...)
+		case segActivity:
+			dst = append(dst, m.act.ID...)
+		case segSKU:
+			dst = append(dst, m.sku...)
+		}
+	}
+	return dst
+}
+
+// rewrite points a winner at the canonical path (query kept), unless the
+// client already spelled it so.
+func (m *match) rewrite(ctx *fasthttp.RequestCtx) {
+	if m.r == nil || m.act == nil {
+		return
+	}
+	var b [256]byte
+	p := m.shopPath(b[:0])
+	if !bytes.Equal(p, ctx.URI().PathOriginal()) {
+		ctx.Request.URI().SetPathBytes(p)
+	}
 }

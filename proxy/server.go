@@ -56,12 +56,13 @@ type Server struct {
 	srv     *fasthttp.Server
 	display displayCache
 	obs     observers
+	refused routeRefusals
 }
 
 // state is everything derived from one config, swapped whole on reload.
 type state struct {
 	cfg      *config.Config
-	routes   []*route
+	routes   routeTable
 	prefix   []byte
 	trusted  []netip.Prefix
 	user     extractor
@@ -81,7 +82,7 @@ type outcomeCounters struct {
 
 // New builds a Server for cfg.
 func New(cfg *config.Config, d Deciders, b Book, m *metrics.Metrics, log *zap.Logger) (*Server, error) {
-	s := &Server{decide: d, book: b, m: m, log: log, obs: newObservers(m)}
+	s := &Server{decide: d, book: b, m: m, log: log, obs: newObservers(m), refused: newRouteRefusals(m)}
 	if err := s.Apply(cfg); err != nil {
 		return nil, err
 	}
@@ -170,14 +171,25 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.public(ctx, st, path[len(st.prefix):])
 		return
 	}
-	method := ctx.Method()
-	for _, r := range st.routes {
-		if m, ok := r.matchPath(method, path); ok {
-			s.buy(ctx, st, m)
-			return
-		}
+	// Routes are matched on the path as sent, canonicalised here: fasthttp's
+	// Path() decodes %2F into a separator and keeps case, ";" and ".json".
+	m, kind := st.routes.resolve(ctx.Method(), ctx.URI().PathOriginal())
+	switch kind {
+	case routeBuy:
+		s.buy(ctx, st, m)
+	case routeUnsafe:
+		s.refused.unsafe[m.flaw].Inc()
+		writeAnswer(ctx, &answer{code: admission.BadRequest, message: "path cannot be read safely: " + m.flaw.String()})
+	case routeMethod:
+		s.refused.method.Inc()
+		allow := st.routes.allow(m.path)
+		writeAnswer(ctx, &answer{code: admission.BadRequest, message: "method not allowed on this path; use " + allow})
+		ctx.SetStatusCode(fasthttp.StatusMethodNotAllowed)
+		ctx.Response.Header.Set("Allow", allow)
+	default:
+		s.pass(ctx, st)
 	}
-	s.pass(ctx, st)
+	m.release()
 }
 
 // buy runs one buy request through admission and, for a winner, the shop.
@@ -213,6 +225,7 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, st *state, m match) {
 	ans.orderID = d.OrderID
 	switch d.Code {
 	case admission.Admitted:
+		m.rewrite(ctx) // the shop gets the canonical spelling
 		s.forwardWinner(ctx, st, rp, d, &ans)
 	case admission.AlreadyPurchased:
 		s.replayOrAnswer(ctx, st, a, d.Replay, &ans)

@@ -56,6 +56,9 @@ type Activity struct {
 	// AdmissionRate is the admission_rate as YAML flow; default far above any test's load.
 	AdmissionRate string
 	Mode          string // default sync
+	// CaseSensitive and PassMethods are the route's case_sensitive and pass_methods.
+	CaseSensitive bool
+	PassMethods   []string
 }
 
 // Options is one proxy config. Zero fields take the harness defaults.
@@ -135,6 +138,12 @@ func (o Options) YAML(t testing.TB) string {
 		w("      path: %q", or(a.Path, BuyPath))
 		w("      sku_from: %q", or(a.SkuFrom, "path"))
 		w("      qty_from: %q", a.QtyFrom)
+		if a.CaseSensitive {
+			w("      case_sensitive: true")
+		}
+		if len(a.PassMethods) > 0 {
+			w("      pass_methods: [%s]", strings.Join(a.PassMethods, ", "))
+		}
 		start, end := a.Start, a.End
 		if start.IsZero() {
 			start = now.Add(-time.Minute)

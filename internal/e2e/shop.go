@@ -50,8 +50,10 @@ type Attempt struct {
 // Request is one request as the shop received it.
 type Request struct {
 	Method, Path, Query string
-	Header              http.Header
-	Body                []byte
+	// URI is the request target exactly as received (path not decoded).
+	URI    string
+	Header http.Header
+	Body   []byte
 }
 
 type rule struct {
@@ -112,7 +114,7 @@ func (s *Shop) Cut(user string) {
 func (s *Shop) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	s.mu.Lock()
-	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
+	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, URI: r.RequestURI, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
 	s.mu.Unlock()
 
 	if r.URL.Path == "/internal/orders" {
