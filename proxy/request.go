@@ -198,11 +198,16 @@ func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 
 // stripSeckillHeaders removes every client-sent X-Seckill-* header: only the
 // proxy may speak for a reservation.
+//
+// The same pass removes X-Original-URL and X-Rewrite-URL: IIS URL Rewrite
+// and older Symfony route a request by them, so a client could name the
+// buy handler on an ordinary path and walk around admission.
 func stripSeckillHeaders(h *fasthttp.RequestHeader) {
 	var names [8][]byte
 	n := 0
 	for k := range h.All() {
-		if len(k) >= 10 && bytes.EqualFold(k[:10], []byte("X-Seckill-")) {
+		if len(k) >= 10 && bytes.EqualFold(k[:10], []byte("X-Seckill-")) ||
+			bytes.EqualFold(k, []byte("X-Original-URL")) || bytes.EqualFold(k, []byte("X-Rewrite-URL")) {
 			if n == len(names) {
 				break
 			}
@@ -223,3 +228,21 @@ func stripSeckillHeaders(h *fasthttp.RequestHeader) {
 // cloned into a unique handle), and this runs for every buy behind a
 // trusted proxy.
 func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// hasMethodOverride reports whether the request asks the shop to treat it
+// as another method: the X-HTTP-Method-Override family of headers, or a
+// _method query argument (Rails, Laravel, Symfony, Express' method-override).
+func hasMethodOverride(ctx *fasthttp.RequestCtx) bool {
+	h := &ctx.Request.Header
+	for _, name := range [...]string{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override"} {
+		if len(h.Peek(name)) > 0 {
+			return true
+		}
+	}
+	for k := range ctx.QueryArgs().All() {
+		if bytes.EqualFold(k, []byte("_method")) {
+			return true
+		}
+	}
+	return false
+}

@@ -58,7 +58,7 @@ func TestMatchPath(t *testing.T) {
 		{"other path", "GET", "/catalog/items", routePass, "", "", false, ""},
 		{"solo", "PUT", "/solo/buy", routeBuy, "solo", "", false, "/solo/buy"},
 		{"solo upper", "PUT", "/SOLO/BUY", routeBuy, "solo", "", false, "/solo/buy"},
-		{"solo pass method", "GET", "/solo/buy", routePass, "", "", false, ""},
+		{"solo pass method", "GET", "/solo/buy", routePassMethod, "", "", false, ""},
 		{"solo 405", "POST", "/solo/buy", routeMethod, "", "", false, ""},
 		{"solo prefix only", "PUT", "/solo", routePass, "", "", false, ""},
 		{"case-sensitive", "POST", "/cs/s1/Buy.json", routeBuy, "cs", "s1", false, "/cs/s1/Buy"},

@@ -75,6 +75,7 @@ const (
 	routeBuy                     // a buy: admission decides
 	routeUnsafe                  // under a buy prefix but not safely canonical: 400
 	routeMethod                  // a buy route's path with another method: 405
+	routePassMethod              // a buy route's path with a method in its pass_methods: to the shop, unless overridden
 )
 
 // match is a route matched against one request path.
@@ -251,8 +252,8 @@ func (t *routeTable) resolve(method, raw []byte) (match, routeKind) {
 	case found:
 		return unknown, routeBuy
 	case other != nil && slices.Contains(other.passMethods, string(method)):
-		m.release()
-		return match{}, routePass
+		m.r = other
+		return m, routePassMethod
 	case other != nil:
 		m.r = other
 		return m, routeMethod

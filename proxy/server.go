@@ -180,6 +180,14 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	case routeUnsafe:
 		s.refused.unsafe[m.flaw].Inc()
 		writeAnswer(ctx, &answer{code: admission.BadRequest, message: "path cannot be read safely: " + m.flaw.String()})
+	case routePassMethod:
+		if !hasMethodOverride(ctx) {
+			s.pass(ctx, st)
+			break
+		}
+		// A pass_methods spelling of the buy path that asks the shop to
+		// take it as another method (POST) would be a buy without admission.
+		fallthrough
 	case routeMethod:
 		s.refused.method.Inc()
 		allow := st.routes.allow(m.path)

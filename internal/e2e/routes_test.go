@@ -207,3 +207,39 @@ func TestCaseSensitiveRoute(t *testing.T) {
 		t.Errorf("other case on a case-sensitive route: got %d %s, want pass-through", r.Status, r.Body)
 	}
 }
+
+// TestRoutingHeadersCannotReachTheBuyHandler: shops behind IIS URL Rewrite
+// or older Symfony route by a client's X-Original-URL / X-Rewrite-URL, and
+// most frameworks honour a method override. Neither may carry a buy past
+// admission: the URL headers never reach the shop, and an override on a
+// pass_methods spelling of the buy path is 405.
+func TestRoutingHeadersCannotReachTheBuyHandler(t *testing.T) {
+	f := newFixture(t, func(o *e2e.Options) {
+		o.Activities = append(o.Activities, e2e.Activity{ID: "pm", Stock: 10, Path: "/pm/{sku}/buy", PassMethods: []string{"GET"}})
+	})
+	r := f.do(e2e.Req{Method: "GET", URI: "/catalog", Header: [][2]string{
+		{"X-Original-URL", "/api/seckill/open/sku1/buy"}, {"X-Rewrite-URL", "/api/seckill/open/sku1/buy"}, {"X-User-Id", "alice"}}})
+	if e := echoOf(t, r); e.Header.Get("X-Original-URL") != "" || e.Header.Get("X-Rewrite-URL") != "" {
+		t.Errorf("the shop got a client's routing header: %v", e.Header)
+	}
+	for _, h := range [][2]string{{"X-HTTP-Method-Override", "POST"}, {"X-HTTP-Method", "POST"}, {"X-Method-Override", "POST"}} {
+		r := f.do(e2e.Req{Method: "GET", URI: "/pm/sku1/buy", Header: [][2]string{h, {"X-User-Id", "bob"}}})
+		if r.Status != 405 {
+			t.Errorf("GET with %s: %d %s, want 405", h[0], r.Status, r.Body)
+		}
+	}
+	for _, uri := range []string{"/pm/sku1/buy?_method=POST", "/pm/sku1/buy?x=1&_METHOD=post"} {
+		if r := f.do(e2e.Req{Method: "GET", URI: uri, Header: [][2]string{{"X-User-Id", "bob"}}}); r.Status != 405 {
+			t.Errorf("GET %s: %d %s, want 405", uri, r.Status, r.Body)
+		}
+	}
+	if r := f.do(e2e.Req{Method: "GET", URI: "/pm/sku1/buy?page=2", Header: [][2]string{{"X-User-Id", "bob"}}}); r.Header["X-Shop"] != "pass" {
+		t.Errorf("plain GET on pass_methods: %d %s, want the shop's echo", r.Status, r.Body)
+	}
+	for _, q := range f.shop.Requests() {
+		if strings.Contains(strings.ToLower(q.Query), "_method") || q.Header.Get("X-HTTP-Method-Override") != "" ||
+			q.Header.Get("X-HTTP-Method") != "" || q.Header.Get("X-Method-Override") != "" {
+			t.Errorf("shop got %s %s?%s with a method override", q.Method, q.Path, q.Query)
+		}
+	}
+}
