@@ -71,11 +71,11 @@ type routeTable struct {
 type routeKind uint8
 
 const (
-	routePass   routeKind = iota // ordinary traffic: to the shop untouched
-	routeBuy                     // a buy: admission decides
-	routeUnsafe                  // under a buy prefix but not safely canonical: 400
-	routeMethod                  // a buy route's path with another method: 405
-	routePassMethod              // a buy route's path with a method in its pass_methods: to the shop, unless overridden
+	routePass       routeKind = iota // ordinary traffic: to the shop untouched
+	routeBuy                         // a buy: admission decides
+	routeUnsafe                      // under a buy prefix but not safely canonical: 400
+	routeMethod                      // a buy route's path with another method: 405
+	routePassMethod                  // a buy route's path with a method in its pass_methods: to the shop, unless overridden
 )
 
 // match is a route matched against one request path.
