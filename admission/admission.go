@@ -388,7 +388,7 @@ func (p *Pipeline) reserve(ctx context.Context, r *Request, flags store.Flags, n
 	res, err := p.store.Reserve(ctx, store.ReserveRequest{
 		Activity: a.ID, SKU: r.SKU, User: r.User, Qty: r.Qty, Limit: a.PerUserLimit,
 		Shards: flags.Shards, Queue: a.Mode == config.ModeQueue, NowMs: now.UnixMilli(), ExpireAt: store.ExpireAt(a),
-		RequestID: r.RequestID, MaxBacklog: a.Queue.MaxBacklog,
+		RequestID: r.RequestID, MaxBacklog: a.Queue.MaxBacklog, Stock: skuStock(a, r.SKU),
 	})
 	if err != nil {
 		return p.storeDown(err)
@@ -457,4 +457,12 @@ func (p *Pipeline) storeDown(err error) Decision {
 	}
 	p.refusals[rStoreDown].rejected.Inc()
 	return Decision{Code: StoreUnavailable, RetryAfter: retryAfterDefault}
+}
+
+// skuStock is the configured stock of sku (0 when the config does not sell it).
+func skuStock(a *config.Activity, sku string) int64 {
+	if k := a.SKU(sku); k != nil {
+		return k.Stock
+	}
+	return 0
 }

@@ -563,7 +563,8 @@ func TestConfirm(t *testing.T) {
 func TestRequestIDReplay(t *testing.T) {
 	f := newFx(t)
 	const kRid = "t:{a:s:0}:rid:u1|r1"
-	ridKeys := append(append([]string{}, reserveKeys...), kRid)
+	const kRidBits = "t:{a:s:0}:ridbits:s"
+	ridKeys := append(append([]string{}, reserveKeys...), kRid, kRidBits)
 	// Every call is a new request with a token id of its own (the first
 	// is T1): a repeat never reuses one (an existing id is a tombstone).
 	calls := 0
@@ -572,7 +573,7 @@ func TestRequestIDReplay(t *testing.T) {
 		if calls++; calls > 1 {
 			tok = "R" + strconv.Itoa(calls)
 		}
-		return f.run(lua.Reserve, ridKeys, append(f.reserveArgs("u1", 1, 1, tok, false, 0, ""), "300000"))
+		return f.run(lua.Reserve, ridKeys, append(f.reserveArgs("u1", 1, 1, tok, false, 0, ""), "300000", "0", "4242", "8192"))
 	}
 	withRid := append(append([]string{}, confirmKeys...), kRid)
 	replay := "200|application/json; charset=utf-8|gzip|{\"order\":\"O-1\"}|\n\x00bytes"
@@ -580,6 +581,18 @@ func TestRequestIDReplay(t *testing.T) {
 	f.reset([][]string{stock(5, 5, 0, 0, 0)})
 	wantReply(t, reserve(), []string{"1", "4"})
 	wantReply(t, reserve(), []string{"3", "T1"}) // at the shop: pending
+	// The request id's bit is set in a bitset of the size asked for, which
+	// expires with the activity: sold-out readers find it there.
+	if n := f.int("STRLEN", kRidBits); n != 8192/8 {
+		t.Errorf("ridbits is %d bytes, want %d", n, 8192/8)
+	}
+	if b := f.int("GETBIT", kRidBits, "4242"); b != 1 {
+		t.Errorf("GETBIT ridbits 4242 = %d, want 1", b)
+	}
+	if n := f.int("BITCOUNT", kRidBits); n != 1 {
+		t.Errorf("BITCOUNT ridbits = %d, want 1", n)
+	}
+	f.wantTTL(kRidBits)
 	ttl := f.int("PTTL", kRid)
 	wantReply(t, f.run(lua.Confirm, withRid, []string{"T1", "O-1", replay}), []string{"1"})
 	if got, _ := f.do("GET", kRid).ToString(); got != "1|T1|"+replay {
@@ -964,7 +977,7 @@ func TestScriptSHA(t *testing.T) {
 		src  string
 		want string
 	}{
-		{name: "reserve", src: lua.Reserve, want: "5a3bc46cbe15083408d2dd8e1eaa9c528a663a06"},
+		{name: "reserve", src: lua.Reserve, want: "a46df4fbe03db7ef6ea67301de97607b01ab40a9"},
 		{name: "steal", src: lua.Steal, want: "ecd78a0a5d969304c4db0022c31d3c3e554a6970"},
 		{name: "confirm", src: lua.Confirm, want: "c3919655a6b88d9c4b1943f5a116b57181b3a33c"},
 		{name: "release", src: lua.Release, want: "5b097f67da2c1620e184fad0de66505844f61348"},

@@ -17,6 +17,11 @@
 -- KEYS[7] movesin set   move ids already deposited here
 -- KEYS[8] rid     string (optional) the buyer's request id -> "<code>|<token id>",
 --                 so a repeated X-Request-Id never reserves twice
+-- KEYS[9] ridbits string (with KEYS[8]) a bitset of this SKU's shard: the bit
+--                 of every request id this script wrote a record for, read by
+--                 every instance through client-side caching once the SKU is
+--                 sold out, so a fresh request id is answered SOLD_OUT from
+--                 memory and only a possible repeat reads its record
 -- ARGV[1] user  ARGV[2] qty  ARGV[3] per-user limit  ARGV[4] token id
 -- ARGV[5] now ms (proxy clock)  ARGV[6] expire-at ms  ARGV[7] "1" = queue mode
 -- ARGV[8] units to deposit  ARGV[9] move id ("" = no deposit)
@@ -25,6 +30,9 @@
 -- ARGV[12] request id record ttl ms (read with KEYS[8]; always sent)
 -- ARGV[13] stock generation of the deposited units (steal.lua's reply):
 --          units of an older preheat are not deposited (see store.Preheat)
+-- ARGV[14] the request id's hash (uint32), ARGV[15] bits of a new bitset;
+--          an existing bitset keeps its size, so writer and readers agree
+--          on bit = hash % (8 * STRLEN)
 --
 -- Returns {code, ...}:
 --   {1, remaining}            OK: reserved, pending marker and record written
@@ -61,6 +69,16 @@ if move ~= '' and redis.call('SADD', KEYS[7], move) == 1 then
 end
 
 local rid = KEYS[8]
+-- markRid sets the request id's bit (see KEYS[9]).
+local function markRid()
+  local bits = redis.call('STRLEN', KEYS[9]) * 8
+  if bits == 0 then
+    bits = tonumber(ARGV[15])
+    redis.call('SETBIT', KEYS[9], bits - 1, 0)
+    redis.call('PEXPIREAT', KEYS[9], ARGV[6])
+  end
+  redis.call('SETBIT', KEYS[9], tonumber(ARGV[14]) % bits, 1)
+end
 if rid then
   local seen = redis.call('GET', rid)
   if seen then
@@ -89,7 +107,10 @@ if held then
   local u, last = string.match(held, '^(%d+)|(.*)$')
   units = tonumber(u)
   if units + qty > tonumber(ARGV[3]) then
-    if rid then redis.call('SET', rid, '3|' .. last, 'PX', ARGV[12]) end
+    if rid then
+      redis.call('SET', rid, '3|' .. last, 'PX', ARGV[12])
+      markRid()
+    end
     local rec = redis.call('HGET', KEYS[3], last)
     local st = rec and string.sub(rec, 1, 1)
     if st == 'p' or st == 'q' then
@@ -123,7 +144,10 @@ else
   redis.call('HSET', KEYS[3], ARGV[4], 'p|' .. ARGV[1] .. '|' .. qty .. '|' .. ARGV[5] .. '||')
   redis.call('ZADD', KEYS[4], ARGV[5], ARGV[4])
 end
-if rid then redis.call('SET', rid, '1|' .. ARGV[4], 'PX', ARGV[12]) end
+if rid then
+  redis.call('SET', rid, '1|' .. ARGV[4], 'PX', ARGV[12])
+  markRid()
+end
 -- Every key this script creates expires with the activity. users, res and
 -- the stream are created with the shard's first buyer; the pending index is
 -- deleted whenever it empties and so re-created later, hence its own check.

@@ -27,6 +27,7 @@ type ShardKeys struct {
 	MovesIn string // set of move ids deposited here
 	Moves   string // hash "<sku>:<move id>" -> "<home>|<units>|<ms>" (moves out, unsettled)
 	Fence   string // string: highest reconciler fencing token seen (see lua/fence.lua)
+	RidBits string // bitset of this SKU's request ids with a record (see lua/reserve.lua KEYS[9])
 }
 
 // SKUKeys are the keys of every shard of one SKU, built once per SKU.
@@ -45,7 +46,7 @@ func newSKUKeys(prefix, act, sku string, shards int) *SKUKeys {
 		sk := ShardKeys{
 			Stock: base + "stock:" + sku, Users: base + "users", Res: base + "res", Pending: base + "pending",
 			Log: base + "log", Out: base + "out:" + sku, MovesIn: base + "movesin", Moves: base + "moves",
-			Fence: base + "fence",
+			Fence: base + "fence", RidBits: base + "ridbits:" + sku,
 		}
 		k.Shards[s] = sk
 		k.reserveKeys[s] = []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn}

@@ -29,6 +29,8 @@ type ReserveRequest struct {
 	Queue    bool  // also write a stream entry for queue-mode workers
 	NowMs    int64 // proxy clock, for the reservation's timestamp
 	ExpireAt int64 // ms; every key the script creates expires then
+	// Stock is the SKU's configured stock: it sizes the request-id bitset.
+	Stock int64
 	// RequestID is the buyer's idempotency key ("" = none): a repeat within
 	// RequestIDTTL answers by the first copy's reservation, never reserving twice.
 	RequestID string
@@ -105,16 +107,24 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	}
 	keys := k.reserveKeys[home]
 	rid := ""
+	var ridHash uint32
 	if q.RequestID != "" {
 		rid = ridKey(k.Shards[home], q.User, q.RequestID)
-		keys = append(keys[:len(keys):len(keys)], rid)
+		ridHash = fnv32(rid)
+		keys = append(keys[:len(keys):len(keys)], rid, k.Shards[home].RidBits)
+		args = append(args, strconv.FormatUint(uint64(ridHash), 10), ridBitsFor(q.Stock, q.Shards))
 	}
 	if allTrue(out) {
 		// Sold out, but a repeat of a won request is still owed its answer
-		// (a replay): one GET finds whether the request id has a record,
-		// and only then the script reads the reservation's state.
+		// (a replay). The shard's bitset of request ids with a record, read
+		// from local memory (client-side caching), answers nearly every
+		// fresh request id; only a possible repeat costs a GET of its
+		// record, and only a record makes the script read the reservation.
+		if seen, known := s.ridSeen(ctx, c, k.Shards[home].RidBits, ridHash); known && !seen {
+			return ReserveResult{Code: lua.Empty, FromMemory: true}, nil
+		}
 		cctx, cancel := s.ctx(ctx)
-		err := c.Do(cctx, c.B().Get().Key(keys[len(keys)-1]).Build()).Error()
+		err := c.Do(cctx, c.B().Get().Key(rid).Build()).Error()
 		cancel()
 		if rueidis.IsRedisNil(err) {
 			return ReserveResult{Code: lua.Empty}, nil
@@ -228,6 +238,49 @@ func (s *Store) abortLater(cause error, sk ShardKeys, tok Token, q ReserveReques
 			return fmt.Errorf("abort %s: %v", tok, code)
 		}
 	})
+}
+
+// ridSeen reports whether the request-id bitset of a sold-out shard has
+// h's bit set, from client-side cached memory after the first read; known
+// is false when the bitset cannot be read (then the record decides).
+func (s *Store) ridSeen(ctx context.Context, c rueidis.Client, key string, h uint32) (seen, known bool) {
+	if !s.clientCache {
+		return false, false // every read would fetch the whole bitset
+	}
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	v, err := c.DoCache(cctx, c.B().Get().Key(key).Cache(), flagTTL).ToString()
+	if rueidis.IsRedisNil(err) {
+		return false, true // no request id ever recorded on this shard
+	}
+	if err != nil || len(v) == 0 {
+		return false, false
+	}
+	bit := uint64(h) % (uint64(len(v)) * 8)
+	return v[bit/8]&(0x80>>(bit%8)) != 0, true
+}
+
+// ridBitsFor sizes a new request-id bitset: about 16 bits per unit of the
+// shard's stock (a fresh request id then costs a GET with probability
+// below 1/16 even after every unit was a winner with a repeat), between
+// 8 Kib and 4 Mib (512 KiB of Redis per SKU shard at most).
+func ridBitsFor(stock int64, shards int) string {
+	want := int64(16) * max(stock, 1) / int64(max(shards, 1))
+	bits := int64(1) << 13
+	for bits < want && bits < 1<<22 {
+		bits <<= 1
+	}
+	return strconv.FormatInt(bits, 10)
+}
+
+// fnv32 is FNV-1a of s: the request id's bit in its shard's bitset.
+func fnv32(s string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= 16777619
+	}
+	return h
 }
 
 func queueFlag(q bool) string {

@@ -46,9 +46,12 @@ type Store struct {
 	opt     rueidis.ClientOption
 	timeout time.Duration
 	prefix  string
-	keys    keyCache
-	log     *zap.Logger
-	stop    chan struct{}
+	// clientCache is redis.client_cache: reads meant for local memory
+	// (DoCache) really are served from it.
+	clientCache bool
+	keys        keyCache
+	log         *zap.Logger
+	stop        chan struct{}
 	// inval is signalled (never blocking) whenever Redis invalidates a key
 	// this client cached, or the cache is dropped with a connection.
 	inval chan struct{}
@@ -82,15 +85,16 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 			Dialer:            netDialer(cfg.Timeout),
 			ConnWriteTimeout:  max(cfg.Timeout*5, time.Second),
 		},
-		timeout: cfg.Timeout,
-		prefix:  cfg.KeyPrefix,
-		log:     log,
-		stop:    make(chan struct{}),
-		inval:   make(chan struct{}, 1),
-		reserve: rueidis.NewLuaScript(lua.Reserve),
-		steal:   rueidis.NewLuaScript(lua.Steal),
-		confirm: rueidis.NewLuaScript(lua.Confirm),
-		release: rueidis.NewLuaScript(lua.Release),
+		timeout:     cfg.Timeout,
+		clientCache: cfg.ClientCache,
+		prefix:      cfg.KeyPrefix,
+		log:         log,
+		stop:        make(chan struct{}),
+		inval:       make(chan struct{}, 1),
+		reserve:     rueidis.NewLuaScript(lua.Reserve),
+		steal:       rueidis.NewLuaScript(lua.Steal),
+		confirm:     rueidis.NewLuaScript(lua.Confirm),
+		release:     rueidis.NewLuaScript(lua.Release),
 
 		fencedConfirm: rueidis.NewLuaScript(lua.FencedConfirm),
 		fencedRelease: rueidis.NewLuaScript(lua.FencedRelease),
