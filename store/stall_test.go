@@ -246,3 +246,64 @@ func TestStallRetrySameRequestID(t *testing.T) {
 		t.Fatalf("second repeat = %+v, %v; want PENDING with %v", again, err, res.Token)
 	}
 }
+
+// The same in queue mode: a late reserve there writes a queued record and
+// a stream entry. The abort releases the queued record (no worker has
+// claimed it: the buyer was told "unavailable"), so afterwards only the
+// winners' units are held and every refused buyer can buy again at once.
+func TestStallLeavesNothingQueued(t *testing.T) {
+	srv, s := stallStore(t)
+	a := newActivity("act_stallq", 40, 2, 1)
+	a.Mode = config.ModeQueue
+	mustPreheat(t, s, a)
+	queued := func(user string) store.ReserveRequest {
+		q := reserveReq(a, user, 1)
+		q.Queue, q.MaxBacklog = true, 1000
+		return q
+	}
+	warmTok, err := s.Reserve(ctx(t), queued("warm"))
+	if err != nil || warmTok.Code != lua.OK {
+		t.Fatalf("warm-up: %v %v", warmTok.Code, err)
+	}
+	if c, err := s.Release(ctx(t), warmTok.Token, a.Shards, "warm-up", time.Now().UnixMilli(), false); err != nil || c != lua.OK {
+		t.Fatalf("Release(warm-up) = %v, %v", c, err)
+	}
+	wait := stalls[0].start(t, srv)
+	var mu sync.Mutex
+	var failed []string
+	won := 0
+	var wg sync.WaitGroup
+	for i := 0; i < 10; i++ {
+		user := fmt.Sprintf("q-u%d", i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := s.Reserve(ctx(t), queued(user))
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errors.Is(err, store.ErrUnavailable):
+				failed = append(failed, user)
+			case err == nil && res.Code == lua.OK:
+				won++
+			default:
+				t.Errorf("Reserve(%s) = %v, %v", user, res.Code, err)
+			}
+		}()
+	}
+	wg.Wait()
+	wait()
+	if len(failed) == 0 {
+		t.Fatal("no buyer was in flight during the stall")
+	}
+	eventually(t, 3*time.Second, "only the winners' units held after the stall", func() bool {
+		st := status(t, s, a)
+		return st.OK && st.Pending == int64(won)
+	})
+	for _, u := range failed {
+		if res, err := s.Reserve(ctx(t), queued(u)); err != nil || res.Code != lua.OK {
+			t.Errorf("%s after the stall: %v %v, want a new reservation", u, res.Code, err)
+		}
+	}
+	wantStatus(t, s, a, 40-10, 10, 0)
+}
