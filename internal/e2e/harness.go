@@ -209,6 +209,12 @@ func Do(c *fasthttp.Client, addr string, r Req) Resp {
 	if err := c.DoTimeout(req, resp, orDur(r.Timeout, 5*time.Second)); err != nil {
 		return Resp{Err: err}
 	}
+	return ReadResp(resp)
+}
+
+// ReadResp copies an answer into a Resp, with the SPEC fields of a
+// proxy-made JSON body parsed and its Code set.
+func ReadResp(resp *fasthttp.Response) Resp {
 	out := Resp{Status: resp.StatusCode(), Header: map[string]string{}, Body: append([]byte(nil), resp.Body()...)}
 	for k, v := range resp.Header.All() {
 		out.Header[string(k)] = string(v)

@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"bufio"
-	"encoding/json"
 	"net"
 	"strings"
 	"testing"
@@ -31,20 +30,7 @@ func rawDo(t *testing.T, addr, method, target, user string) e2e.Resp {
 	if err := resp.Read(bufio.NewReader(c)); err != nil {
 		return e2e.Resp{Err: err}
 	}
-	out := e2e.Resp{Status: resp.StatusCode(), Header: map[string]string{}, Body: append([]byte(nil), resp.Body()...)}
-	for k, v := range resp.Header.All() {
-		out.Header[string(k)] = string(v)
-	}
-	if string(resp.Header.ContentType()) == "application/json" {
-		_ = json.Unmarshal(out.Body, &out.JSON)
-	}
-	switch {
-	case out.Header["X-Shop"] == "order" && out.Status/100 == 2 && out.Header["X-Seckill-Token"] != "":
-		out.Code = "WIN"
-	case out.Header["X-Shop"] == "":
-		out.Code = out.Str("code")
-	}
-	return out
+	return e2e.ReadResp(&resp)
 }
 
 // noUnadmittedBuy fails the test if the shop received a request on a buy
