@@ -164,9 +164,25 @@ func (c *Config) Message(code string, def string) string {
 // empty result means the variable is unset.
 func (c *Config) AdminToken() string { return getenv(c.Admin.TokenEnv) }
 
-// SigningSecret returns the HMAC key for X-Seckill-Signature, read from the
-// environment for the same reason as AdminToken.
-func (c *Config) SigningSecret() string { return getenv(c.Upstream.SigningSecretEnv) }
+// SigningSecret returns the HMAC secret of the signing key in use (the
+// first of SigningKeys), read from the environment for the same reason as
+// AdminToken.
+func (c *Config) SigningSecret() string {
+	if ks := c.SigningKeys(); len(ks) > 0 {
+		return ks[0].Secret()
+	}
+	return ""
+}
+
+// SigningKeys returns the keys of X-Seckill-Signature, current first:
+// upstream.signing_keys, or else the one key DefaultSigningKeyID whose
+// secret signing_secret_env names.
+func (c *Config) SigningKeys() []SigningKey {
+	if len(c.Upstream.SigningKeys) > 0 {
+		return c.Upstream.SigningKeys
+	}
+	return []SigningKey{{ID: DefaultSigningKeyID, SecretEnv: c.Upstream.SigningSecretEnv}}
+}
 
 // RedisPassword returns the Redis password, or "" when password_env is not
 // configured or the variable is unset.

@@ -27,6 +27,10 @@ const (
 	PendingMargin = 2 * time.Second
 )
 
+// DefaultSigningKeyID is the key id (k=) of the one key that
+// upstream.signing_secret_env configures.
+const DefaultSigningKeyID = "default"
+
 // setOnce gives *p the default v unless the file set it. Presence, not the
 // zero value, decides: an explicit `shards: 0` must be reported as an error,
 // and an explicit `client_cache: false` must stay false.
@@ -46,7 +50,9 @@ func (c *Config) setDefaults(m *meta) {
 
 	setOnce(m, &c.Upstream.Timeout, 3*time.Second)
 	setOnce(m, &c.Upstream.MaxConns, 1024)
-	setOnce(m, &c.Upstream.SigningSecretEnv, DefaultSigningSecretEnv)
+	if !m.has(&c.Upstream.SigningKeys) {
+		setOnce(m, &c.Upstream.SigningSecretEnv, DefaultSigningSecretEnv)
+	}
 	setOnce(m, &c.Upstream.PassTimeout, 60*time.Second)
 	setOnce(m, &c.Upstream.IdleTimeout, 4*time.Second) // below the usual 5 s keep-alive of shops
 	setOnce(m, &c.Upstream.ReplayMaxBytes, DefaultReplayMaxBytes)

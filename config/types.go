@@ -35,7 +35,13 @@ type Upstream struct {
 	URL              string        `yaml:"url"` // required, http://host:port[/base]
 	Timeout          time.Duration `yaml:"timeout"`
 	MaxConns         int           `yaml:"max_conns"`
-	SigningSecretEnv string        `yaml:"signing_secret_env"` // default "SECKILL_SIGNING_SECRET"
+	SigningSecretEnv string        `yaml:"signing_secret_env"` // default "SECKILL_SIGNING_SECRET"; one key, id "default"
+
+	// SigningKeys are the keys of X-Seckill-Signature, current first: the
+	// first signs every winner, the others sign nothing and are listed so
+	// the shop can be given them ahead of a rotation (README, "Rotating
+	// the signing key"). Exclusive with SigningSecretEnv.
+	SigningKeys []SigningKey `yaml:"signing_keys"`
 	// PassTimeout bounds one ordinary (non-buy) request's exchange with the
 	// shop: sending its body and streaming the answer back, at the
 	// client's pace, both ways.
@@ -54,6 +60,18 @@ type Upstream struct {
 	// activity with verify.url, and releases for one without.
 	ReleaseStatuses []string `yaml:"release_statuses"`
 }
+
+// SigningKey is one key of upstream.signing_keys.
+type SigningKey struct {
+	// ID is sent as k= so the shop picks the key: [A-Za-z0-9._-]{1,32}.
+	ID string `yaml:"id"`
+	// SecretEnv names the environment variable holding the HMAC secret.
+	SecretEnv string `yaml:"secret_env"`
+}
+
+// Secret returns the key's HMAC secret from its environment variable, ""
+// when unset.
+func (k SigningKey) Secret() string { return getenv(k.SecretEnv) }
 
 // Releases reports whether the shop's non-2xx status releases a buy's
 // reservation by ReleaseStatuses (validated: "Nxx" or three digits).

@@ -28,6 +28,7 @@ func MinPendingTimeout(upstreamTimeout time.Duration) time.Duration {
 var (
 	idPattern     = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 	envPattern    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	keyIDPattern  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,32}$`)
 	tokenPattern  = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$") // RFC 9110 token
 	releaseStatus = regexp.MustCompile(`^(?:[1345]xx|[1345][0-9][0-9])$`)
 	routeMethods  = []string{"GET", "POST", "PUT", "PATCH", "DELETE"}
@@ -109,7 +110,7 @@ func (v *validator) upstream(c *Config) {
 	if v.ok(&u.MaxConns) && u.MaxConns < 1 {
 		v.errorf(v.m.line(&u.MaxConns, &c.Upstream), "upstream.max_conns must be at least 1, got %d", u.MaxConns)
 	}
-	v.envName(&u.SigningSecretEnv, "upstream.signing_secret_env", u.SigningSecretEnv, &c.Upstream)
+	v.signingKeys(u)
 	if v.ok(&u.PassTimeout) && u.PassTimeout <= 0 {
 		v.errorf(v.m.line(&u.PassTimeout, &c.Upstream), "upstream.pass_timeout must be positive, got %s", u.PassTimeout)
 	}
@@ -392,6 +393,56 @@ func (v *validator) hostPort(p *string, name, s string, parents ...any) {
 
 // envName checks a *_env field. Only the name is checked: secrets are
 // commonly injected after validation (CI validates without them).
+// signingKeys checks signing_secret_env or signing_keys: one of them, ids
+// the shop can tell apart, each secret in its own variable.
+func (v *validator) signingKeys(u *Upstream) {
+	if !v.m.has(&u.SigningKeys) {
+		v.envName(&u.SigningSecretEnv, "upstream.signing_secret_env", u.SigningSecretEnv, u)
+		return
+	}
+	if v.m.has(&u.SigningSecretEnv) {
+		v.errorf(v.m.line(&u.SigningSecretEnv), "upstream.signing_secret_env and upstream.signing_keys are exclusive: list that secret as a key of signing_keys")
+	}
+	if !v.ok(&u.SigningKeys) {
+		return
+	}
+	if len(u.SigningKeys) == 0 {
+		v.errorf(v.m.line(&u.SigningKeys, u), "upstream.signing_keys needs at least one key (the first signs)")
+	}
+	ids, envs := map[string]int{}, map[string]int{}
+	for i := range u.SigningKeys {
+		k := &u.SigningKeys[i]
+		if v.m.failed(k) {
+			continue
+		}
+		at := func(p any) int { return v.m.line(p, k, &u.SigningKeys, u) }
+		switch {
+		case !v.m.has(&k.ID):
+			v.errorf(at(&k.ID), "upstream.signing_keys: key id is required")
+		case !keyIDPattern.MatchString(k.ID):
+			v.errorf(at(&k.ID), "upstream.signing_keys: key id %q must match [A-Za-z0-9._-]{1,32}", k.ID)
+		default:
+			if first, dup := ids[k.ID]; dup {
+				v.errorf(at(&k.ID), "upstream.signing_keys: key id %q is already listed at line %d", k.ID, first)
+			} else {
+				ids[k.ID] = at(&k.ID)
+			}
+		}
+		switch {
+		case !v.m.has(&k.SecretEnv):
+			v.errorf(at(&k.SecretEnv), "upstream.signing_keys: key %q: secret_env is required", k.ID)
+		case !envPattern.MatchString(k.SecretEnv):
+			v.errorf(at(&k.SecretEnv), "upstream.signing_keys: key %q: secret_env %q is not a valid environment variable name", k.ID, k.SecretEnv)
+		default:
+			if first, dup := envs[k.SecretEnv]; dup {
+				v.errorf(at(&k.SecretEnv), "upstream.signing_keys: key %q: secret_env %s is already used at line %d (each key needs its own secret)", k.ID, k.SecretEnv, first)
+			} else {
+				envs[k.SecretEnv] = at(&k.SecretEnv)
+			}
+		}
+	}
+}
+
 func (v *validator) envName(p *string, name, s string, parent any) {
 	if v.ok(p) && !envPattern.MatchString(s) {
 		v.errorf(v.m.line(p, parent), "%s: %q is not a valid environment variable name", name, s)

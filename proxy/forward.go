@@ -37,7 +37,8 @@ type upstream struct {
 	// passTimeout bounds an ordinary request's whole exchange, its bodies
 	// streaming at the client's pace.
 	passTimeout time.Duration
-	secret      []byte
+	// keys sign X-Seckill-Signature: the first signs (issue 9 §6).
+	keys signing.Keyring
 	// replayMax bounds a winner's answer kept for exact replays.
 	replayMax int
 	// releases says whether a non-2xx answer to a buy releases it.
@@ -51,7 +52,16 @@ type dialError struct{ err error }
 func (e dialError) Error() string { return "dial shop: " + e.err.Error() }
 func (e dialError) Unwrap() error { return e.err }
 
-func newUpstream(u config.Upstream, secret string) (*upstream, error) {
+// signingKeys reads the configured signing keys' secrets, current first.
+func signingKeys(cfg *config.Config) signing.Keyring {
+	var kr signing.Keyring
+	for _, k := range cfg.SigningKeys() {
+		kr = append(kr, signing.Key{ID: k.ID, Secret: []byte(k.Secret())})
+	}
+	return kr
+}
+
+func newUpstream(u config.Upstream, keys signing.Keyring) (*upstream, error) {
 	pu, err := url.Parse(u.URL)
 	if err != nil {
 		return nil, fmt.Errorf("upstream.url: %w", err)
@@ -89,7 +99,7 @@ func newUpstream(u config.Upstream, secret string) (*upstream, error) {
 		}
 	}
 	up := &upstream{buy: mk(u.Timeout), pass: mk(u.PassTimeout), https: https, timeout: u.Timeout, passTimeout: u.PassTimeout,
-		basePath: strings.TrimSuffix(pu.Path, "/"), secret: []byte(secret),
+		basePath: strings.TrimSuffix(pu.Path, "/"), keys: keys,
 		replayMax: u.ReplayMaxBytes, releases: u.Releases}
 	up.buy.RetryIfErr = func(*fasthttp.Request, int, error) (bool, bool) { return false, false }
 	// Ordinary answers stream back to the client as they arrive, so a large
@@ -145,8 +155,14 @@ func (s *Server) forwardWinner(ctx *fasthttp.RequestCtx, st *state, r *admission
 	h.Set("X-Seckill-Sku", r.SKU)
 	h.Set("X-Seckill-Qty", qty)
 	h.Set("X-Seckill-User", r.User)
-	h.Set("X-Seckill-Signature", signing.Sign(up.secret, time.Now().UnixMilli(), tok, a.ID, r.SKU, qty, r.User))
 	up.prepare(ctx)
+	// v2 signs the request line as it goes out: the canonical path after
+	// rewrite and the base path, the query as fasthttp writes it (the buy
+	// client sends the path unnormalised, as set here).
+	uri := ctx.Request.URI()
+	uri.DisablePathNormalizing = true
+	h.Set("X-Seckill-Signature", up.keys.Sign(time.Now().UnixMilli(), signing.Request{Token: tok, Activity: a.ID, SKU: r.SKU,
+		Qty: qty, User: r.User, Method: string(h.Method()), Target: string(uri.RequestURI())}))
 
 	t0 := time.Now()
 	err := up.buy.DoTimeout(&ctx.Request, &ctx.Response, up.timeout)

@@ -116,7 +116,7 @@ func New(cfg *config.Config, d Deciders, b Book, m *metrics.Metrics, log *zap.Lo
 // Apply swaps in a new config (reload). The old one keeps serving requests
 // already in flight.
 func (s *Server) Apply(cfg *config.Config) error {
-	up, err := newUpstream(cfg.Upstream, cfg.SigningSecret())
+	up, err := newUpstream(cfg.Upstream, signingKeys(cfg))
 	if err != nil {
 		return err
 	}

@@ -133,7 +133,7 @@ type actQueue struct {
 	a         *config.Activity
 	cfg       *config.Config
 	client    *http.Client
-	secret    []byte
+	keys      signing.Keyring
 	base      string // upstream URL without a trailing slash
 	claimIdle time.Duration
 	capacity  int64 // bucket capacity: a tenth of a second of rate, at least 1
@@ -147,7 +147,11 @@ type job struct {
 }
 
 func newActQueue(q *Queue, cfg *config.Config, a *config.Activity) *actQueue {
-	aq := &actQueue{q: q, a: a, cfg: cfg, secret: []byte(cfg.SigningSecret()),
+	var keys signing.Keyring
+	for _, k := range cfg.SigningKeys() {
+		keys = append(keys, signing.Key{ID: k.ID, Secret: []byte(k.Secret())})
+	}
+	aq := &actQueue{q: q, a: a, cfg: cfg, keys: keys,
 		base: strings.TrimSuffix(cfg.Upstream.URL, "/"), expireAt: store.ExpireAt(a)}
 	aq.capacity = max(1, int64(a.Queue.Rate/10))
 	aq.claimIdle = q.opt.ClaimIdle
@@ -534,7 +538,10 @@ func (aq *actQueue) forward(ctx context.Context, tok store.Token, res store.Rese
 	h["X-Seckill-Sku"] = []string{tok.SKU}
 	h["X-Seckill-Qty"] = []string{qty}
 	h["X-Seckill-User"] = []string{res.User}
-	h["X-Seckill-Signature"] = []string{signing.Sign(aq.secret, time.Now().UnixMilli(), t, a.ID, tok.SKU, qty, res.User)}
+	// v2 covers the request line net/http writes for req: method and
+	// request-target (escaped path, "?" and the raw query when present).
+	h["X-Seckill-Signature"] = []string{aq.keys.Sign(time.Now().UnixMilli(), signing.Request{Token: t, Activity: a.ID, SKU: tok.SKU,
+		Qty: qty, User: res.User, Method: req.Method, Target: req.URL.RequestURI()})}
 	t0 := time.Now()
 	resp, err := aq.client.Do(req)
 	if err != nil {

@@ -47,8 +47,16 @@ type Config struct {
 	// DefaultStock, when > 0, creates a stock row on first sight of a SKU.
 	DefaultStock int64
 	// SigningSecret, when set, makes tokened orders require a valid
-	// X-Seckill-Signature.
+	// X-Seckill-Signature: it is the key "default" (a proxy configured
+	// with upstream.signing_secret_env).
 	SigningSecret string
+	// SigningKeys, when set, are the keys the shop knows (a proxy
+	// configured with upstream.signing_keys): a signature verifies with the
+	// key its k names. SigningSecret is then ignored.
+	SigningKeys signing.Keyring
+	// SigningV1Only verifies v1 only (which covers neither method nor
+	// path), as a shop from before v2 did; by default v2 is required.
+	SigningV1Only bool
 	// MaxSkew is how old (or how far ahead) a signature timestamp may be.
 	MaxSkew time.Duration
 	// Reset empties the tables at start (the demo shop is throwaway).
@@ -57,11 +65,11 @@ type Config struct {
 
 // Shop serves the demo shop over fasthttp.
 type Shop struct {
-	cfg    Config
-	db     *db
-	log    *zap.Logger
-	secret []byte
-	srv    *fasthttp.Server
+	cfg  Config
+	db   *db
+	log  *zap.Logger
+	keys signing.Keyring // empty: signatures are not checked
+	srv  *fasthttp.Server
 
 	badSignatures atomic.Int64
 	untokened     atomic.Int64
@@ -82,7 +90,10 @@ func New(ctx context.Context, cfg Config, log *zap.Logger) (*Shop, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Shop{cfg: cfg, db: d, log: log, secret: []byte(cfg.SigningSecret)}
+	s := &Shop{cfg: cfg, db: d, log: log, keys: cfg.SigningKeys}
+	if len(s.keys) == 0 && cfg.SigningSecret != "" {
+		s.keys = signing.Keyring{{ID: "default", Secret: []byte(cfg.SigningSecret)}}
+	}
 	if cfg.Reset {
 		if err := d.reset(ctx, ""); err != nil {
 			_ = d.close() // the setup error is the one to report
@@ -252,19 +263,24 @@ func (s *Shop) handleReset(ctx *fasthttp.RequestCtx) {
 // ErrBadSignature is why a tokened order is refused with 401.
 var ErrBadSignature = errors.New("bad X-Seckill-Signature")
 
-// Sign computes the X-Seckill-Signature value of SPEC §5 for the given fields.
-// Exported so tests and tools can forge valid proxy requests.
+// Sign computes the v1-only X-Seckill-Signature value of SPEC §5 for the
+// given fields, as a proxy from before key ids sent it. Exported so tests
+// and tools can forge proxy requests; signing.Keyring.Sign makes v2.
 func Sign(secret []byte, tMillis int64, token, activity, sku, qty, user string) string {
 	return signing.Sign(secret, tMillis, token, activity, sku, qty, user)
 }
 
+// checkSignature verifies v2 over the request line as received (or v1
+// with SigningV1Only) with the key the header names.
 func (s *Shop) checkSignature(h *fasthttp.RequestHeader, token, act, sku, qty, user string) error {
-	t, ok := signing.Verify(s.secret, string(h.Peek("X-Seckill-Signature")), token, act, sku, qty, user)
-	if !ok {
-		return fmt.Errorf("%w: malformed or mismatch", ErrBadSignature)
+	r := signing.Request{Token: token, Activity: act, SKU: sku, Qty: qty, User: user,
+		Method: string(h.Method()), Target: string(h.RequestURI())}
+	verify := s.keys.Verify
+	if s.cfg.SigningV1Only {
+		verify = s.keys.VerifyV1
 	}
-	if skew := time.Since(time.UnixMilli(t)); skew > s.cfg.MaxSkew || skew < -s.cfg.MaxSkew {
-		return fmt.Errorf("%w: timestamp %s off", ErrBadSignature, skew)
+	if _, err := verify(string(h.Peek("X-Seckill-Signature")), r, time.Now(), s.cfg.MaxSkew); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadSignature, err)
 	}
 	return nil
 }
@@ -276,7 +292,7 @@ func (s *Shop) handleTokened(ctx *fasthttp.RequestCtx) {
 	sku := string(h.Peek("X-Seckill-Sku"))
 	qtyS := string(h.Peek("X-Seckill-Qty"))
 	user := string(h.Peek("X-Seckill-User"))
-	if len(s.secret) > 0 {
+	if len(s.keys) > 0 {
 		if err := s.checkSignature(h, token, act, sku, qtyS, user); err != nil {
 			s.badSignatures.Add(1)
 			writeJSON(ctx, fasthttp.StatusUnauthorized, codeBody{Code: "BAD_SIGNATURE", Message: err.Error()})

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/seckill-proxy/seckill-proxy/internal/signing"
 )
 
 // startShop serves a shop on a free loopback port and returns its base URL.
@@ -134,9 +136,11 @@ func get(t *testing.T, url string) (int, []byte) {
 	return code, body
 }
 
+// TestSignature: with SigningV1Only the shop verifies v1 as before key ids
+// (the v1-only form an older proxy sends).
 func TestSignature(t *testing.T) {
 	secret := "s3cret"
-	s, base := startShop(t, Config{SigningSecret: secret})
+	s, base := startShop(t, Config{SigningSecret: secret, SigningV1Only: true})
 	url := base + "/api/seckill/act_1/30021/buy"
 	h := tokened("t1", "alice", "30021")
 	if code, _ := post(t, url, h); code != 401 {
@@ -237,5 +241,50 @@ func TestParseStock(t *testing.T) {
 		if _, _, err := ParseStock([]string{bad}); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// TestSignatureV2Keyring: by default the shop verifies v2 over the request
+// line it received, with the key the header names: a signature made for
+// another path or method, a v1-only one, or one by a key the shop was not
+// given is refused; after a rotation the shop, given both keys, verifies.
+func TestSignatureV2Keyring(t *testing.T) {
+	oldK := signing.Key{ID: "2026-11", Secret: []byte("old")}
+	newK := signing.Key{ID: "2026-12", Secret: []byte("new")}
+	s, base := startShop(t, Config{SigningKeys: signing.Keyring{oldK, newK}})
+	const path = "/api/seckill/act_1/30021/buy?ref=1"
+	sign := func(kr signing.Keyring, tok, method, target string) map[string]string {
+		h := tokened(tok, "u-"+tok, "30021")
+		h["X-Seckill-Signature"] = kr.Sign(time.Now().UnixMilli(), signing.Request{Token: tok, Activity: "act_1", SKU: "30021",
+			Qty: "1", User: "u-" + tok, Method: method, Target: target})
+		return h
+	}
+	tests := []struct {
+		name string
+		hdr  map[string]string
+		want int
+	}{
+		{"other path", sign(signing.Keyring{oldK}, "t1", "POST", "/api/seckill/act_1/30022/buy?ref=1"), 401},
+		{"other method", sign(signing.Keyring{oldK}, "t2", "PUT", path), 401},
+		{"v1 only", func() map[string]string {
+			h := tokened("t3", "u-t3", "30021")
+			h["X-Seckill-Signature"] = Sign(oldK.Secret, time.Now().UnixMilli(), "t3", "act_1", "30021", "1", "u-t3")
+			return h
+		}(), 401},
+		{"unknown key", sign(signing.Keyring{{ID: "2027-01", Secret: []byte("new")}}, "t4", "POST", path), 401},
+		{"old key signs", sign(signing.Keyring{oldK, newK}, "t5", "POST", path), 200},
+		{"new key moved first", sign(signing.Keyring{newK, oldK}, "t6", "POST", path), 200},
+	}
+	for _, tt := range tests {
+		if code, b := post(t, base+path, tt.hdr); code != tt.want {
+			t.Errorf("%s: %d %s, want %d", tt.name, code, b, tt.want)
+		}
+	}
+	sum, err := s.Summary(context.Background(), "act_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.BadSignatures != 4 || sum.Orders != 2 {
+		t.Fatalf("summary %+v", sum)
 	}
 }

@@ -7,11 +7,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/seckill-proxy/seckill-proxy/bench/shop"
+	"github.com/seckill-proxy/seckill-proxy/internal/signing"
 )
 
 func cmdShop(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -19,7 +21,7 @@ func cmdShop(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var (
 		listen, dsn, secret string
 		cfg                 shop.Config
-		stock               listFlag
+		stock, keys         listFlag
 	)
 	fs.StringVar(&listen, "listen", "127.0.0.1:8081", "listen address")
 	fs.StringVar(&dsn, "db", "", `database: "sqlite:PATH" or a "postgres://..." DSN (default: SQLite in a temp file)`)
@@ -30,6 +32,8 @@ func cmdShop(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.BoolVar(&cfg.Legacy, "legacy", false, "legacy mode: sell from a stock row per SKU (SELECT … FOR UPDATE / conditional UPDATE); untokened buys are orders")
 	fs.Var(&stock, "stock", "legacy stock: activity/sku=N (repeatable) or N as default for any SKU")
 	fs.StringVar(&secret, "signing-secret", os.Getenv("SECKILL_SIGNING_SECRET"), "verify X-Seckill-Signature with this HMAC key (default $SECKILL_SIGNING_SECRET)")
+	fs.Var(&keys, "signing-key", "verify X-Seckill-Signature with the keys of upstream.signing_keys: ID=ENV (repeatable), the secret read from $ENV; replaces --signing-secret")
+	fs.BoolVar(&cfg.SigningV1Only, "signing-v1-only", false, "verify only v1 of X-Seckill-Signature (not method and path), as shops did before v2")
 	fs.BoolVar(&cfg.Reset, "reset", true, "empty the orders and stock tables at start (the demo shop is throwaway)")
 	logFormat := fs.String("log-format", "json", "json or console")
 	if err := parse(fs, args); err != nil {
@@ -40,6 +44,13 @@ func cmdShop(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return usageError{err}
 	}
 	cfg.Stock, cfg.DefaultStock, cfg.SigningSecret = m, def, secret
+	for _, k := range keys {
+		id, env, ok := strings.Cut(k, "=")
+		if !ok || id == "" || env == "" {
+			return usageError{fmt.Errorf("--signing-key %q: want ID=ENV", k)}
+		}
+		cfg.SigningKeys = append(cfg.SigningKeys, signing.Key{ID: id, Secret: []byte(os.Getenv(env))})
+	}
 	if dsn == "" {
 		dir, err := os.MkdirTemp("", "seckill-shop-")
 		if err != nil {

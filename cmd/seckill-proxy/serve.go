@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -104,6 +105,9 @@ func cmdServe(c *cli) error {
 			log.Warn("this setting changed in the file but takes effect only on restart", zap.String("setting", f))
 		}
 		queue.Start(next)
+		for _, w := range secretWarnings(next) { // a rotation's new key may not be in the environment yet
+			log.Warn(w)
+		}
 		log.Info("config reloaded", zap.String("trigger", why), zap.Int("activities", len(next.Activities)))
 	}
 	changed := make(chan struct{}, 1)
@@ -190,8 +194,14 @@ func restartOnly(old, next *config.Config) []string {
 // a shop rejecting every winner's signature.
 func secretWarnings(cfg *config.Config) []string {
 	var out []string
-	if cfg.SigningSecret() == "" {
-		out = append(out, "signing secret $"+cfg.Upstream.SigningSecretEnv+" is empty: X-Seckill-Signature is computed with an empty key, and a shop that verifies it will refuse every winner")
+	for i, k := range cfg.SigningKeys() {
+		switch {
+		case k.Secret() != "":
+		case i == 0:
+			out = append(out, "signing secret $"+k.SecretEnv+" (key "+strconv.Quote(k.ID)+") is empty: X-Seckill-Signature is computed with an empty key, and a shop that verifies it will refuse every winner")
+		default:
+			out = append(out, "signing secret $"+k.SecretEnv+" (key "+strconv.Quote(k.ID)+") is empty: it signs nothing while it is not first, but moved first it would sign with an empty key")
+		}
 	}
 	if cfg.AdminToken() == "" {
 		out = append(out, "admin token $"+cfg.Admin.TokenEnv+" is empty: the /admin/ API is disabled (403)")

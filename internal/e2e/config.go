@@ -77,6 +77,10 @@ type Options struct {
 	Limits     string
 	Messages   map[string]string
 	Activities []Activity
+	// SigningKeys, when set, is upstream.signing_keys as YAML flow (and
+	// signing_secret_env is left out); the shop must then be given the
+	// keys with SetKeys.
+	SigningKeys string
 	// UpstreamExtra are more `upstream:` keys, one "key: value" a line.
 	UpstreamExtra []string
 	// Server is the body of `server:` as YAML flow; default none.
@@ -96,7 +100,11 @@ func (o Options) YAML(t testing.TB) string {
 	w("upstream:")
 	w("  url: %q", o.ShopURL)
 	w("  timeout: %s", orDur(o.UpstreamTimeout, 3*time.Second))
-	w("  signing_secret_env: %s", SecretEnv)
+	if o.SigningKeys != "" {
+		w("  signing_keys: %s", o.SigningKeys)
+	} else {
+		w("  signing_secret_env: %s", SecretEnv)
+	}
 	for _, l := range o.UpstreamExtra {
 		w("  %s", l)
 	}

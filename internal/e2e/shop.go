@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/seckill-proxy/seckill-proxy/internal/signing"
 )
 
@@ -32,13 +33,24 @@ type Shop struct {
 	requests []Request        // every request
 	rules    map[string]rule  // by user
 	nextID   int
+	keys     signing.Keyring // the shop's signing keys; default the harness's one key
 }
 
 // Order is one order the shop created.
 type Order struct {
 	Token, Activity, SKU, Qty, User, OrderID string
-	// SigOK says X-Seckill-Signature verified with Secret.
+	// SigOK says X-Seckill-Signature's v2 verified with the shop's keys
+	// (SetKeys; by default the harness's key "default" with Secret) over
+	// the method and request-target the shop received, and is fresh.
 	SigOK bool
+	// SigV1OK says its v1 verified with the same keys.
+	SigV1OK bool
+	// SigKey is the id of the key that verified v2; SigErr why v2 did not.
+	SigKey string
+	SigErr error
+	// Method and Target are the request line the shop received;
+	// Signature is the X-Seckill-Signature header as received.
+	Method, Target, Signature string
 }
 
 // Attempt is one request that carried X-Seckill-Token, and what the shop did.
@@ -68,13 +80,21 @@ type rule struct {
 // StartShop starts a shop on a free 127.0.0.1 port; it stops when the test ends.
 func StartShop(t testing.TB) *Shop {
 	t.Helper()
-	s := &Shop{done: make(chan struct{}), orders: map[string]Order{}, rules: map[string]rule{}}
+	s := &Shop{done: make(chan struct{}), orders: map[string]Order{}, rules: map[string]rule{},
+		keys: signing.Keyring{{ID: config.DefaultSigningKeyID, Secret: []byte(Secret)}}}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	s.URL = s.srv.URL
 	// Cleanups run last-in first-out: unblock hanging handlers, then close.
 	t.Cleanup(s.srv.Close)
 	t.Cleanup(func() { close(s.done) })
 	return s
+}
+
+// SetKeys replaces the keys the shop verifies X-Seckill-Signature with.
+func (s *Shop) SetKeys(kr signing.Keyring) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keys = kr
 }
 
 // Answer makes the shop answer every buy of user with status.
@@ -143,8 +163,15 @@ func (s *Shop) buy(w http.ResponseWriter, r *http.Request, tok string) {
 		Qty:      r.Header.Get("X-Seckill-Qty"),
 		User:     r.Header.Get("X-Seckill-User"),
 	}
-	tMs, ok := signing.Verify([]byte(Secret), r.Header.Get("X-Seckill-Signature"), o.Token, o.Activity, o.SKU, o.Qty, o.User)
-	o.SigOK = ok && time.Since(time.UnixMilli(tMs)).Abs() < time.Minute
+	o.Method, o.Target, o.Signature = r.Method, r.RequestURI, r.Header.Get("X-Seckill-Signature")
+	s.mu.Lock()
+	keys := s.keys
+	s.mu.Unlock()
+	sr := signing.Request{Token: o.Token, Activity: o.Activity, SKU: o.SKU, Qty: o.Qty, User: o.User, Method: r.Method, Target: r.RequestURI}
+	o.SigKey, o.SigErr = keys.Verify(o.Signature, sr, time.Now(), time.Minute)
+	o.SigOK = o.SigErr == nil
+	_, err := keys.VerifyV1(o.Signature, sr, time.Now(), time.Minute)
+	o.SigV1OK = err == nil
 
 	s.mu.Lock()
 	ru := s.rules[o.User]
