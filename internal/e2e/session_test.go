@@ -239,3 +239,23 @@ func TestSessionFloodInFlightBound(t *testing.T) {
 	}
 	f.p.WantStock(t, actOpen, 100, 0, 0)
 }
+
+// TestSessionLookupSpendsPerIPToken: each look-up spends a per_ip token
+// before the call, so one address flooding made-up cookies gets as many
+// look-ups as its burst and then 429 RATE_LIMITED, with no call.
+func TestSessionLookupSpendsPerIPToken(t *testing.T) {
+	w := startWhoamiShop(t, nil)
+	f := sessionFixture(t, w, "", func(o *e2e.Options) {
+		o.Limits = "{ per_ip: { rate: 0.001, burst: 4 }, per_device: { rate: 1000000, burst: 1000000 }, per_user: { rate: 1000000, burst: 1000000 } }"
+	})
+	for i := range 4 {
+		wantCode(t, buyWithCookie(f, actOpen, fmt.Sprintf("sid=forged%d", i)), "UNAUTHENTICATED", 401)
+	}
+	for i := range 10 {
+		wantCode(t, buyWithCookie(f, actOpen, fmt.Sprintf("sid=more%d", i)), "RATE_LIMITED", 429)
+	}
+	if got := w.calls.Load(); got != 4 {
+		t.Errorf("whoami calls = %d, want 4", got)
+	}
+	f.p.WantStock(t, actOpen, 100, 0, 0)
+}
