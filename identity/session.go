@@ -232,6 +232,8 @@ func (s *Session) lookup(key, credential string) (sessionAnswer, error) {
 	s.latency.Observe(time.Since(t0).Seconds())
 	s.outcomes[out].Inc()
 	if err != nil {
+		// Counted above; the detail is for whoever debugs the shop's side.
+		s.log.Debug("session look-up failed", zap.Error(err))
 		return sessionAnswer{}, err
 	}
 	ttl := s.cfg.TTL
