@@ -40,6 +40,15 @@ type Request struct {
 	IP        netip.Addr
 	RequestID string
 
+	// Session is the buyer's session credential (identity.user.session),
+	// copied out of the request; User stays empty until Identify, asked
+	// after the local stages, has turned it into the shop's user id.
+	Session  string
+	Identify Identifier
+	// Verified says User was vouched for by the shop (a session look-up),
+	// not merely sent by the client.
+	Verified bool
+
 	// Signature fields, filled by the proxy only for activities that
 	// require a signature (config: signature.keys).
 	Method, Path string
@@ -73,6 +82,7 @@ const retryAfterDefault = time.Second
 //
 //  1. window (server clock), SKU whitelist, qty          local
 //  2. kill switch, readiness, sold-out marks             local snapshot
+//     identity: session look-up (identify.go)            cache; else one HTTP call
 //  3. signature (HMAC), eligibility, blocklists,         local
 //     idempotency memo, per-IP/device/user rate limits
 //  4. fleet admission rate                               local lease; Redis once per batch
@@ -188,6 +198,8 @@ const (
 	rBusy
 	rBacklog
 	rStoreDown
+	rUnauthenticated
+	rAuthDown
 	numRefusals
 )
 
@@ -218,6 +230,9 @@ var refusalKinds = [numRefusals]struct {
 	rBusy:          {Busy, "admission_rate", "BUSY", true},
 	rBacklog:       {Busy, "queue_backlog", "BUSY", false},
 	rStoreDown:     {StoreUnavailable, "redis", "STORE_UNAVAILABLE", false},
+	// A session look-up asks the shop, not Redis: no Redis call was made.
+	rUnauthenticated: {Unauthenticated, "identity", "UNAUTHENTICATED", true},
+	rAuthDown:        {AuthUnavailable, "identity", "AUTH_UNAVAILABLE", true},
 }
 
 type refusalCounters struct {
@@ -276,6 +291,13 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 				return p.refuse(rSoldOut, 0)
 			}
 			soldOut = true
+		}
+	}
+	// Who the buyer is, when only the shop can tell (a session): asked
+	// now, so nothing refused above cost a look-up.
+	if r.Identify != nil {
+		if d, done := p.identify(ctx, r, now); done {
+			return d
 		}
 	}
 	// 3. Who is asking: signature, eligibility, blocklists, rate limits.

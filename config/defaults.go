@@ -22,6 +22,13 @@ const (
 	// DefaultServerMaxConns bounds the public listener's connections: each
 	// costs about 20 KiB of buffers, so the default stays under 1 GiB.
 	DefaultServerMaxConns = 40_000
+	// DefaultSessionUserFrom is where a whoami answer holds the user id.
+	DefaultSessionUserFrom = "json:/user_id"
+	// DefaultSessionMaxInFlight bounds session look-ups at the shop at once.
+	DefaultSessionMaxInFlight = 64
+	// DefaultSessionCacheSize bounds cached session answers; each costs
+	// about 200 bytes (README: "Session identity").
+	DefaultSessionCacheSize = 50_000
 	// PendingMargin is what pending_timeout must exceed twice
 	// upstream.timeout by (see validatePending).
 	PendingMargin = 2 * time.Second
@@ -80,6 +87,14 @@ func (c *Config) setDefaults(m *meta) {
 	setOnce(m, &c.Identity.User, Source{Header: "X-User-Id"})
 	setOnce(m, &c.Identity.Device, Source{Header: "X-Device-Id"})
 	setOnce(m, &c.Identity.RequestID, Source{Header: "X-Request-Id"})
+	if ss := &c.Identity.User.Session; m.has(ss) {
+		setOnce(m, &ss.UserFrom, DefaultSessionUserFrom)
+		setOnce(m, &ss.TTL, 30*time.Second)
+		setOnce(m, &ss.NegativeTTL, 2*time.Second)
+		setOnce(m, &ss.Timeout, 300*time.Millisecond)
+		setOnce(m, &ss.MaxInFlight, DefaultSessionMaxInFlight)
+		setOnce(m, &ss.CacheSize, DefaultSessionCacheSize)
+	}
 
 	setRate(m, &c.Limits.PerIP, 10, 20)
 	setOnce(m, &c.Limits.IPv4Prefix, 32)

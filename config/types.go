@@ -123,6 +123,35 @@ type Source struct {
 	Header string `yaml:"header"`
 	Cookie string `yaml:"cookie"`
 	Query  string `yaml:"query"`
+	// Session (identity.user only) names the shop's session credential and
+	// the whoami endpoint that turns it into a user id.
+	Session Session `yaml:"session"`
+}
+
+// Session is identity.user.session: the buyer is whoever the shop's whoami
+// endpoint says the session cookie (or header) belongs to.
+type Session struct {
+	// Cookie or Header names where the credential is; exactly one is set.
+	Cookie string `yaml:"cookie"`
+	Header string `yaml:"header"`
+	// URL is the whoami endpoint; it gets the credential as the buyer sent
+	// it (same cookie or header). 200 = signed in, 401/403 = not.
+	URL string `yaml:"url"`
+	// UserFrom is where the user id is in a 200 answer: json:/pointer or
+	// header:NAME (default json:/user_id).
+	UserFrom string `yaml:"user_from"`
+	// TTL is how long a signed-in answer is cached (default 30s).
+	TTL time.Duration `yaml:"ttl"`
+	// NegativeTTL is how long a 401/403 answer is cached (default 2s).
+	NegativeTTL time.Duration `yaml:"negative_ttl"`
+	// Timeout bounds one look-up (default 300ms); beyond it the buy is
+	// answered 503 AUTH_UNAVAILABLE.
+	Timeout time.Duration `yaml:"timeout"`
+	// MaxInFlight bounds look-ups in flight at once (default 64); a buy
+	// that would need one more is answered 503 AUTH_UNAVAILABLE.
+	MaxInFlight int `yaml:"max_in_flight"`
+	// CacheSize bounds the cached answers (default 50,000 entries).
+	CacheSize int `yaml:"cache_size"`
 }
 
 // Identity says where the shopper's identities are found.

@@ -38,7 +38,7 @@ var (
 		"NOT_STARTED": true, "ENDED": true, "NOT_READY": true, "PAUSED": true,
 		"BUSY": true, "RATE_LIMITED": true, "BLOCKED": true, "UNKNOWN_ITEM": true,
 		"BAD_REQUEST": true, "STORE_UNAVAILABLE": true, "UPSTREAM_FAILED": true,
-		"UPSTREAM_TIMEOUT": true,
+		"UPSTREAM_TIMEOUT": true, "UNAUTHENTICATED": true, "AUTH_UNAVAILABLE": true,
 	}
 )
 
@@ -374,11 +374,15 @@ func (v *validator) source(s *Source, name string, optional bool, parent any) {
 			v.errorf(line, "%s: %q is not a valid %s name", name, f.val, f.kind)
 		}
 	}
+	if v.m.has(&s.Session) {
+		set++
+		v.session(&s.Session, name, s, parent)
+	}
 	switch {
 	case set > 1:
-		v.errorf(line, "%s: set exactly one of header, cookie or query", name)
+		v.errorf(line, "%s: set exactly one of header, cookie, query or session", name)
 	case set == 0 && !optional:
-		v.errorf(line, "%s: set one of header, cookie or query", name)
+		v.errorf(line, "%s: set one of header, cookie, query or session", name)
 	}
 }
 

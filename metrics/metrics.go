@@ -40,6 +40,16 @@ type Metrics struct {
 	// RedisRetries counts background settlements of calls whose reply
 	// never came (abort, move, confirm, release), by kind and outcome.
 	RedisRetries *prometheus.CounterVec
+	// SessionLookups counts session look-ups (identity.user.session) by
+	// outcome: ok, refused, no_user (200 without a usable user id), error
+	// (unreachable or unexpected status), timeout, overloaded (not made:
+	// max_in_flight reached). Only ok through timeout called the shop.
+	SessionLookups *prometheus.CounterVec
+	// SessionCache counts session answers from memory (hit, negative_hit)
+	// and misses that needed a look-up.
+	SessionCache *prometheus.CounterVec
+	// SessionLatency is each whoami call to the shop.
+	SessionLatency prometheus.Histogram
 }
 
 // latencyBuckets span 50µs (a local refusal) to 10s (a stuck shop).
@@ -86,7 +96,17 @@ func New() *Metrics {
 		RedisRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_redis_retries_total", Help: "Background settlements of Redis calls whose reply never came, by kind (abort, move, confirm, release) and outcome (ok, retry, failed, dropped, abandoned).",
 		}, []string{"kind", "outcome"}),
+		SessionLookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_session_lookups_total", Help: "Session look-ups at the shop's whoami, by outcome (ok, refused, no_user, error, timeout, overloaded).",
+		}, []string{"outcome"}),
+		SessionCache: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_session_cache_total", Help: "Session answers from the local cache (hit, negative_hit) and misses.",
+		}, []string{"result"}),
+		SessionLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "seckill_session_lookup_duration_seconds", Help: "Calls to the shop's whoami endpoint.", Buckets: latencyBuckets,
+		}),
 	}
+	r.MustRegister(m.SessionLookups, m.SessionCache, m.SessionLatency)
 	r.MustRegister(m.RedisRetries, m.Outcomes, m.Rejections, m.BuyLatency, m.ScriptLatency, m.UpstreamLatency,
 		m.Settlements, m.RedisSaved, m.StockMoves, m.Passthrough, m.QueueBacklog, m.ReconcileAlerts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

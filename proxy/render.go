@@ -27,6 +27,8 @@ type answer struct {
 	endMs      int64
 	serverTime bool
 	upstream   int // the shop's status, for UPSTREAM_FAILED
+	// challenge is the WWW-Authenticate value of a 401 UNAUTHENTICATED.
+	challenge string
 }
 
 // writeAnswer renders a into ctx with the SPEC status and headers. It builds
@@ -41,6 +43,9 @@ func writeAnswer(ctx *fasthttp.RequestCtx, a *answer) {
 	}
 	if a.token != "" {
 		ctx.Response.Header.Set("X-Seckill-Token", a.token)
+	}
+	if a.challenge != "" {
+		ctx.Response.Header.Set("WWW-Authenticate", a.challenge)
 	}
 	bp := bufPool.Get().(*[]byte)
 	buf := (*bp)[:0]

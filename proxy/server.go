@@ -66,6 +66,7 @@ type state struct {
 	prefix   []byte
 	trusted  []netip.Prefix
 	user     extractor
+	session  *sessionIdentity // identity.user.session, or nil
 	device   extractor
 	reqID    extractor
 	skuFrom  map[*config.Activity]extractor
@@ -133,6 +134,13 @@ func (s *Server) Apply(cfg *config.Config) error {
 		upstream: up,
 		outcome:  map[string]*outcomeCounters{},
 	}
+	var oldSession *sessionIdentity
+	if old := s.cur.Load(); old != nil {
+		oldSession = old.session
+	}
+	if st.session, err = s.sessionFor(cfg.Identity.User.Session, oldSession); err != nil {
+		return err
+	}
 	for i := range cfg.Activities {
 		a := &cfg.Activities[i]
 		st.skuFrom[a] = newFromExtractor(a.Route.SkuFrom)
@@ -150,6 +158,9 @@ func (s *Server) Apply(cfg *config.Config) error {
 	}
 	if old := s.cur.Swap(st); old != nil {
 		old.upstream.closeIdleLater()
+		if old.session != nil && old.session != st.session {
+			old.session.closeLater()
+		}
 	}
 	return nil
 }
@@ -158,7 +169,13 @@ func (s *Server) Apply(cfg *config.Config) error {
 func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
 
 // Shutdown stops accepting and waits for requests in flight.
-func (s *Server) Shutdown(ctx context.Context) error { return s.srv.ShutdownWithContext(ctx) }
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.srv.ShutdownWithContext(ctx)
+	if st := s.cur.Load(); st != nil && st.session != nil {
+		st.session.resolver.Close()
+	}
+	return err
+}
 
 // Handler exposes the request handler (for in-process tests and benchmarks).
 func (s *Server) Handler() fasthttp.RequestHandler { return s.handle }
@@ -255,16 +272,15 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, 
 	if !bufferBuyBody(&ctx.Request) {
 		return admission.Request{}, admission.BadRequest
 	}
-	user, err := st.user.get(ctx, nil, &body)
-	if err != nil || !validID(user) {
-		return admission.Request{}, admission.BadRequest
+	req := admission.Request{Activity: a, Qty: 1}
+	if code := st.readBuyer(ctx, &body, &req); code != admission.Admitted {
+		return admission.Request{}, code
 	}
 	sx := st.skuFrom[a]
 	sku, err := sx.get(ctx, m.sku, &body)
 	if err != nil || !validID(sku) {
 		return admission.Request{}, admission.BadRequest
 	}
-	req := admission.Request{Activity: a, Qty: 1, User: string(user)}
 	if k := a.SKU(string(sku)); k != nil {
 		req.SKU = k.ID // the config's string: no per-request allocation kept
 	} else {
@@ -319,6 +335,9 @@ func readSignature(ctx *fasthttp.RequestCtx, sg *config.Signature, req *admissio
 // answer writes a proxy-made answer and counts it.
 func (s *Server) answer(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, ans *answer) {
 	ans.message = st.messages[ans.code]
+	if ans.code == admission.Unauthenticated && ans.challenge == "" && st.session != nil {
+		ans.challenge = st.session.challenge
+	}
 	writeAnswer(ctx, ans)
 	if a != nil {
 		st.outcome[a.ID].byCode[ans.code].Inc()
