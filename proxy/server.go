@@ -255,7 +255,7 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, 
 	if !bufferBuyBody(&ctx.Request) {
 		return admission.Request{}, admission.BadRequest
 	}
-	user, err := st.user.get(ctx, nil, &body)
+	user, err := st.user.getID(ctx, &body)
 	if err != nil || !validID(user) {
 		return admission.Request{}, admission.BadRequest
 	}
@@ -284,14 +284,14 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, 
 	if req.Qty > a.MaxQty {
 		return admission.Request{}, admission.BadRequest
 	}
-	if dev, _ := st.device.get(ctx, nil, &body); len(dev) > 0 {
-		if !validID(dev) {
+	if dev, err := st.device.getID(ctx, &body); err != nil || len(dev) > 0 {
+		if err != nil || !validID(dev) {
 			return admission.Request{}, admission.BadRequest
 		}
 		req.Device = string(dev)
 	}
-	if rid, _ := st.reqID.get(ctx, nil, &body); len(rid) > 0 {
-		if !validID(rid) {
+	if rid, err := st.reqID.getID(ctx, &body); err != nil || len(rid) > 0 {
+		if err != nil || !validID(rid) {
 			return admission.Request{}, admission.BadRequest
 		}
 		req.RequestID = string(rid)
