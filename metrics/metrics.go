@@ -40,6 +40,10 @@ type Metrics struct {
 	// RedisRetries counts background settlements of calls whose reply
 	// never came (abort, move, confirm, release), by kind and outcome.
 	RedisRetries *prometheus.CounterVec
+	// FleetInstances is how many proxy instances this one counts in the
+	// fleet's roll call: it enforces 1/N of the per-IP, per-device and
+	// per-user limits (limits.fleet).
+	FleetInstances prometheus.Gauge
 }
 
 // latencyBuckets span 50µs (a local refusal) to 10s (a stuck shop).
@@ -86,8 +90,12 @@ func New() *Metrics {
 		RedisRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_redis_retries_total", Help: "Background settlements of Redis calls whose reply never came, by kind (abort, move, confirm, release) and outcome (ok, retry, failed, dropped, abandoned).",
 		}, []string{"kind", "outcome"}),
+		FleetInstances: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "seckill_fleet_instances", Help: "Live proxy instances sharing the per-IP, per-device and per-user limits (1 with limits.fleet: false).",
+		}),
 	}
-	r.MustRegister(m.RedisRetries, m.Outcomes, m.Rejections, m.BuyLatency, m.ScriptLatency, m.UpstreamLatency,
+	m.FleetInstances.Set(1)
+	r.MustRegister(m.FleetInstances, m.RedisRetries, m.Outcomes, m.Rejections, m.BuyLatency, m.ScriptLatency, m.UpstreamLatency,
 		m.Settlements, m.RedisSaved, m.StockMoves, m.Passthrough, m.QueueBacklog, m.ReconcileAlerts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
