@@ -36,7 +36,7 @@ import (
 const FleetBeatEvery = 500 * time.Millisecond
 
 // FleetStale is how long an instance that stopped beating still counts.
-const FleetStale = 2 * time.Second
+const FleetStale = 1500 * time.Millisecond
 
 // FleetStore is the roll call's Redis side; *store.Store implements it.
 type FleetStore interface {

@@ -41,6 +41,7 @@ type fleetInstance struct {
 	st   *crashable
 	pipe *admission.Pipeline
 	m    *metrics.Metrics
+	stop func() // ends Run: a clean shutdown, leaving the roll call
 }
 
 // startFleet starts n pipelines on one Redis, on clock now, each running
@@ -62,7 +63,8 @@ func startFleet(t *testing.T, srv *redistest.Server, cfg *config.Config, now fun
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { in.pipe.Run(ctx); close(done) }()
-		t.Cleanup(func() { cancel(); <-done })
+		in.stop = func() { cancel(); <-done }
+		t.Cleanup(in.stop)
 		out = append(out, in)
 	}
 	preheat(t, out[0].st.Store, &cfg.Activities[0])
@@ -150,25 +152,40 @@ func TestFleetLimitHoldsAcrossInstances(t *testing.T) {
 	}
 }
 
-// TestFleetInstanceLeavingNoticedWithin3s: an instance that stops beating
-// (a crash: no clean leave) drops out of the others' count within
-// FleetStale + FleetBeatEvery (README: within 3 s), and the two left then
-// share the limit between them: still the configured rate for the fleet.
-// Redis down afterwards: the last count is kept.
+// TestFleetInstanceLeavingNoticedWithin3s: an instance shut down cleanly
+// leaves the roll call at once (the others notice at their next beat); one
+// that stops beating (a crash: no leave) drops out of the others' count
+// within FleetStale + FleetBeatEvery (README: within 3 s). The two left
+// then share the limit between them: still the configured rate for the
+// fleet. Redis down afterwards: the last count is kept.
 func TestFleetInstanceLeavingNoticedWithin3s(t *testing.T) {
 	const rate, secs = 20, 10
 	srv := redistest.Start(t)
 	c := newClock(time.Now())
 	cfg := fleetLimitsConfig(t, c.now(), true)
-	ins := startFleet(t, srv, cfg, c.now, 3)
-	eventually(t, 3*time.Second, "3 instances in the roll call", func() bool {
-		return ins[0].pipe.FleetSize() == 3 && ins[1].pipe.FleetSize() == 3 && ins[2].pipe.FleetSize() == 3
-	})
+	ins := startFleet(t, srv, cfg, c.now, 4)
+	sizes := func(want int, of ...*fleetInstance) func() bool {
+		return func() bool {
+			for _, in := range of {
+				if in.pipe.FleetSize() != want {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	eventually(t, 3*time.Second, "4 instances in the roll call", sizes(4, ins...))
+	ins[3].stop()
+	left := time.Now()
+	eventually(t, 3*time.Second, "the clean leave noticed", sizes(3, ins[:3]...))
+	t.Logf("a clean leave noticed after %v", time.Since(left))
+	if d := time.Since(left); d >= admission.FleetStale {
+		t.Errorf("clean leave noticed after %v: the stale path, not the leave", d)
+	}
+
 	ins[2].st.dead.Store(true)
 	crashed := time.Now()
-	eventually(t, 5*time.Second, "the crash noticed", func() bool {
-		return ins[0].pipe.FleetSize() == 2 && ins[1].pipe.FleetSize() == 2
-	})
+	eventually(t, 5*time.Second, "the crash noticed", sizes(2, ins[:2]...))
 	noticed := time.Since(crashed)
 	t.Logf("a crashed instance noticed after %v (bound %v)", noticed, admission.FleetStale+admission.FleetBeatEvery)
 	if noticed > 3*time.Second {
