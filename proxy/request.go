@@ -75,6 +75,11 @@ func (e *extractor) getID(ctx *fasthttp.RequestCtx, body *jsonBody) ([]byte, err
 	if err != nil || len(v) == 0 {
 		return v, err
 	}
+	// Normalising and folding cost grows with the input: a value far
+	// beyond any id's length (white space included) is refused unread.
+	if len(v) > 4*maxIDLen {
+		return nil, errID{}
+	}
 	v, ok := identity.CanonicalID(v, e.canon)
 	if !ok {
 		return nil, errID{}
