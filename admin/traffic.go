@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/identity"
 	"github.com/seckill-proxy/seckill-proxy/store"
 )
 
@@ -59,6 +60,41 @@ func ValidateListValues(kind string, values []string) ([]string, error) {
 	return out, nil
 }
 
+// CanonicalListValues is ValidateListValues followed by the canonical form
+// the proxy gives ids of kind under ident (identity.CanonicalID with the
+// user or device source's options; IPs are as ValidateListValues left
+// them). An operator's "Alice " then blocks the buyer the proxy calls
+// "alice" under case_fold, and "007" the one it calls "7" under numeric:
+// a list entry that is not canonical would never match anyone.
+func CanonicalListValues(ident *config.Identity, kind string, values []string) ([]string, error) {
+	out, err := ValidateListValues(kind, values)
+	if err != nil {
+		return nil, err
+	}
+	var src config.Source
+	switch kind {
+	case store.BlockUser:
+		src = ident.User
+	case store.BlockDevice:
+		src = ident.Device
+	default:
+		return out, nil
+	}
+	c := identity.Canon{CaseFold: src.CaseFold, Numeric: src.Numeric}
+	for i, v := range out {
+		cv, ok := identity.CanonicalString(v, c)
+		if !ok || cv == "" || len(cv) > 128 {
+			what := "a valid id"
+			if c.Numeric {
+				what = "a numeric id (identity." + kind + ".numeric)"
+			}
+			return nil, errors.New("not " + what + ": " + v)
+		}
+		out[i] = cv
+	}
+	return out, nil
+}
+
 func ttlParam(r *http.Request) (time.Duration, error) {
 	s := r.URL.Query().Get("ttl")
 	if s == "" {
@@ -74,7 +110,7 @@ func ttlParam(r *http.Request) (time.Duration, error) {
 func (api *TrafficAPI) blockAdd(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	kind := q.Get("kind")
-	vals, err := ValidateListValues(kind, q["value"])
+	vals, err := CanonicalListValues(&api.Config().Identity, kind, q["value"])
 	if err == nil {
 		var ttl time.Duration
 		if ttl, err = ttlParam(r); err == nil {
@@ -91,7 +127,7 @@ func (api *TrafficAPI) blockAdd(w http.ResponseWriter, r *http.Request) {
 func (api *TrafficAPI) blockRemove(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	kind := q.Get("kind")
-	vals, err := ValidateListValues(kind, q["value"])
+	vals, err := CanonicalListValues(&api.Config().Identity, kind, q["value"])
 	if err == nil {
 		if err = api.Store.BlockRemove(r.Context(), kind, vals); err == nil {
 			writeJSON(w, http.StatusOK, map[string]any{"kind": kind, "removed": vals})
@@ -126,7 +162,7 @@ func (api *TrafficAPI) eligible(w http.ResponseWriter, r *http.Request, add bool
 		writeErr(w, http.StatusNotFound, "no activity "+id)
 		return
 	}
-	users, err := ValidateListValues(store.BlockUser, q["user"])
+	users, err := CanonicalListValues(&api.Config().Identity, store.BlockUser, q["user"])
 	if err != nil {
 		listErr(w, err)
 		return

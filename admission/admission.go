@@ -106,7 +106,12 @@ type Pipeline struct {
 	actsMu       sync.Mutex
 	blocks       atomic.Pointer[blockSets]
 	limits       atomic.Pointer[limiters]
+	limMu        sync.Mutex // orders limiter swaps (Apply) and fleet rescales
 	limiterKeys  int
+	fleetN       atomic.Int64 // live instances sharing the limits (>= 1)
+	fleetEvery   time.Duration
+	fleetStale   time.Duration
+	instanceID   string
 	refreshEvery time.Duration
 	running      atomic.Bool
 	// memo remembers recent script answers by request id, and nonces seen,
@@ -139,7 +144,8 @@ func New(s Store, m *metrics.Metrics, log *zap.Logger, now func() time.Time, opt
 		now = time.Now
 	}
 	p := &Pipeline{store: s, now: now, m: m, log: log, scriptObs: m.ScriptLatency.WithLabelValues("reserve"),
-		limiterKeys: 1 << 17, refreshEvery: RefreshEvery}
+		limiterKeys: 1 << 17, refreshEvery: RefreshEvery, fleetEvery: FleetBeatEvery, fleetStale: FleetStale}
+	p.fleetN.Store(1)
 	p.ts, _ = s.(TrafficStore)
 	for i := range p.refusals {
 		rk := refusalKinds[i]
@@ -152,6 +158,9 @@ func New(s Store, m *metrics.Metrics, log *zap.Logger, now func() time.Time, opt
 	p.savedLease = m.RedisSaved.WithLabelValues("admission_lease")
 	for _, o := range opts {
 		o(p)
+	}
+	if p.instanceID == "" {
+		p.instanceID = newInstanceID()
 	}
 	memo, err := ristretto.NewCache(&ristretto.Config[string, Decision]{
 		NumCounters: 1 << 18, MaxCost: 1 << 16, BufferItems: 64,

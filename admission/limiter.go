@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,12 +22,27 @@ import (
 // The table is set-associative: a key hashes to one set of ways; sets are
 // guarded by striped mutexes. Memory is sets*ways*16 bytes, fixed at New.
 type Limiter struct {
+	// p is the rate: swapped whole by SetRate (a fleet share changing)
+	// while requests are decided, so it is read once per request.
+	p     atomic.Pointer[limParams]
+	seed  maphash.Seed
+	sets  []limSet
+	mask  uint64
+	locks [limLocks]limLock
+}
+
+// limParams are a bucket's rate and depth, in ns.
+type limParams struct {
 	interval int64 // ns per token
 	tau      int64 // burst*interval: how far TAT may run ahead of now
-	seed     maphash.Seed
-	sets     []limSet
-	mask     uint64
-	locks    [limLocks]limLock
+}
+
+func newLimParams(rate, burst float64) *limParams {
+	interval := int64(float64(time.Second) / rate)
+	if interval < 1 {
+		interval = 1
+	}
+	return &limParams{interval: interval, tau: max(int64(burst*float64(interval)), interval)}
 }
 
 const (
@@ -58,17 +74,26 @@ func NewLimiter(rate float64, burst int, capacity int) *Limiter {
 	for nsets*limWays < capacity {
 		nsets <<= 1
 	}
-	interval := int64(float64(time.Second) / rate)
-	if interval < 1 {
-		interval = 1
+	l := &Limiter{
+		seed: maphash.MakeSeed(),
+		sets: make([]limSet, nsets),
+		mask: uint64(nsets - 1),
 	}
-	return &Limiter{
-		interval: interval,
-		tau:      int64(burst) * interval,
-		seed:     maphash.MakeSeed(),
-		sets:     make([]limSet, nsets),
-		mask:     uint64(nsets - 1),
+	l.p.Store(newLimParams(rate, float64(burst)))
+	return l
+}
+
+// SetRate changes the rate (per second, > 0) and burst (tokens, at least 1;
+// fractions allowed: a fleet share of a burst) of every bucket at once,
+// keeping each key's state. The state is a time (TAT): a key that owed d ns
+// still owes d ns, i.e. it is refused for as long as before, and a full
+// bucket stays full. Buckets are not rebuilt, so a hot key keeps its debt
+// across a change of fleet size; the cost is one atomic store.
+func (l *Limiter) SetRate(rate, burst float64) {
+	if l == nil || rate <= 0 {
+		return
 	}
+	l.p.Store(newLimParams(rate, max(burst, 1)))
 }
 
 // Bytes is the limiter's table size, the bound of its memory.
@@ -101,16 +126,17 @@ func (l *Limiter) allow(h uint64, now int64) (bool, time.Duration) {
 	if h == 0 {
 		h = 1 // 0 marks an empty way
 	}
+	p := l.p.Load()
 	idx := h & l.mask
 	mu := &l.locks[idx%limLocks]
 	mu.Lock()
 	set := &l.sets[idx]
 	e := l.find(set, h, now)
 	tat := max(e.tat, now)
-	next := tat + l.interval
-	if next-now > l.tau {
+	next := tat + p.interval
+	if next-now > p.tau {
 		mu.Unlock()
-		return false, time.Duration(next - l.tau - now)
+		return false, time.Duration(next - p.tau - now)
 	}
 	e.tat = next
 	mu.Unlock()

@@ -38,6 +38,39 @@ func TestLimiterBucket(t *testing.T) {
 	}
 }
 
+// TestLimiterSetRateKeepsDebt: a fleet share changing (SetRate) keeps each
+// key's state: a drained key stays refused, an untouched one stays full,
+// and the new rate applies from then on.
+func TestLimiterSetRateKeepsDebt(t *testing.T) {
+	l := admission.NewLimiter(30, 6, 1024) // one of 1 instances
+	now := time.Unix(1000, 0).UnixNano()
+	for {
+		if ok, _ := l.AllowString("hot", now); !ok {
+			break
+		}
+	}
+	l.SetRate(10, 2) // one of 3 instances: rate 30/3, burst 6/3
+	if ok, _ := l.AllowString("hot", now); ok {
+		t.Fatal("a drained key was given a fresh bucket by the rescale")
+	}
+	for i := 0; i < 2; i++ {
+		if ok, _ := l.AllowString("cold", now); !ok {
+			t.Fatalf("untouched key refused at %d within its new burst", i)
+		}
+	}
+	if ok, _ := l.AllowString("cold", now); ok {
+		t.Fatal("burst above the new share")
+	}
+	// One token per 100 ms at the new rate.
+	if ok, _ := l.AllowString("cold", now+int64(100*time.Millisecond)); !ok {
+		t.Fatal("refused at the new rate")
+	}
+	l.SetRate(10, 0.5) // a burst share below one token is one token
+	if ok, _ := l.AllowString("new", now); !ok {
+		t.Fatal("burst share < 1 refused a fresh key")
+	}
+}
+
 // TestLimiterHotKeyUnderFlood: a flood of one-off keys several times the
 // table's capacity never lets a hot key out of its bucket, and the table
 // does not grow.

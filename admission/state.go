@@ -162,16 +162,11 @@ func (p *Pipeline) stateFor(a *config.Activity) *actState {
 // it (no local limits; activities are picked up on first request).
 func (p *Pipeline) Apply(cfg *config.Config) {
 	l := cfg.Limits
-	cur := p.limits.Load()
-	if cur == nil || cur.cfg != l {
-		p.limits.Store(&limiters{
-			cfg:    l,
-			ip:     NewLimiter(l.PerIP.Rate, l.PerIP.Burst, p.limiterKeys),
-			public: NewLimiter(l.PerIP.Rate, l.PerIP.Burst, p.limiterKeys),
-			device: NewLimiter(l.PerDevice.Rate, l.PerDevice.Burst, p.limiterKeys),
-			user:   NewLimiter(l.PerUser.Rate, l.PerUser.Burst, p.limiterKeys),
-		})
+	p.limMu.Lock()
+	if cur := p.limits.Load(); cur == nil || cur.cfg != l {
+		p.limits.Store(p.newLimiters(l))
 	}
+	p.limMu.Unlock()
 	for i := range cfg.Activities {
 		p.stateFor(&cfg.Activities[i]).used.Store(time.Now().Unix())
 	}
@@ -216,9 +211,15 @@ func (l *limiters) client(a netip.Addr) netip.Addr {
 }
 
 // Run refreshes the local snapshots until ctx ends: activity flags (pause,
-// ready, shards), per-SKU sold-out marks, eligibility lists and blocklists.
+// ready, shards), per-SKU sold-out marks, eligibility lists and blocklists;
+// and, with limits.fleet, beats in the fleet's roll call (fleet.go).
 // Until Run is called, Decide reads flags from Redis on every request.
 func (p *Pipeline) Run(ctx context.Context) {
+	if fs, ok := p.store.(FleetStore); ok {
+		done := make(chan struct{})
+		go func() { defer close(done); p.runFleet(ctx, fs) }()
+		defer func() { <-done }() // left the roll call before Run returns
+	}
 	if p.ts == nil {
 		<-ctx.Done()
 		return

@@ -101,6 +101,7 @@ func (c *Config) setDefaults(m *meta) {
 	setOnce(m, &c.Limits.IPv6Prefix, 64)
 	setRate(m, &c.Limits.PerDevice, 5, 10)
 	setRate(m, &c.Limits.PerUser, 2, 5)
+	setOnce(m, &c.Limits.Fleet, true)
 
 	for i := range c.Activities {
 		a := &c.Activities[i]

@@ -118,11 +118,18 @@ type Redis struct {
 	KeyPrefix string `yaml:"key_prefix"`
 }
 
-// Source names where one value of a request comes from. Exactly one field is set.
+// Source names where one value of a request comes from. Exactly one of
+// Header, Cookie and Query is set.
 type Source struct {
 	Header string `yaml:"header"`
 	Cookie string `yaml:"cookie"`
 	Query  string `yaml:"query"`
+	// CaseFold makes ids that differ only in case one id (Unicode case
+	// folding, after trimming white space and NFC, which always apply).
+	CaseFold bool `yaml:"case_fold"`
+	// Numeric accepts only ASCII digits and drops leading zeros ("007" is
+	// "7"); any other id is BAD_REQUEST.
+	Numeric bool `yaml:"numeric"`
 	// Session (identity.user only) names the shop's session credential and
 	// the whoami endpoint that turns it into a user id.
 	Session Session `yaml:"session"`
@@ -167,7 +174,8 @@ type Rate struct {
 	Burst int     `yaml:"burst"`
 }
 
-// Limits are the local per-instance rate limits.
+// Limits are the per-IP, per-device and per-user rate limits, kept in each
+// instance's memory (shared out over the fleet when Fleet is true).
 type Limits struct {
 	PerIP Rate `yaml:"per_ip"`
 	// IPv4Prefix and IPv6Prefix are how many leading bits of a client
@@ -177,6 +185,11 @@ type Limits struct {
 	IPv6Prefix int  `yaml:"ipv6_prefix"`
 	PerDevice  Rate `yaml:"per_device"`
 	PerUser    Rate `yaml:"per_user"`
+	// Fleet (default true) makes the three limits hold for the whole fleet:
+	// instances count each other through a heartbeat in Redis, and each
+	// enforces rate/N and burst/N (at least 1) of the N live instances.
+	// false: each instance enforces the full limits on its own.
+	Fleet bool `yaml:"fleet"`
 }
 
 // Route matches buy requests of one activity.

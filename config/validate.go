@@ -383,6 +383,13 @@ func (v *validator) source(s *Source, name string, optional bool, parent any) {
 		v.errorf(line, "%s: set exactly one of header, cookie, query or session", name)
 	case set == 0 && !optional:
 		v.errorf(line, "%s: set one of header, cookie, query or session", name)
+	case set == 0 && (s.CaseFold || s.Numeric):
+		v.errorf(line, "%s: case_fold and numeric need one of header, cookie, query or session", name)
+	}
+	// Digits have no case: both together is a misunderstanding of one of
+	// them, better said than silently accepted.
+	if s.CaseFold && s.Numeric {
+		v.errorf(v.m.line(&s.Numeric, s, parent), "%s: numeric ids have no case; set case_fold or numeric, not both", name)
 	}
 }
 

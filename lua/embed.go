@@ -76,3 +76,8 @@ var QueueGroup string
 //
 //go:embed bucket.lua
 var Bucket string
+
+// Fleet is one instance's heartbeat in the fleet's roll call (see fleet.lua).
+//
+//go:embed fleet.lua
+var Fleet string

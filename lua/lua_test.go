@@ -985,6 +985,7 @@ func TestScriptSHA(t *testing.T) {
 		{name: "deposit", src: lua.Deposit, want: "90af21c9259a27ce2fd67f111d5e01d92baa5081"},
 		{name: "abort", src: lua.Abort, want: "c048a9dff7431666de5ae614355cee8d5d5b12b2"},
 		{name: "settlemove", src: lua.SettleMove, want: "d18a52fc394960a482388ca298c0cc0b63ab4e27"},
+		{name: "fleet", src: lua.Fleet, want: "ba92c253300e8a8d4e53ed053e50fea443aa81c7"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1024,5 +1025,41 @@ func TestCodeString(t *testing.T) {
 		if got := tt.give.SpecCode(); got != tt.want {
 			t.Errorf("%v.SpecCode() = %q, want %q", tt.give, got, tt.want)
 		}
+	}
+}
+
+// fleet.lua: the roll call counts live instances, drops those not seen
+// for stale ms, and keeps the key expiring.
+func TestFleetScript(t *testing.T) {
+	f := newFx(t)
+	const key = "seckill:{fleet}:instances"
+	beat := func(id string) int64 {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		n, err := rueidis.NewLuaScript(lua.Fleet).Exec(ctx, f.c, []string{key}, []string{id, "2000", "10000"}).AsInt64()
+		if err != nil {
+			t.Fatalf("fleet: %v", err)
+		}
+		return n
+	}
+	f.reset(nil)
+	if n := beat("a"); n != 1 {
+		t.Fatalf("first beat: %d live, want 1", n)
+	}
+	if n := beat("b"); n != 2 {
+		t.Fatalf("second instance: %d live, want 2", n)
+	}
+	if n := beat("a"); n != 2 {
+		t.Fatalf("repeat beat: %d live, want 2", n)
+	}
+	// c's last beat was 5 s ago (by the local clock, close to Redis'):
+	// gone at the next beat, whoever beats.
+	f.mustDo("ZADD", key, strconv.FormatInt(time.Now().Add(-5*time.Second).UnixMilli(), 10), "c")
+	if n := beat("b"); n != 2 {
+		t.Fatalf("stale member kept: %d live, want 2", n)
+	}
+	if ttl := f.int("PTTL", key); ttl <= 0 || ttl > 10000 {
+		t.Fatalf("key ttl %d ms, want (0, 10000]", ttl)
 	}
 }

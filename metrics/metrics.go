@@ -50,6 +50,10 @@ type Metrics struct {
 	SessionCache *prometheus.CounterVec
 	// SessionLatency is each whoami call to the shop.
 	SessionLatency prometheus.Histogram
+	// FleetInstances is how many proxy instances this one counts in the
+	// fleet's roll call: it enforces 1/N of the per-IP, per-device and
+	// per-user limits (limits.fleet).
+	FleetInstances prometheus.Gauge
 }
 
 // latencyBuckets span 50µs (a local refusal) to 10s (a stuck shop).
@@ -105,9 +109,13 @@ func New() *Metrics {
 		SessionLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "seckill_session_lookup_duration_seconds", Help: "Calls to the shop's whoami endpoint.", Buckets: latencyBuckets,
 		}),
+		FleetInstances: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "seckill_fleet_instances", Help: "Live proxy instances sharing the per-IP, per-device and per-user limits (1 with limits.fleet: false).",
+		}),
 	}
 	r.MustRegister(m.SessionLookups, m.SessionCache, m.SessionLatency)
-	r.MustRegister(m.RedisRetries, m.Outcomes, m.Rejections, m.BuyLatency, m.ScriptLatency, m.UpstreamLatency,
+	m.FleetInstances.Set(1)
+	r.MustRegister(m.FleetInstances, m.RedisRetries, m.Outcomes, m.Rejections, m.BuyLatency, m.ScriptLatency, m.UpstreamLatency,
 		m.Settlements, m.RedisSaved, m.StockMoves, m.Passthrough, m.QueueBacklog, m.ReconcileAlerts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

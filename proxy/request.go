@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/identity"
 	"github.com/seckill-proxy/seckill-proxy/internal/jsonptr"
 )
 
@@ -25,18 +26,23 @@ type extractor struct {
 	kind string // header | cookie | query | form | json | path
 	name string // header/cookie/query/form name, or JSON pointer
 	ptr  []string
+	// id marks an identity source: its value is made canonical (trimmed,
+	// NFC, and canon's options) before any stage sees it.
+	id    bool
+	canon identity.Canon
 }
 
 func newSourceExtractor(s config.Source) extractor {
+	e := extractor{id: true, canon: identity.Canon{CaseFold: s.CaseFold, Numeric: s.Numeric}}
 	switch {
 	case s.Header != "":
-		return extractor{kind: "header", name: s.Header}
+		e.kind, e.name = "header", s.Header
 	case s.Cookie != "":
-		return extractor{kind: "cookie", name: s.Cookie}
+		e.kind, e.name = "cookie", s.Cookie
 	case s.Query != "":
-		return extractor{kind: "query", name: s.Query}
+		e.kind, e.name = "query", s.Query
 	}
-	return extractor{}
+	return e
 }
 
 // newFromExtractor parses "path", "query:NAME", "form:NAME", "json:/pointer".
@@ -53,6 +59,33 @@ func newFromExtractor(from string) extractor {
 type errBody struct{}
 
 func (errBody) Error() string { return "malformed body" }
+
+// errID means an identity value has no canonical form (invalid UTF-8, or
+// not digits for a numeric source).
+type errID struct{}
+
+func (errID) Error() string { return "invalid id" }
+
+// getID is get for an identity source: the canonical id, which may be
+// empty (absent, or only white space). Every identity source goes through
+// it, so blocklists, limits, the script and X-Seckill-User all see one
+// spelling of each id.
+func (e *extractor) getID(ctx *fasthttp.RequestCtx, body *jsonBody) ([]byte, error) {
+	v, err := e.get(ctx, nil, body)
+	if err != nil || len(v) == 0 {
+		return v, err
+	}
+	// Normalising and folding cost grows with the input: a value far
+	// beyond any id's length (white space included) is refused unread.
+	if len(v) > 4*maxIDLen {
+		return nil, errID{}
+	}
+	v, ok := identity.CanonicalID(v, e.canon)
+	if !ok {
+		return nil, errID{}
+	}
+	return v, nil
+}
 
 // get returns the value (which may alias ctx's buffers) or nil when absent.
 // body is the parsed JSON body, decoded at most once per request.

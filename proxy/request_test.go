@@ -154,6 +154,35 @@ func TestExtractors(t *testing.T) {
 	}
 }
 
+// TestSourceExtractorCanonical: identity sources hand out canonical ids;
+// a value far longer than any id is refused before it is normalised.
+func TestSourceExtractorCanonical(t *testing.T) {
+	long := strings.Repeat("\u00e9", 300) // 600 bytes
+	ctx := newCtx("POST /x?uid=%20Alice%20&n=007&bad=7a&long=" + long + " HTTP/1.1\r\nHost: h\r\n\r\n")
+	tests := []struct {
+		name    string
+		src     config.Source
+		want    string
+		wantErr bool
+	}{
+		{"trimmed", config.Source{Query: "uid"}, "Alice", false},
+		{"folded", config.Source{Query: "uid", CaseFold: true}, "alice", false},
+		{"numeric", config.Source{Query: "n", Numeric: true}, "7", false},
+		{"not numeric", config.Source{Query: "bad", Numeric: true}, "", true},
+		{"too long to read", config.Source{Query: "long"}, "", true},
+		{"absent", config.Source{Query: "none", Numeric: true}, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newSourceExtractor(tt.src)
+			got, err := e.getID(ctx, &jsonBody{})
+			if (err != nil) != tt.wantErr || string(got) != tt.want {
+				t.Errorf("getID = %q, %v; want %q (error %v)", got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
 func TestParseQty(t *testing.T) {
 	for give, want := range map[string]int64{
 		"1": 1, "3": 3, "999999999": 999999999, "0": 0, "-1": 0, "abc": 0, "": 0,

@@ -23,6 +23,7 @@ import (
 
 	"github.com/seckill-proxy/seckill-proxy/admission"
 	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/identity"
 	"github.com/seckill-proxy/seckill-proxy/lua"
 	"github.com/seckill-proxy/seckill-proxy/metrics"
 	"github.com/seckill-proxy/seckill-proxy/store"
@@ -138,7 +139,8 @@ func (s *Server) Apply(cfg *config.Config) error {
 	if old := s.cur.Load(); old != nil {
 		oldSession = old.session
 	}
-	if st.session, err = s.sessionFor(cfg.Identity.User.Session, oldSession); err != nil {
+	if st.session, err = s.sessionFor(cfg.Identity.User.Session,
+		identity.Canon{CaseFold: cfg.Identity.User.CaseFold, Numeric: cfg.Identity.User.Numeric}, oldSession); err != nil {
 		return err
 	}
 	for i := range cfg.Activities {
@@ -300,14 +302,14 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, 
 	if req.Qty > a.MaxQty {
 		return admission.Request{}, admission.BadRequest
 	}
-	if dev, _ := st.device.get(ctx, nil, &body); len(dev) > 0 {
-		if !validID(dev) {
+	if dev, err := st.device.getID(ctx, &body); err != nil || len(dev) > 0 {
+		if err != nil || !validID(dev) {
 			return admission.Request{}, admission.BadRequest
 		}
 		req.Device = string(dev)
 	}
-	if rid, _ := st.reqID.get(ctx, nil, &body); len(rid) > 0 {
-		if !validID(rid) {
+	if rid, err := st.reqID.getID(ctx, &body); err != nil || len(rid) > 0 {
+		if err != nil || !validID(rid) {
 			return admission.Request{}, admission.BadRequest
 		}
 		req.RequestID = string(rid)

@@ -21,26 +21,36 @@ type sessionIdentity struct {
 	from      extractor
 	resolver  *identity.Session
 	challenge string
+	canon     identity.Canon // the user source's case_fold / numeric
 }
 
 // sessionFor builds the session identity of c, or nil when c is not
 // configured. A reload with the same settings keeps old, cache and all.
-func (s *Server) sessionFor(c config.Session, old *sessionIdentity) (*sessionIdentity, error) {
+//
+// The shop's user id is canonicalised like any other identity source
+// (trim, NFC, the source's case_fold / numeric) before validID.
+func (s *Server) sessionFor(c config.Session, canon identity.Canon, old *sessionIdentity) (*sessionIdentity, error) {
 	if c == (config.Session{}) {
 		return nil, nil
 	}
-	if old != nil && old.resolver.Config() == c {
+	if old != nil && old.resolver.Config() == c && old.canon == canon {
 		return old, nil
 	}
 	r, err := identity.NewSession(c, identity.SessionOptions{
-		Check:   func(u string) (string, bool) { return u, validID([]byte(u)) },
+		Check: func(u string) (string, bool) {
+			if len(u) > 4*maxIDLen {
+				return "", false
+			}
+			u, ok := identity.CanonicalString(u, canon)
+			return u, ok && validID([]byte(u))
+		},
 		Metrics: s.m,
 		Log:     s.log.Named("session"),
 	})
 	if err != nil {
 		return nil, err
 	}
-	si := &sessionIdentity{resolver: r}
+	si := &sessionIdentity{resolver: r, canon: canon}
 	// No auth scheme is registered for cookies; this follows the "Cookie"
 	// scheme of draft-broyer-http-cookie-auth, so a client can tell which
 	// credential was missing or refused (RFC 9110 §11.6.1 wants a
@@ -74,7 +84,7 @@ func (st *state) readBuyer(ctx *fasthttp.RequestCtx, body *jsonBody, req *admiss
 		req.Session, req.Identify = string(cred), si.resolver
 		return admission.Admitted
 	}
-	user, err := st.user.get(ctx, nil, body)
+	user, err := st.user.getID(ctx, body)
 	if err != nil || !validID(user) {
 		return admission.BadRequest
 	}

@@ -338,6 +338,11 @@ func TestBlockCommands(t *testing.T) {
 		t.Fatalf("after unblock ip: %v", ips)
 	}
 	want(t, 2, "not an IP address", "unblock", "-c", cfgPath, "--ip", "nope")
+	// Entries are stored as the proxy spells ids (NFC), or they match nobody.
+	want(t, 0, "blocked user: \u00e9lodie", "block", "-c", cfgPath, "--user", "e\u0301lodie")
+	if users := list(store.BlockUser); users["\u00e9lodie"] != store.Forever {
+		t.Fatalf("NFD user blocked as: %v", users)
+	}
 }
 
 func TestEligibleCommand(t *testing.T) {

@@ -79,7 +79,10 @@ func cmdServe(c *cli) error {
 	queue := reservation.NewQueue(st, m, log.Named("queue"), reservation.QueueOptions{})
 	queue.Start(cfg)
 	defer queue.Stop()
-	go pipe.Run(ctx) // local snapshots: flags, sold-out marks, blocklists, eligibility
+	// Local snapshots (flags, sold-out marks, blocklists, eligibility) and
+	// the fleet roll call (limits.fleet), left on the way out.
+	piped := make(chan struct{})
+	go func() { defer close(piped); pipe.Run(ctx) }()
 	for _, w := range secretWarnings(cfg) {
 		log.Warn(w)
 	}
@@ -135,6 +138,11 @@ func cmdServe(c *cli) error {
 			_ = srv.Shutdown(sctx)
 			_ = adminSrv.Shutdown(sctx)
 			cancel()
+			// The others' shares grow at their next beat, not FleetStale later.
+			select {
+			case <-piped:
+			case <-time.After(2 * time.Second):
+			}
 			return nil
 		}
 	}

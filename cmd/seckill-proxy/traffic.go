@@ -64,11 +64,21 @@ func blockCmd(c *cli, add bool) error {
 		}
 		kinds[kind] = v
 	}
-	_, st, err := c.open()
+	cfg, st, err := c.open()
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	// Entries are stored in the canonical form the proxy gives ids under
+	// this config (case_fold, numeric), or they would match nobody.
+	for _, kind := range store.BlockKinds {
+		if len(kinds[kind]) == 0 {
+			continue
+		}
+		if kinds[kind], err = admin.CanonicalListValues(&cfg.Identity, kind, kinds[kind]); err != nil {
+			return fail(exitUsage, "seckill-proxy %s: --%s: %v", c.name, kind, err)
+		}
+	}
 	ctx := context.Background()
 	for _, kind := range store.BlockKinds {
 		vals := kinds[kind]
@@ -120,7 +130,7 @@ func cmdEligible(c *cli) error {
 	}
 	ctx := context.Background()
 	if len(adds) > 0 {
-		v, err := admin.ValidateListValues(store.BlockUser, adds)
+		v, err := admin.CanonicalListValues(&cfg.Identity, store.BlockUser, adds)
 		if err != nil {
 			return fail(exitUsage, "seckill-proxy eligible: --add: %v", err)
 		}
@@ -130,7 +140,7 @@ func cmdEligible(c *cli) error {
 		fmt.Fprintf(c.stdout, "eligible for %s: %s\n", *act, strings.Join(v, ", "))
 	}
 	if len(removes) > 0 {
-		v, err := admin.ValidateListValues(store.BlockUser, removes)
+		v, err := admin.CanonicalListValues(&cfg.Identity, store.BlockUser, removes)
 		if err != nil {
 			return fail(exitUsage, "seckill-proxy eligible: --remove: %v", err)
 		}
