@@ -39,6 +39,11 @@ type Request struct {
 	Device    string
 	IP        netip.Addr
 	RequestID string
+	// Verified is set by the proxy when User was proven (a JWT or session
+	// identity), not just sent: only then do PENDING and ALREADY_PURCHASED
+	// answers carry the reservation's token and order id (an activity
+	// with a required app signature counts as verified too).
+	Verified bool
 
 	// Signature fields, filled by the proxy only for activities that
 	// require a signature (config: signature.keys).

@@ -23,6 +23,8 @@ const (
 	StoreUnavailable
 	UpstreamFailed
 	UpstreamTimeout
+	Unauthenticated
+	AuthUnavailable
 	numCodes
 )
 
@@ -44,6 +46,8 @@ var codeNames = [numCodes]string{
 	StoreUnavailable: "STORE_UNAVAILABLE",
 	UpstreamFailed:   "UPSTREAM_FAILED",
 	UpstreamTimeout:  "UPSTREAM_TIMEOUT",
+	Unauthenticated:  "UNAUTHENTICATED",
+	AuthUnavailable:  "AUTH_UNAVAILABLE",
 }
 
 var codeStatus = [numCodes]int{
@@ -64,6 +68,8 @@ var codeStatus = [numCodes]int{
 	StoreUnavailable: 503,
 	UpstreamFailed:   502,
 	UpstreamTimeout:  504,
+	Unauthenticated:  401,
+	AuthUnavailable:  503,
 }
 
 var codeMessages = [numCodes]string{
@@ -84,6 +90,8 @@ var codeMessages = [numCodes]string{
 	StoreUnavailable: "the sale is unavailable right now, nothing was reserved",
 	UpstreamFailed:   "the shop could not place the order; nothing was charged and the item went back on sale",
 	UpstreamTimeout:  "the shop did not answer in time; your reservation is being checked",
+	Unauthenticated:  "sign in again: your identity could not be verified",
+	AuthUnavailable:  "sign-in cannot be checked right now, please retry; nothing was reserved",
 }
 
 // String is the SPEC code string, e.g. "SOLD_OUT".
@@ -113,7 +121,7 @@ func (c Code) DefaultMessage() string {
 // RetryAfter reports whether answers with c carry a Retry-After header.
 func (c Code) RetryAfter() bool {
 	switch c {
-	case NotReady, Paused, Busy, RateLimited, StoreUnavailable:
+	case NotReady, Paused, Busy, RateLimited, StoreUnavailable, AuthUnavailable:
 		return true
 	}
 	return false

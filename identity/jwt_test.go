@@ -341,4 +341,3 @@ func BenchmarkJWTUncachedRS256(b *testing.B) {
 		}
 	}
 }
-

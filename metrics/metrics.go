@@ -40,6 +40,9 @@ type Metrics struct {
 	// RedisRetries counts background settlements of calls whose reply
 	// never came (abort, move, confirm, release), by kind and outcome.
 	RedisRetries *prometheus.CounterVec
+	// AuthFailures counts buys whose identity could not be verified, by
+	// reason (missing, malformed, expired, ..., no_keys).
+	AuthFailures *prometheus.CounterVec
 }
 
 // latencyBuckets span 50µs (a local refusal) to 10s (a stuck shop).
@@ -53,6 +56,9 @@ func New() *Metrics {
 		Outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_buy_outcomes_total", Help: "Buy requests answered, by activity and SPEC code.",
 		}, []string{"activity", "code"}),
+		AuthFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_auth_failures_total", Help: "Buy requests whose identity (JWT) was refused, by reason.",
+		}, []string{"reason"}),
 		Rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_rejections_total", Help: "Buy requests refused, by the layer that refused and why.",
 		}, []string{"layer", "reason"}),
@@ -87,7 +93,7 @@ func New() *Metrics {
 			Name: "seckill_redis_retries_total", Help: "Background settlements of Redis calls whose reply never came, by kind (abort, move, confirm, release) and outcome (ok, retry, failed, dropped, abandoned).",
 		}, []string{"kind", "outcome"}),
 	}
-	r.MustRegister(m.RedisRetries, m.Outcomes, m.Rejections, m.BuyLatency, m.ScriptLatency, m.UpstreamLatency,
+	r.MustRegister(m.AuthFailures, m.RedisRetries, m.Outcomes, m.Rejections, m.BuyLatency, m.ScriptLatency, m.UpstreamLatency,
 		m.Settlements, m.RedisSaved, m.StockMoves, m.Passthrough, m.QueueBacklog, m.ReconcileAlerts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
