@@ -35,6 +35,9 @@ func newJWTFixture(t *testing.T, keys ...*jwttest.Key) *jwtFixture {
 	f := newFixture(t, func(o *e2e.Options) {
 		o.User = fmt.Sprintf("{ jwt: { jwks_url: %q, issuer: %q, audience: %q } }", srv.URL, jwtIss, jwtAud)
 		o.Activities = append(o.Activities, e2e.Activity{ID: actBig, Stock: 1000})
+		// A spike on a shared 2-core machine: the default 200 ms would
+		// make Redis timeouts, not identity, the test's subject.
+		o.RedisTimeout = 2 * time.Second
 	})
 	return &jwtFixture{fixture: f, jwks: srv}
 }
@@ -192,32 +195,42 @@ func TestJWTRotationMidSpike(t *testing.T) {
 	}
 	results := make(chan result, 2*buyers)
 	var wg sync.WaitGroup
-	buyer := func(i int, k *jwttest.Key, alg string, valid bool) {
-		defer wg.Done()
+	// Tokens are signed before the spike: RSA signing in 300 goroutines
+	// would starve the proxy of CPU on a small machine.
+	sign := func(i int, k *jwttest.Key, alg string, valid bool) func() {
 		user := fmt.Sprintf("buyer-%03d", i)
 		signer := k
 		if !valid {
 			user = fmt.Sprintf("forged-%03d", i)
 			signer = forger
 		}
-		r := f.buyAs(actBig, signer.Sign(t, alg, jwtClaims(user)))
-		results <- result{user, valid, r}
+		tok := signer.Sign(t, alg, jwtClaims(user))
+		return func() {
+			defer wg.Done()
+			results <- result{user, valid, f.buyAs(actBig, tok)}
+		}
 	}
+	var oldBuys, newBuys []func()
 	for i := 0; i < buyers/2; i++ {
-		wg.Add(1)
-		go buyer(i, oldK, "RS256", true)
+		oldBuys = append(oldBuys, sign(i, oldK, "RS256", true))
+	}
+	for i := buyers / 2; i < buyers; i++ {
+		newBuys = append(newBuys, sign(i, newK, "ES256", true))
+		if i%10 == 0 {
+			newBuys = append(newBuys, sign(i, oldK, "RS256", true), sign(i, newK, "ES256", false))
+		}
+	}
+	buyer := func(b func()) { wg.Add(1); go b() }
+	for _, b := range oldBuys {
+		buyer(b)
 	}
 	// Rotation: the issuer publishes the new key next to the old and signs
-	// new tokens with it while old-key tokens are still in flight.
+	// new tokens with it while old-key tokens are still in flight (every
+	// tenth new buyer also sends a late old-key token, and a forger a
+	// token under the new kid).
 	f.jwks.Set(oldK, newK)
-	for i := buyers / 2; i < buyers; i++ {
-		wg.Add(1)
-		go buyer(i, newK, "ES256", true)
-		if i%10 == 0 {
-			wg.Add(2)
-			go buyer(i, oldK, "RS256", true) // late old-key tokens: a second buy, same user
-			go buyer(i, newK, "ES256", false)
-		}
+	for _, b := range newBuys {
+		buyer(b)
 	}
 	wg.Wait()
 	close(results)
@@ -303,4 +316,41 @@ func TestUnverifiedAnswersHideTheToken(t *testing.T) {
 func authFailures(t *testing.T, p *e2e.Proxy, reason string) float64 {
 	t.Helper()
 	return p.Counter(p.Metrics.AuthFailures, reason)
+}
+
+// TestJWTReplays: for a verified buyer the replay guarantees of SPEC §9
+// hold in full: PENDING with the token while the first copy is at the
+// shop, then the shop's own answer; above the replay bound, 409 with the
+// token and the order id.
+func TestJWTReplays(t *testing.T) {
+	k := jwttest.RSA(t, "k1")
+	srv := jwttest.NewServer(t, k)
+	f := newFixture(t, func(o *e2e.Options) {
+		o.User = fmt.Sprintf("{ jwt: { jwks_url: %q, issuer: %q, audience: %q } }", srv.URL, jwtIss, jwtAud)
+		o.UpstreamExtra = []string{"replay_max_bytes: 16"}
+	})
+	tok := k.Sign(t, "RS256", jwtClaims("alice"))
+	buy := func(act, rid string) e2e.Resp { return f.buyAs(act, tok, [2]string{"X-Request-Id", rid}) }
+	release := f.shop.Hang("alice")
+	defer release()
+	done := make(chan e2e.Resp, 1)
+	go func() { done <- buy(actOpen, "r-1") }()
+	e2e.Eventually(t, 3*time.Second, "the buy at the shop", func() bool { return f.shop.SeenBuy("alice") })
+	p := buy(actOpen, "r-1")
+	wantCode(t, p, "PENDING", 202)
+	if p.Str("token") == "" || p.Header["X-Seckill-Token"] != p.Str("token") {
+		t.Fatalf("verified PENDING without the token: %s %v", p.Body, p.Header)
+	}
+	release()
+	first := <-done
+	wantWin(t, first)
+	if first.Token() != p.Str("token") {
+		t.Fatalf("winner's token %s, PENDING's %s", first.Token(), p.Str("token"))
+	}
+	again := buy(actOpen, "r-1")
+	wantCode(t, again, "ALREADY_PURCHASED", 409)
+	oid := f.shop.Orders()[first.Token()].OrderID
+	if again.Str("token") != first.Token() || again.Header["X-Seckill-Token"] != first.Token() || again.Str("order_id") != oid || oid == "" {
+		t.Fatalf("409 = %s %v; want token %s and order id %s", again.Body, again.Header, first.Token(), oid)
+	}
 }
