@@ -5,6 +5,8 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -352,5 +354,32 @@ func TestJWTReplays(t *testing.T) {
 	oid := f.shop.Orders()[first.Token()].OrderID
 	if again.Str("token") != first.Token() || again.Header["X-Seckill-Token"] != first.Token() || again.Str("order_id") != oid || oid == "" {
 		t.Fatalf("409 = %s %v; want token %s and order id %s", again.Body, again.Header, first.Token(), oid)
+	}
+}
+
+// TestJWTFileReloadOnSIGHUP: with jwks_file, a key added to the file is
+// used after a reload (serve's SIGHUP calls Server.Apply with the config;
+// an unchanged jwt block keeps the verifier and re-reads the file).
+func TestJWTFileReloadOnSIGHUP(t *testing.T) {
+	a, b := jwttest.RSA(t, "a"), jwttest.Ed(t, "b")
+	path := filepath.Join(t.TempDir(), "jwks.json")
+	if err := os.WriteFile(path, jwttest.JWKS(a), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, func(o *e2e.Options) {
+		o.User = fmt.Sprintf("{ jwt: { jwks_file: %q, issuer: %q, audience: %q } }", path, jwtIss, jwtAud)
+	})
+	wantWin(t, f.buyAs(actOpen, a.Sign(t, "RS256", jwtClaims("alice"))))
+	tokB := b.Sign(t, "EdDSA", jwtClaims("bob"))
+	want401(t, f.buyAs(actOpen, tokB), `Bearer error="invalid_token"`)
+	if err := os.WriteFile(path, jwttest.JWKS(a, b), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.p.Server.Apply(f.p.Cfg); err != nil {
+		t.Fatal(err)
+	}
+	wantWin(t, f.buyAs(actOpen, tokB))
+	if n := f.p.Counter(f.p.Metrics.AuthFailures, "unknown_kid"); n != 1 {
+		t.Errorf("unknown_kid failures = %v, want 1", n)
 	}
 }
