@@ -197,7 +197,7 @@ func (v *JWT) Ready() bool { return v.hmac != nil || v.keys.Load() != nil }
 
 // Reload re-reads jwks_file or re-fetches jwks_url now (SIGHUP).
 func (v *JWT) Reload() {
-	if v.hmac == nil && v.cfg.HMACSecretEnv == "" {
+	if v.cfg.HMACSecretEnv == "" {
 		v.refresh(false)
 	}
 }
@@ -228,7 +228,10 @@ func (v *JWT) verify(s string, h uint64, raw []byte) (string, Reason) {
 		}
 	}
 	claims := jwt.MapClaims{}
-	if _, err := v.parser.ParseWithClaims(s, claims, v.keyFor); err != nil {
+	if tok, err := v.parser.ParseWithClaims(s, claims, v.keyFor); err != nil {
+		if errors.Is(err, jwt.ErrTokenSignatureInvalid) && tok != nil && tok.Method != nil && !v.algs[tok.Method.Alg()] {
+			return "", Algorithm // refused by WithValidMethods before keyFor
+		}
 		return "", classify(err)
 	}
 	var user string
@@ -327,9 +330,6 @@ func classify(err error) Reason {
 	case errors.Is(err, jwt.ErrTokenUnverifiable):
 		return Algorithm // alg unknown or absent
 	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
-		if strings.Contains(err.Error(), "signing method") {
-			return Algorithm // not in WithValidMethods
-		}
 		return BadSignature
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return Expired

@@ -383,3 +383,21 @@ func TestJWTFileReloadOnSIGHUP(t *testing.T) {
 		t.Errorf("unknown_kid failures = %v, want 1", n)
 	}
 }
+
+// TestJWTFromCookie: jwt.cookie reads the bare token from a cookie.
+func TestJWTFromCookie(t *testing.T) {
+	k := jwttest.Ed(t, "d1")
+	srv := jwttest.NewServer(t, k)
+	f := newFixture(t, func(o *e2e.Options) {
+		o.User = fmt.Sprintf("{ jwt: { cookie: session_jwt, jwks_url: %q, issuer: %q, audience: %q } }", srv.URL, jwtIss, jwtAud)
+	})
+	buy := func(cookie string) e2e.Resp {
+		return f.do(e2e.Req{URI: "/api/seckill/" + actOpen + "/" + e2e.SKU + "/buy",
+			Header: [][2]string{{"Cookie", cookie}, {"X-User-Id", "mallory"}}})
+	}
+	want401(t, buy("other=1"), "Bearer")
+	wantWin(t, buy("session_jwt="+k.Sign(t, "EdDSA", jwtClaims("carol"))))
+	if b := f.shop.Buys(); len(b) != 1 || b[0].User != "carol" {
+		t.Fatalf("shop buys = %+v", b)
+	}
+}
