@@ -39,15 +39,17 @@ type Request struct {
 	Device    string
 	IP        netip.Addr
 	RequestID string
+	// Verified is set by the proxy when User was proven (a JWT or session
+	// identity), not just sent: only then do PENDING and ALREADY_PURCHASED
+	// answers carry the reservation's token and order id (an activity
+	// with a required app signature counts as verified too).
+	Verified bool
 
 	// Session is the buyer's session credential (identity.user.session),
 	// copied out of the request; User stays empty until Identify, asked
 	// after the local stages, has turned it into the shop's user id.
 	Session  string
 	Identify Identifier
-	// Verified says User was vouched for by the shop (a session look-up),
-	// not merely sent by the client.
-	Verified bool
 
 	// Signature fields, filled by the proxy only for activities that
 	// require a signature (config: signature.keys).

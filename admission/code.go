@@ -90,7 +90,7 @@ var codeMessages = [numCodes]string{
 	StoreUnavailable: "the sale is unavailable right now, nothing was reserved",
 	UpstreamFailed:   "the shop could not place the order; nothing was charged and the item went back on sale",
 	UpstreamTimeout:  "the shop did not answer in time; your reservation is being checked",
-	Unauthenticated:  "please sign in first",
+	Unauthenticated:  "please sign in: your identity could not be verified",
 	AuthUnavailable:  "we could not check your sign-in right now, nothing was reserved; please retry",
 }
 

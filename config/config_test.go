@@ -312,10 +312,12 @@ func TestPresenceDefaults(t *testing.T) {
 		{"one addr is not a cluster", okAct + "redis: {addrs: [a:1]}\n", func(c *Config) bool { return !c.Redis.Cluster }},
 		{"cluster flag kept", okAct + "redis: {addrs: [a:1], cluster: true}\n", func(c *Config) bool { return c.Redis.Cluster }},
 		{"max_qty follows per_user_limit", okAct + "    per_user_limit: 5\n", func(c *Config) bool { return c.Activities[0].MaxQty == 5 }},
-		{"request_id disabled", okAct + "identity: {request_id: {}}\n", func(c *Config) bool { return c.Identity.RequestID == Source{} }},
-		{"source replaced whole", okAct + "identity: {user: {cookie: u}}\n", func(c *Config) bool { return c.Identity.User == Source{Cookie: "u"} }},
-		{"case_fold", okAct + "identity: {user: {header: X-User-Id, case_fold: true}}\n", func(c *Config) bool { return c.Identity.User == Source{Header: "X-User-Id", CaseFold: true} }},
-		{"numeric", okAct + "identity: {user: {query: uid, numeric: true}}\n", func(c *Config) bool { return c.Identity.User == Source{Query: "uid", Numeric: true} }},
+		{"request_id disabled", okAct + "identity: {request_id: {}}\n", func(c *Config) bool { return reflect.DeepEqual(c.Identity.RequestID, Source{}) }},
+		{"source replaced whole", okAct + "identity: {user: {cookie: u}}\n", func(c *Config) bool { return reflect.DeepEqual(c.Identity.User, Source{Cookie: "u"}) }},
+		{"case_fold", okAct + "identity: {user: {header: X-User-Id, case_fold: true}}\n", func(c *Config) bool {
+			return reflect.DeepEqual(c.Identity.User, Source{Header: "X-User-Id", CaseFold: true})
+		}},
+		{"numeric", okAct + "identity: {user: {query: uid, numeric: true}}\n", func(c *Config) bool { return reflect.DeepEqual(c.Identity.User, Source{Query: "uid", Numeric: true}) }},
 		{"fleet limits by default", okAct, func(c *Config) bool { return c.Limits.Fleet }},
 		{"fleet false kept", okAct + "limits: {fleet: false}\n", func(c *Config) bool { return !c.Limits.Fleet }},
 		{"empty trusted_proxies trusts nobody", okAct + "trusted_proxies: []\n", func(c *Config) bool { return len(c.TrustedProxies) == 0 }},

@@ -17,6 +17,8 @@ const (
 	// DefaultSignatureWindow bounds clock skew between the shop's app and
 	// the proxy; nonces are remembered for twice as long.
 	DefaultSignatureWindow = time.Minute
+	// DefaultJWTLeeway is the clock skew allowed on a token's exp, nbf, iat.
+	DefaultJWTLeeway = 30 * time.Second
 	// DefaultReplayMaxBytes bounds a winner's answer kept for exact replays.
 	DefaultReplayMaxBytes = 8 << 10
 	// DefaultServerMaxConns bounds the public listener's connections: each
@@ -94,6 +96,18 @@ func (c *Config) setDefaults(m *meta) {
 		setOnce(m, &ss.Timeout, 300*time.Millisecond)
 		setOnce(m, &ss.MaxInFlight, DefaultSessionMaxInFlight)
 		setOnce(m, &ss.CacheSize, DefaultSessionCacheSize)
+	}
+	if j := &c.Identity.User.JWT; m.has(j) {
+		if !m.has(&j.Cookie) {
+			setOnce(m, &j.Header, "Authorization")
+		}
+		setOnce(m, &j.Claim, "sub")
+		setOnce(m, &j.Leeway, DefaultJWTLeeway)
+		if j.HMACSecretEnv != "" {
+			setOnce(m, &j.Algorithms, []string{"HS256"})
+		} else {
+			setOnce(m, &j.Algorithms, AsymmetricJWTAlgorithms())
+		}
 	}
 
 	setRate(m, &c.Limits.PerIP, 10, 20)

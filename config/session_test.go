@@ -1,6 +1,7 @@
 package config
 
 import (
+	"reflect"
 	"testing"
 	"time"
 )
@@ -14,7 +15,7 @@ func TestSessionDefaults(t *testing.T) {
 	want := Source{Session: Session{Cookie: "JSESSIONID", URL: "http://shop/whoami", UserFrom: "json:/user_id",
 		TTL: 30 * time.Second, NegativeTTL: 2 * time.Second, Timeout: 300 * time.Millisecond,
 		MaxInFlight: DefaultSessionMaxInFlight, CacheSize: DefaultSessionCacheSize}}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("identity.user = %+v, want %+v", got, want)
 	}
 	if cfg.Identity.Device.Session != (Session{}) {

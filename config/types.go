@@ -130,6 +130,8 @@ type Source struct {
 	// Numeric accepts only ASCII digits and drops leading zeros ("007" is
 	// "7"); any other id is BAD_REQUEST.
 	Numeric bool `yaml:"numeric"`
+	// JWT (identity.user only) takes the user from a verified token's claim.
+	JWT JWT `yaml:"jwt"`
 	// Session (identity.user only) names the shop's session credential and
 	// the whoami endpoint that turns it into a user id.
 	Session Session `yaml:"session"`
@@ -160,6 +162,39 @@ type Session struct {
 	// CacheSize bounds the cached answers (default 50,000 entries).
 	CacheSize int `yaml:"cache_size"`
 }
+
+// JWT is identity.user.jwt: the buyer is a claim of a signed token, verified
+// at the edge with keys from a JWKS (file or URL) or an HMAC secret.
+type JWT struct {
+	// Header carries "Bearer <token>" (default Authorization); or Cookie
+	// names a cookie holding the bare token. Exactly one is set.
+	Header string `yaml:"header"`
+	Cookie string `yaml:"cookie"`
+	// Exactly one key source: a JWKS file (reloaded on change and SIGHUP),
+	// a JWKS URL (refreshed in the background), or the name of an
+	// environment variable holding an HMAC secret (HS algorithms only).
+	JWKSFile      string `yaml:"jwks_file"`
+	JWKSURL       string `yaml:"jwks_url"`
+	HMACSecretEnv string `yaml:"hmac_secret_env"`
+	// Issuer and Audience must match the token's iss and aud (required).
+	Issuer   string `yaml:"issuer"`
+	Audience string `yaml:"audience"`
+	// Claim holds the user id: a member name ("sub", the default) or a
+	// JSON pointer into the claims ("/ext/uid").
+	Claim string `yaml:"claim"`
+	// Leeway is the clock skew allowed on exp, nbf and iat (default 30s).
+	Leeway time.Duration `yaml:"leeway"`
+	// Algorithms are the accepted "alg" values; "none" never is.
+	Algorithms []string `yaml:"algorithms"`
+}
+
+// Enabled reports whether identity.user is a JWT claim (validation ensures
+// a configured jwt block names exactly one key source).
+func (j *JWT) Enabled() bool { return j.JWKSFile != "" || j.JWKSURL != "" || j.HMACSecretEnv != "" }
+
+// HMACSecret returns the HMAC key from the environment ("" when unset or
+// not configured): secrets never live in the file.
+func (j *JWT) HMACSecret() string { return getenv(j.HMACSecretEnv) }
 
 // Identity says where the shopper's identities are found.
 type Identity struct {

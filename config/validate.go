@@ -358,7 +358,8 @@ func (v *validator) rate(r *Rate, name string, parents ...any) {
 }
 
 // source checks that exactly one place is named for an identity, since
-// reading two and picking one would let a client choose who it is.
+// reading two and picking one would let a client choose who it is. Only
+// identity.user may be a JWT claim.
 func (v *validator) source(s *Source, name string, optional bool, parent any) {
 	if !v.ok(s) {
 		return
@@ -378,18 +379,117 @@ func (v *validator) source(s *Source, name string, optional bool, parent any) {
 		set++
 		v.session(&s.Session, name, s, parent)
 	}
+	kinds := "header, cookie or query"
+	if name == "identity.user" {
+		kinds = "header, cookie, query, session or jwt"
+		if v.m.has(&s.JWT) {
+			set++
+			v.jwt(&s.JWT, s)
+		}
+	} else if v.m.has(&s.JWT) {
+		v.errorf(v.m.line(&s.JWT, s, parent), "%s: jwt is only for identity.user", name)
+	}
 	switch {
 	case set > 1:
-		v.errorf(line, "%s: set exactly one of header, cookie, query or session", name)
+		v.errorf(line, "%s: set exactly one of %s", name, kinds)
 	case set == 0 && !optional:
-		v.errorf(line, "%s: set one of header, cookie, query or session", name)
+		v.errorf(line, "%s: set one of %s", name, kinds)
 	case set == 0 && (s.CaseFold || s.Numeric):
-		v.errorf(line, "%s: case_fold and numeric need one of header, cookie, query or session", name)
+		v.errorf(line, "%s: case_fold and numeric need one of %s", name, kinds)
 	}
 	// Digits have no case: both together is a misunderstanding of one of
 	// them, better said than silently accepted.
 	if s.CaseFold && s.Numeric {
 		v.errorf(v.m.line(&s.Numeric, s, parent), "%s: numeric ids have no case; set case_fold or numeric, not both", name)
+	}
+}
+
+// jwtAlgorithms are the "alg" values identity.user.jwt accepts.
+var jwtAlgorithms = map[string]bool{
+	"HS256": true, "HS384": true, "HS512": true,
+	"RS256": true, "RS384": true, "RS512": true,
+	"PS256": true, "PS384": true, "PS512": true,
+	"ES256": true, "ES384": true, "ES512": true,
+	"EdDSA": true,
+}
+
+// AsymmetricJWTAlgorithms is the default algorithms list with JWKS keys.
+func AsymmetricJWTAlgorithms() []string {
+	return []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+}
+
+// maxJWTLeeway bounds leeway: more would keep expired tokens alive.
+const maxJWTLeeway = 5 * time.Minute
+
+// jwt checks identity.user.jwt. HS algorithms are allowed only with an HMAC
+// secret and never next to JWKS keys: a verifier holding both could be fed
+// an HS256 token "signed" with a public key's bytes (algorithm confusion).
+func (v *validator) jwt(j *JWT, parent any) {
+	at := func(p any) int { return v.m.line(p, j, parent) }
+	const name = "identity.user.jwt"
+	switch {
+	case j.Header != "" && j.Cookie != "":
+		v.errorf(at(&j.Cookie), "%s: set one of header or cookie", name)
+	case j.Header != "" && !tokenPattern.MatchString(j.Header):
+		v.errorf(at(&j.Header), "%s: %q is not a valid header name", name, j.Header)
+	case j.Cookie != "" && !tokenPattern.MatchString(j.Cookie):
+		v.errorf(at(&j.Cookie), "%s: %q is not a valid cookie name", name, j.Cookie)
+	}
+	keys := 0
+	for _, k := range []string{j.JWKSFile, j.JWKSURL, j.HMACSecretEnv} {
+		if k != "" {
+			keys++
+		}
+	}
+	if keys != 1 {
+		v.errorf(at(j), "%s: set exactly one of jwks_file, jwks_url or hmac_secret_env", name)
+	}
+	if j.JWKSURL != "" {
+		if msg := httpURL(j.JWKSURL); msg != "" {
+			v.errorf(at(&j.JWKSURL), "%s.jwks_url %s", name, msg)
+		}
+	}
+	if j.HMACSecretEnv != "" {
+		v.envName(&j.HMACSecretEnv, name+".hmac_secret_env", j.HMACSecretEnv, j)
+	}
+	if v.ok(&j.Issuer) && j.Issuer == "" {
+		v.errorf(at(&j.Issuer), "%s: issuer is required (the token's iss must match it)", name)
+	}
+	if v.ok(&j.Audience) && j.Audience == "" {
+		v.errorf(at(&j.Audience), "%s: audience is required (else a token minted for another service of the issuer is accepted)", name)
+	}
+	if v.ok(&j.Claim) {
+		switch {
+		case j.Claim == "":
+			v.errorf(at(&j.Claim), "%s: claim must name a claim or be a JSON pointer", name)
+		case strings.HasPrefix(j.Claim, "/"):
+			if msg := jsonPointer(j.Claim); msg != "" {
+				v.errorf(at(&j.Claim), "%s.claim: %s", name, msg)
+			}
+		}
+	}
+	if v.ok(&j.Leeway) && (j.Leeway < 0 || j.Leeway > maxJWTLeeway) {
+		v.errorf(at(&j.Leeway), "%s: leeway must be between 0s and %s, got %s", name, maxJWTLeeway, j.Leeway)
+	}
+	if !v.ok(&j.Algorithms) {
+		return
+	}
+	if len(j.Algorithms) == 0 {
+		v.errorf(at(&j.Algorithms), "%s: algorithms needs at least one algorithm", name)
+	}
+	for i, alg := range j.Algorithms {
+		line := v.m.line(&j.Algorithms[i], &j.Algorithms, j, parent)
+		hs := strings.HasPrefix(alg, "HS")
+		switch {
+		case strings.EqualFold(alg, "none"):
+			v.errorf(line, "%s: algorithm %q is refused: an unsigned token proves nothing", name, alg)
+		case !jwtAlgorithms[alg]:
+			v.errorf(line, "%s: unknown algorithm %q (known: HS256/384/512, RS256/384/512, PS256/384/512, ES256/384/512, EdDSA)", name, alg)
+		case hs && j.HMACSecretEnv == "":
+			v.errorf(line, "%s: %s needs hmac_secret_env and cannot be used with JWKS keys (algorithm confusion)", name, alg)
+		case !hs && j.HMACSecretEnv != "":
+			v.errorf(line, "%s: %s needs jwks_file or jwks_url; with hmac_secret_env only HS256/384/512", name, alg)
+		}
 	}
 }
 

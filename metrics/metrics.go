@@ -54,6 +54,9 @@ type Metrics struct {
 	// fleet's roll call: it enforces 1/N of the per-IP, per-device and
 	// per-user limits (limits.fleet).
 	FleetInstances prometheus.Gauge
+	// AuthFailures counts buys whose identity could not be verified, by
+	// reason (missing, malformed, expired, ..., no_keys).
+	AuthFailures *prometheus.CounterVec
 }
 
 // latencyBuckets span 50µs (a local refusal) to 10s (a stuck shop).
@@ -67,6 +70,9 @@ func New() *Metrics {
 		Outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_buy_outcomes_total", Help: "Buy requests answered, by activity and SPEC code.",
 		}, []string{"activity", "code"}),
+		AuthFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_auth_failures_total", Help: "Buy requests whose identity (JWT) was refused, by reason.",
+		}, []string{"reason"}),
 		Rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_rejections_total", Help: "Buy requests refused, by the layer that refused and why.",
 		}, []string{"layer", "reason"}),
@@ -115,7 +121,7 @@ func New() *Metrics {
 	}
 	r.MustRegister(m.SessionLookups, m.SessionCache, m.SessionLatency)
 	m.FleetInstances.Set(1)
-	r.MustRegister(m.FleetInstances, m.RedisRetries, m.Outcomes, m.Rejections, m.BuyLatency, m.ScriptLatency, m.UpstreamLatency,
+	r.MustRegister(m.AuthFailures, m.FleetInstances, m.RedisRetries, m.Outcomes, m.Rejections, m.BuyLatency, m.ScriptLatency, m.UpstreamLatency,
 		m.Settlements, m.RedisSaved, m.StockMoves, m.Passthrough, m.QueueBacklog, m.ReconcileAlerts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -27,7 +27,8 @@ type answer struct {
 	endMs      int64
 	serverTime bool
 	upstream   int // the shop's status, for UPSTREAM_FAILED
-	// challenge is the WWW-Authenticate value of a 401 UNAUTHENTICATED.
+	// challenge is WWW-Authenticate for UNAUTHENTICATED (default
+	// `Bearer error="invalid_token"`).
 	challenge string
 }
 
@@ -44,8 +45,12 @@ func writeAnswer(ctx *fasthttp.RequestCtx, a *answer) {
 	if a.token != "" {
 		ctx.Response.Header.Set("X-Seckill-Token", a.token)
 	}
-	if a.challenge != "" {
-		ctx.Response.Header.Set("WWW-Authenticate", a.challenge)
+	if a.code == admission.Unauthenticated {
+		ch := a.challenge
+		if ch == "" {
+			ch = `Bearer error="invalid_token"`
+		}
+		ctx.Response.Header.Set("WWW-Authenticate", ch)
 	}
 	bp := bufPool.Get().(*[]byte)
 	buf := (*bp)[:0]
@@ -95,13 +100,19 @@ func writeAnswer(ctx *fasthttp.RequestCtx, a *answer) {
 
 // replayOrAnswer answers ALREADY_PURCHASED: with the shop's original
 // answer when the buyer repeats a won request (same user, same request id)
-// and it was kept, else with the proxy's 409 (token and order id).
-func (s *Server) replayOrAnswer(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, rp *store.Replay, ans *answer) {
-	if rp == nil {
+// and it was kept, else with the proxy's 409 (token and order id, for a
+// verified buyer).
+//
+// An exact replay is served to an unverified identity too, token header
+// included: it needs the winner's own X-Request-Id, which only the
+// winner's client sent (README "Identity": use unguessable request ids,
+// or a verified identity).
+func (s *Server) replayOrAnswer(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, d admission.Decision, ans *answer) {
+	if d.Replay == nil {
 		s.answer(ctx, st, a, ans)
 		return
 	}
-	writeReplay(ctx, rp, ans.token)
+	writeReplay(ctx, d.Replay, d.Token.String())
 	st.outcome[a.ID].byCode[ans.code].Inc()
 }
 

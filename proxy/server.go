@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -68,6 +69,7 @@ type state struct {
 	trusted  []netip.Prefix
 	user     extractor
 	session  *sessionIdentity // identity.user.session, or nil
+	jwt      *jwtUser         // identity.user.jwt; nil for header/cookie/query
 	device   extractor
 	reqID    extractor
 	skuFrom  map[*config.Activity]extractor
@@ -122,7 +124,13 @@ func (s *Server) Apply(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
+	prev := s.cur.Load()
+	jv, err := s.jwtFor(prev, cfg)
+	if err != nil {
+		return err
+	}
 	st := &state{
+		jwt:      jv,
 		cfg:      cfg,
 		routes:   compileRoutes(cfg.Activities),
 		prefix:   []byte(strings.TrimSuffix(cfg.PublicPrefix, "/") + "/"),
@@ -163,8 +171,30 @@ func (s *Server) Apply(cfg *config.Config) error {
 		if old.session != nil && old.session != st.session {
 			old.session.closeLater()
 		}
+		if old.jwt != nil && old.jwt != jv {
+			closeJWTLater(old.jwt)
+		}
 	}
 	return nil
+}
+
+// jwtFor returns the JWT identity stage for cfg: the running one when its
+// config is unchanged (a reload, e.g. SIGHUP, then re-reads the key file or
+// re-fetches the key set), else a new verifier.
+func (s *Server) jwtFor(prev *state, cfg *config.Config) (*jwtUser, error) {
+	c := cfg.Identity.User.JWT
+	if !c.Enabled() {
+		return nil, nil
+	}
+	if prev != nil && prev.jwt != nil && reflect.DeepEqual(prev.jwt.cfg, c) {
+		prev.jwt.v.Reload()
+		return prev.jwt, nil
+	}
+	v, err := identity.NewJWT(c, identity.Options{Log: s.log.Named("jwt"), ValidID: func(id string) bool { return validID([]byte(id)) }})
+	if err != nil {
+		return nil, err
+	}
+	return newJWTUser(v, c, s.m), nil
 }
 
 // Serve accepts connections on ln until Shutdown.
@@ -175,6 +205,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.srv.ShutdownWithContext(ctx)
 	if st := s.cur.Load(); st != nil && st.session != nil {
 		st.session.resolver.Close()
+	}
+	if st := s.cur.Load(); st != nil && st.jwt != nil {
+		st.jwt.v.Close()
 	}
 	return err
 }
@@ -231,6 +264,14 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, st *state, m match) {
 	req, code := s.parse(ctx, st, a, m)
 	if code != admission.Admitted {
 		ans.code = code
+		switch code {
+		case admission.Unauthenticated:
+			if st.jwt != nil {
+				ans.challenge = st.jwt.challenge(ctx)
+			}
+		case admission.AuthUnavailable:
+			ans.retryAfter = authRetryAfter
+		}
 		s.answer(ctx, st, a, &ans)
 		st.outcome[a.ID].latency.Observe(time.Since(t0).Seconds())
 		return
@@ -246,16 +287,19 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, st *state, m match) {
 	// context it would cost a goroutine per Redis call (STYLE.md).
 	d := s.decide.Decide(context.Background(), rp)
 	ans.code, ans.retryAfter = d.Code, d.RetryAfter
-	if d.Token.ID != "" {
+	if d.Token.ID != "" && (rp.Verified || a.Signature.Enabled() || ownReservation(d.Code)) {
+		// SPEC §9 / issue 9 §4: a reservation this very request did not
+		// make is shown only to a verified buyer; anyone can send someone
+		// else's X-User-Id. (A required app signature passed too.)
 		ans.token = d.Token.String()
+		ans.orderID = d.OrderID
 	}
-	ans.orderID = d.OrderID
 	switch d.Code {
 	case admission.Admitted:
 		m.rewrite(ctx) // the shop gets the canonical spelling
 		s.forwardWinner(ctx, st, rp, d, &ans)
 	case admission.AlreadyPurchased:
-		s.replayOrAnswer(ctx, st, a, d.Replay, &ans)
+		s.replayOrAnswer(ctx, st, a, d, &ans)
 	case admission.NotStarted, admission.Ended:
 		ans.startMs, ans.endMs, ans.serverTime = a.StartMs(), a.EndMs(), true
 		s.answer(ctx, st, a, &ans)
@@ -263,6 +307,16 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, st *state, m match) {
 		s.answer(ctx, st, a, &ans)
 	}
 	st.outcome[a.ID].latency.Observe(time.Since(t0).Seconds())
+}
+
+// ownReservation reports whether a decision's token is the reservation the
+// request itself just made (or, for a timeout, is still waiting on).
+func ownReservation(c admission.Code) bool {
+	switch c {
+	case admission.Admitted, admission.Queued, admission.UpstreamTimeout:
+		return true
+	}
+	return false
 }
 
 var requestPool = sync.Pool{New: func() any { return new(admission.Request) }}
@@ -274,8 +328,20 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, 
 	if !bufferBuyBody(&ctx.Request) {
 		return admission.Request{}, admission.BadRequest
 	}
+	// 1. Who is buying: a verified token's claim, a session's user (looked
+	// up by admission after its local checks), or the id as sent.
 	req := admission.Request{Activity: a, Qty: 1}
-	if code := st.readBuyer(ctx, &body, &req); code != admission.Admitted {
+	if st.jwt != nil {
+		u, code := st.jwt.identify(ctx)
+		if code != admission.Admitted {
+			return admission.Request{}, code
+		}
+		u, ok := identity.CanonicalString(u, st.user.canon)
+		if !ok || !validID([]byte(u)) {
+			return admission.Request{}, admission.Unauthenticated
+		}
+		req.User, req.Verified = u, true
+	} else if code := st.readBuyer(ctx, &body, &req); code != admission.Admitted {
 		return admission.Request{}, code
 	}
 	sx := st.skuFrom[a]

@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"context"
 	"encoding/json"
 	"net"
@@ -46,6 +49,17 @@ type Proxy struct {
 	Cfg    *config.Config
 	Store  *store.Store
 	Server *proxy.Server
+	// Metrics are the instance's metrics (read with Counter).
+	Metrics *metrics.Metrics
+}
+
+// Counter reads one counter of vec, by label values.
+func (p *Proxy) Counter(vec *prometheus.CounterVec, labels ...string) float64 {
+	var m dto.Metric
+	if err := vec.WithLabelValues(labels...).Write(&m); err != nil {
+		return -1
+	}
+	return m.GetCounter().GetValue()
 }
 
 // StartProxy opens the store, builds admission and the proxy for cfg, and
@@ -87,7 +101,7 @@ func StartProxy(t testing.TB, cfg *config.Config) *Proxy {
 		stopPipe()
 		st.Close()
 	})
-	return &Proxy{Addr: ln.Addr().String(), Cfg: cfg, Store: st, Server: srv}
+	return &Proxy{Addr: ln.Addr().String(), Cfg: cfg, Store: st, Server: srv, Metrics: m}
 }
 
 // Activity returns the config of activity id, failing the test when absent.
