@@ -48,7 +48,7 @@ func TestJWTValidation(t *testing.T) {
 	}{
 		{"no key source", jwtUser + "      issuer: i\n      audience: a\n", []wantErr{{10, "set exactly one of jwks_file, jwks_url or hmac_secret_env"}}},
 		{"two key sources", jwtUser + keys + "      jwks_url: https://x/j\n", []wantErr{{10, "set exactly one of jwks_file, jwks_url or hmac_secret_env"}}},
-		{"jwt and header", okAct + "identity:\n  user:\n    header: X-User-Id\n    jwt:\n" + keys, []wantErr{{9, "identity.user: set exactly one of header, cookie, query or jwt"}}},
+		{"jwt and header", okAct + "identity:\n  user:\n    header: X-User-Id\n    jwt:\n" + keys, []wantErr{{9, "identity.user: set exactly one of header, cookie, query, session or jwt"}}},
 		{"jwt on device", okAct + "identity:\n  device:\n    jwt:\n" + keys, []wantErr{{9, "identity.device: set one of header, cookie or query"}, {10, "identity.device: jwt is only for identity.user"}}},
 		{"header and cookie", jwtUser + keys + "      header: Authorization\n      cookie: t\n", []wantErr{{15, "set one of header or cookie"}}},
 		{"bad url", jwtUser + "      jwks_url: ftp://x/j\n      issuer: i\n      audience: a\n", []wantErr{{11, "jwks_url must start with http:// or https://"}}},

@@ -31,7 +31,7 @@ func TestSessionValidation(t *testing.T) {
 		want []wantErr
 	}{
 		{"session and header", okAct + "identity:\n  user:\n    header: X-User-Id\n    session: {cookie: s, url: \"http://x/w\"}\n",
-			[]wantErr{{9, "identity.user: set exactly one of header, cookie, query or session"}}},
+			[]wantErr{{9, "identity.user: set exactly one of header, cookie, query, session or jwt"}}},
 		{"no credential", user + "      url: http://x/w\n", []wantErr{{10, "identity.user.session: set cookie or header"}}},
 		{"cookie and header", user + "      cookie: s\n      header: X-S\n      url: http://x/w\n", []wantErr{{10, "set exactly one of cookie or header"}}},
 		{"bad cookie name", user + "      cookie: \"a b\"\n      url: http://x/w\n", []wantErr{{11, `"a b" is not a valid cookie name`}}},
