@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
 	"github.com/seckill-proxy/seckill-proxy/lua"
 	"github.com/seckill-proxy/seckill-proxy/store"
 )
@@ -30,7 +31,7 @@ func newActivity(id string, stock int64, shards int, limit int64) *config.Activi
 }
 
 func redisConfig(addrs []string, cluster bool) config.Redis {
-	return config.Redis{Addrs: addrs, Timeout: 200 * time.Millisecond, ClientCache: true, KeyPrefix: "seckill", Cluster: cluster}
+	return config.Redis{Addrs: addrs, Timeout: redistest.TimeoutScale * 200 * time.Millisecond, ClientCache: true, KeyPrefix: "seckill", Cluster: cluster}
 }
 
 func openStore(t testing.TB, cfg config.Redis) *store.Store {

@@ -68,7 +68,8 @@ type Options struct {
 	ShopURL string
 	// UpstreamTimeout defaults to 3 s.
 	UpstreamTimeout time.Duration
-	// RedisTimeout defaults to 200 ms.
+	// RedisTimeout defaults to 200 ms (× redistest.TimeoutScale under the
+	// race detector).
 	RedisTimeout time.Duration
 	KeyPrefix    string // default seckill
 	// User is the identity.user source as YAML flow, default "{ header: X-User-Id }".
@@ -114,7 +115,7 @@ func (o Options) YAML(t testing.TB) string {
 	w("redis:")
 	w("  addrs: [%s]", quoteAll(o.Redis))
 	w("  cluster: %v", o.Cluster)
-	w("  timeout: %s", orDur(o.RedisTimeout, 200*time.Millisecond))
+	w("  timeout: %s", orDur(o.RedisTimeout, redistest.TimeoutScale*200*time.Millisecond))
 	w("  key_prefix: %s", or(o.KeyPrefix, "seckill"))
 	w("identity:")
 	w("  user: %s", or(o.User, "{ header: X-User-Id }"))
