@@ -310,6 +310,10 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 		if d, done := p.identify(ctx, r, now); done {
 			return d
 		}
+		// A look-up may have waited for the shop: the stages below judge
+		// rates and windows by the time now, not by when the buy came in
+		// (a clock hundreds of ms old would count as debt in the buckets).
+		now = p.now()
 	}
 	// 3. Who is asking: signature, eligibility, blocklists, rate limits.
 	if st.sig != nil {
