@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,8 +39,9 @@ type upstream struct {
 	// passTimeout bounds an ordinary request's whole exchange, its bodies
 	// streaming at the client's pace.
 	passTimeout time.Duration
-	// keys sign X-Seckill-Signature: the first signs (issue 9 §6).
-	keys signing.Keyring
+	// keys sign X-Seckill-Signature: the first signs (issue 9 §6), with
+	// pooled HMAC states.
+	keys *signing.Signer
 	// replayMax bounds a winner's answer kept for exact replays.
 	replayMax int
 	// releases says whether a non-2xx answer to a buy releases it.
@@ -99,7 +102,7 @@ func newUpstream(u config.Upstream, keys signing.Keyring) (*upstream, error) {
 		}
 	}
 	up := &upstream{buy: mk(u.Timeout), pass: mk(u.PassTimeout), https: https, timeout: u.Timeout, passTimeout: u.PassTimeout,
-		basePath: strings.TrimSuffix(pu.Path, "/"), keys: keys,
+		basePath: strings.TrimSuffix(pu.Path, "/"), keys: signing.NewSigner(keys),
 		replayMax: u.ReplayMaxBytes, releases: u.Releases}
 	up.buy.RetryIfErr = func(*fasthttp.Request, int, error) (bool, bool) { return false, false }
 	// Ordinary answers stream back to the client as they arrive, so a large
@@ -180,13 +183,20 @@ func (s *Server) forwardWinner(ctx *fasthttp.RequestCtx, st *state, r *admission
 		oid := orderID(&ctx.Response, a.OrderIDFrom)
 		// The closure may outlive the handler (settle retries): it holds
 		// copies, never the request or the ctx's bytes.
-		user, rid, rp := r.User, r.RequestID, keepReplay(&ctx.Response, up.replayMax)
-		s.settle("confirm", func(c context.Context) (lua.Code, error) {
-			if rid == "" {
+		if rid := r.RequestID; rid != "" {
+			// A repeat of this request id must find the answer kept: the
+			// confirm that keeps it lands before the buyer hears.
+			user, rp := r.User, keepReplay(&ctx.Response, up.replayMax)
+			s.settle("confirm", func(c context.Context) (lua.Code, error) {
+				return s.book.ConfirmReplay(c, d.Token, d.Shards, oid, user, rid, rp)
+			}, tok)
+		} else {
+			// Nothing the answer says waits for the confirm: it runs
+			// while the answer is written (issue 10).
+			s.confirmAfter(tok, oid, func(c context.Context) (lua.Code, error) {
 				return s.book.Confirm(c, d.Token, d.Shards, oid)
-			}
-			return s.book.ConfirmReplay(c, d.Token, d.Shards, oid, user, rid, rp)
-		}, tok)
+			})
+		}
 		ctx.Response.Header.Set("X-Seckill-Token", tok)
 		st.outcome[a.ID].byCode[admission.Admitted].Inc()
 	case refused || isDefiniteNo(err):
@@ -236,6 +246,97 @@ func keepReplay(resp *fasthttp.Response, max int) *store.Replay {
 func isDefiniteNo(err error) bool {
 	var de dialError
 	return errors.As(err, &de) || errors.Is(err, fasthttp.ErrNoFreeConns)
+}
+
+// maxConfirmsInFlight bounds the winners' confirms running after their
+// answers; past it a winner's confirm runs before its answer, as every
+// confirm did before issue 10, so a Redis that falls behind slows winners
+// down instead of piling up goroutines.
+const maxConfirmsInFlight = 4096
+
+// confirms runs winners' confirms after their answers and remembers, per
+// token, the ones still running, so a repeat of the buyer that this
+// instance decides meanwhile (PENDING from Redis) is answered by what the
+// confirm makes true.
+type confirms struct {
+	slots    chan struct{}
+	wg       sync.WaitGroup
+	inflight sync.Map // token string -> *runningConfirm
+}
+
+type runningConfirm struct {
+	done    chan struct{}
+	orderID string
+	// ok: confirmed. Set by the first attempt (before done is closed); a
+	// retry in the background may set it later.
+	ok atomic.Bool
+}
+
+func newConfirms() confirms { return confirms{slots: make(chan struct{}, maxConfirmsInFlight)} }
+
+// confirmAfter settles a winner's confirm in the background, the buyer's
+// answer written meanwhile. The guarantee is today's: the confirm is
+// retried until Redis answers (settle → the store's retrier); a process
+// killed between the answer and the confirm leaves a pending reservation,
+// which the reconciler settles with verify.url — the same window as a kill
+// between the shop's answer and the confirm. Shutdown waits for them.
+func (s *Server) confirmAfter(tok, oid string, f func(context.Context) (lua.Code, error)) {
+	select {
+	case s.confirms.slots <- struct{}{}:
+	default:
+		s.settle("confirm", f, tok)
+		return
+	}
+	rc := &runningConfirm{done: make(chan struct{}), orderID: oid}
+	s.confirms.inflight.Store(tok, rc)
+	s.confirms.wg.Add(1)
+	go func() {
+		defer s.confirms.wg.Done()
+		s.settle("confirm", func(c context.Context) (lua.Code, error) {
+			code, err := f(c)
+			rc.ok.Store(err == nil && (code == lua.OK || code == lua.Same))
+			return code, err
+		}, tok)
+		close(rc.done)
+		s.confirms.inflight.Delete(tok)
+		<-s.confirms.slots
+	}()
+}
+
+// settledAs turns a PENDING answer about a token whose confirm this
+// instance is running into ALREADY_PURCHASED once that confirm lands
+// (waiting at most confirmWait); otherwise the answer stays PENDING.
+func (c *confirms) settledAs(ans *answer) {
+	v, ok := c.inflight.Load(ans.token)
+	if !ok {
+		return
+	}
+	rc := v.(*runningConfirm)
+	t := time.NewTimer(confirmWait)
+	defer t.Stop()
+	select {
+	case <-rc.done:
+	case <-t.C:
+		return
+	}
+	if rc.ok.Load() {
+		ans.code, ans.orderID = admission.AlreadyPurchased, rc.orderID
+	}
+}
+
+// confirmWait is how long a repeat waits for its token's running confirm.
+const confirmWait = 500 * time.Millisecond
+
+// wait waits for the confirms still running, or for ctx.
+func (c *confirms) wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { c.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("confirms still running: %w", ctx.Err())
+	}
 }
 
 // settle runs one reservation transition with its own deadline: the
