@@ -33,6 +33,8 @@
 -- ARGV[14] the request id's hash (uint32), ARGV[15] bits of a new bitset;
 --          an existing bitset keeps its size, so writer and readers agree
 --          on bit = hash % (8 * STRLEN)
+-- ARGV[8..13] may be left out when there is no deposit, no queue mode and no
+-- request id (issue 10: the common call sends 7 ARGV, not 13).
 --
 -- Returns {code, ...}:
 --   {1, remaining}            OK: reserved, pending marker and record written
@@ -46,18 +48,22 @@
 -- A repeated request id (KEYS[8] exists) answers by the current state of the
 -- reservation its first copy got: pending or queued {3, ..}, confirmed {4, ..}, released {7, ..}.
 -- Token ids are random: a record before the reserve is abort.lua's tombstone.
-if redis.call('HEXISTS', KEYS[3], ARGV[4]) == 1 then
-  return {14}
-end
+-- It is looked for before the first write (issue 10: not on the answers
+-- that write nothing, e.g. every repeat buyer's): a tombstoned call takes
+-- nothing, and what a read-only answer says reaches nobody (its caller gave
+-- up on it).
 local r = redis.call('HGET', KEYS[1], 'r')
 if not r then
   return {5}
 end
 r = tonumber(r)
 local qty = tonumber(ARGV[2])
-local move = ARGV[9]
-if move ~= '' and (redis.call('HGET', KEYS[1], 'g') or '0') ~= (ARGV[13] or '0') then
-  move = ''
+local move = ARGV[9] or ''
+local tombChecked = false
+if move ~= '' then
+  if redis.call('HEXISTS', KEYS[3], ARGV[4]) == 1 then return {14} end
+  tombChecked = true
+  if (redis.call('HGET', KEYS[1], 'g') or '0') ~= (ARGV[13] or '0') then move = '' end
 end
 
 if move ~= '' and redis.call('SADD', KEYS[7], move) == 1 then
@@ -108,6 +114,7 @@ if held then
   units = tonumber(u)
   if units + qty > tonumber(ARGV[3]) then
     if rid then
+      if not tombChecked and redis.call('HEXISTS', KEYS[3], ARGV[4]) == 1 then return {14} end
       redis.call('SET', rid, '3|' .. last, 'PX', ARGV[12])
       markRid()
     end
@@ -129,6 +136,7 @@ if ARGV[7] == '1' then
   local backlog = redis.call('XLEN', KEYS[5])
   if backlog >= tonumber(ARGV[10]) then return {12, backlog} end
 end
+if not tombChecked and redis.call('HEXISTS', KEYS[3], ARGV[4]) == 1 then return {14} end
 
 r = redis.call('HINCRBY', KEYS[1], 'r', -qty)
 redis.call('HINCRBY', KEYS[1], 'p', qty)
