@@ -434,6 +434,19 @@ func TestReserve(t *testing.T) {
 			},
 		},
 		{
+			// Issue 10: a buyer at their limit is answered from two reads,
+			// before the stock is read.
+			name:  "repeat buyer answered before the stock is read",
+			setup: [][]string{{"HSET", kUsers, "u1", "1|T0"}, {"HSET", kRes, "T0", "p|u1|1|900||"}},
+			give:  func(f *fx) []string { return f.reserveArgs("u1", 1, 1, "T1", false, 0, "")[:7] },
+			want:  []string{"3", "T0"},
+			check: func(f *fx) {
+				if f.exists(kStock) || f.exists(kPending) {
+					f.t.Error("a repeat buyer's call wrote")
+				}
+			},
+		},
+		{
 			// Issue 10: with no deposit, no queue and no request id the
 			// proxy sends 7 ARGV.
 			name:  "ok sync with the short ARGV",
@@ -1031,7 +1044,7 @@ func TestScriptSHA(t *testing.T) {
 		src  string
 		want string
 	}{
-		{name: "reserve", src: lua.Reserve, want: "83d64ba46b5904621019b10c99cecdb66446307d"},
+		{name: "reserve", src: lua.Reserve, want: "27c06f2d850325b7c416fae924a9837d889c6f53"},
 		{name: "steal", src: lua.Steal, want: "ecd78a0a5d969304c4db0022c31d3c3e554a6970"},
 		{name: "confirm", src: lua.Confirm, want: "c3919655a6b88d9c4b1943f5a116b57181b3a33c"},
 		{name: "release", src: lua.Release, want: "5b097f67da2c1620e184fad0de66505844f61348"},
