@@ -255,13 +255,40 @@ func isDefiniteNo(err error) bool {
 const maxConfirmsInFlight = 4096
 
 // confirms runs winners' confirms after their answers and remembers, per
-// token, the ones still running, so a repeat of the buyer that this
-// instance decides meanwhile (PENDING from Redis) is answered by what the
-// confirm makes true.
+// token, the ones started in the last confirmKeep or two, so a repeat of
+// the buyer that this instance decides meanwhile is answered by what the
+// confirm makes true: its reserve may have run in Redis before the confirm
+// (PENDING) even when the confirm is done by the time it is answered.
 type confirms struct {
-	slots    chan struct{}
-	wg       sync.WaitGroup
-	inflight sync.Map // token string -> *runningConfirm
+	slots   chan struct{}
+	running atomic.Int64 // polled by wait: a WaitGroup may not be waited on while winners keep adding
+
+	mu        sync.Mutex
+	cur, prev map[string]*runningConfirm // token -> its confirm; prev is dropped on rotation
+	rotated   time.Time
+}
+
+// confirmKeep is how long a confirm is remembered at least (at most twice
+// that): above any reserve call's wait for Redis.
+const confirmKeep = 3 * time.Second
+
+func (c *confirms) remember(tok string, rc *runningConfirm) {
+	now := time.Now()
+	c.mu.Lock()
+	if c.cur == nil || now.Sub(c.rotated) > confirmKeep {
+		c.prev, c.cur, c.rotated = c.cur, make(map[string]*runningConfirm), now
+	}
+	c.cur[tok] = rc
+	c.mu.Unlock()
+}
+
+func (c *confirms) lookup(tok string) *runningConfirm {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rc, ok := c.cur[tok]; ok {
+		return rc
+	}
+	return c.prev[tok]
 }
 
 type runningConfirm struct {
@@ -288,17 +315,16 @@ func (s *Server) confirmAfter(tok, oid string, f func(context.Context) (lua.Code
 		return
 	}
 	rc := &runningConfirm{done: make(chan struct{}), orderID: oid}
-	s.confirms.inflight.Store(tok, rc)
-	s.confirms.wg.Add(1)
+	s.confirms.remember(tok, rc)
+	s.confirms.running.Add(1)
 	go func() {
-		defer s.confirms.wg.Done()
+		defer s.confirms.running.Add(-1)
 		s.settle("confirm", func(c context.Context) (lua.Code, error) {
 			code, err := f(c)
 			rc.ok.Store(err == nil && (code == lua.OK || code == lua.Same))
 			return code, err
 		}, tok)
 		close(rc.done)
-		s.confirms.inflight.Delete(tok)
 		<-s.confirms.slots
 	}()
 }
@@ -307,36 +333,50 @@ func (s *Server) confirmAfter(tok, oid string, f func(context.Context) (lua.Code
 // instance is running into ALREADY_PURCHASED once that confirm lands
 // (waiting at most confirmWait); otherwise the answer stays PENDING.
 func (c *confirms) settledAs(ans *answer) {
-	v, ok := c.inflight.Load(ans.token)
-	if !ok {
-		return
-	}
-	rc := v.(*runningConfirm)
-	t := time.NewTimer(confirmWait)
-	defer t.Stop()
-	select {
-	case <-rc.done:
-	case <-t.C:
-		return
-	}
-	if rc.ok.Load() {
+	if rc := c.await(ans.token); rc != nil && rc.ok.Load() {
 		ans.code, ans.orderID = admission.AlreadyPurchased, rc.orderID
 	}
 }
 
+// await waits (at most confirmWait) for the confirm of tok this instance
+// started lately, if any; it returns it once done, or nil.
+func (c *confirms) await(tok string) *runningConfirm {
+	rc := c.lookup(tok)
+	if rc == nil {
+		return nil
+	}
+	select {
+	case <-rc.done:
+		return rc
+	default:
+	}
+	t := time.NewTimer(confirmWait)
+	defer t.Stop()
+	select {
+	case <-rc.done:
+		return rc
+	case <-t.C:
+		return nil
+	}
+}
+
+// WaitConfirms waits until the winners' confirms running after their
+// answers are done (tests read the store's counters after it).
+func (s *Server) WaitConfirms(ctx context.Context) error { return s.confirms.wait(ctx) }
+
 // confirmWait is how long a repeat waits for its token's running confirm.
 const confirmWait = 500 * time.Millisecond
 
-// wait waits for the confirms still running, or for ctx.
+// wait waits until no confirm runs, or for ctx.
 func (c *confirms) wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() { c.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("confirms still running: %w", ctx.Err())
+	for c.running.Load() > 0 {
+		select {
+		case <-time.After(time.Millisecond):
+		case <-ctx.Done():
+			return fmt.Errorf("%d confirms still running: %w", c.running.Load(), ctx.Err())
+		}
 	}
+	return nil
 }
 
 // settle runs one reservation transition with its own deadline: the
