@@ -19,8 +19,10 @@
 # /debug/pprof/profile on the admin listener) is written to DIR with its top lines.
 #
 #   scripts/contended-bench.sh [seconds] [connections] [runs]
-# Knobs: BIN (prebuilt binaries; default: build into a temp dir), PROFILE, USERS_1000=1
-# (also the 1000users preset against proxy and bare, for p99.9).
+# After the runs: the 1000users preset (1,000 users in flight, 3 loops each, stock 100)
+# against the proxy and the bare handler, alternated, once per run: p99.9 side by side
+# (USERS_1000=0 skips it). Last, the median ratio of each row against issue 10's target.
+# Knobs: BIN (prebuilt binaries; default: build into a temp dir), PROFILE, USERS_1000.
 set -euo pipefail
 secs=${1:-5}; conns=${2:-64}; runs=${3:-3}
 cd "$(dirname "$0")/.."
@@ -61,6 +63,11 @@ activities:
     start: $start
     end: $end
     skus: [ { id: s, stock: 0 } ]
+  - id: k1
+    start: $start
+    end: $end
+    skus: [ { id: s, stock: 100 } ]
+    admission_rate: { rate: 1000000, burst: 1000000 }
 YAML
 for i in $(seq 100); do redis-cli -p "$rp" ping >/dev/null 2>&1 && redis-cli -p "$brp" ping >/dev/null 2>&1 && break; sleep 0.05; done
 "$BIN/seckill-proxy" preheat -c "$w/c.yaml" >/dev/null 2>&1
@@ -113,6 +120,9 @@ drive() {
 }
 # evalsha usec_per_call and calls of a redis-server since its last RESETSTAT
 evalstats() { redis-cli -p "$1" info commandstats | tr -d '\r' | awk -F'[=,:]' '/^cmdstat_evalsha:/ {print $7, $3}'; }
+# the redis-server's CPU seconds so far (user + sys): per call, what it really spent
+# (usec_per_call is wall time, and grows when the busy box preempts Redis mid-script)
+rcpu() { redis-cli -p "$1" info cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.6f", s}'; }
 reset() { redis-cli -p "$1" config resetstat >/dev/null; }
 profile() { # name: a CPU profile of the proxy while wrk runs (run 1 only)
   [ -n "${PROFILE:-}" ] && [ "$run" = 1 ] || return 0
@@ -128,20 +138,24 @@ profile_done() {
 }
 one() { # name url lua redis-port(or -) [wrk args]
   local name=$1 url=$2 lua=$3 rport=$4; shift 4
-  [ "$rport" != - ] && reset "$rport"
+  local c0=0
+  if [ "$rport" != - ]; then reset "$rport"; c0=$(rcpu "$rport"); fi
   case $name in proxy-*) profile "$name" ;; esac
   read -r rps p99 n < <(drive "$url" "$lua" "$@")
   profile_done "$name"
   local us=- per=-
   if [ "$rport" != - ]; then
     read -r us calls < <(evalstats "$rport" || echo "- 0")
+    local c1; c1=$(rcpu "$rport")
+    # "wall µs/call (CPU µs per script call)"
+    us="$us($(awk -v a="$c0" -v b="$c1" -v c="${calls:-0}" 'BEGIN { if (c > 0) printf "%.1f", (b - a) * 1e6 / c; else print "-" }'))"
     per=$(awk -v c="${calls:-0}" -v n="$n" 'BEGIN { if (n > 0) printf "%.2f", c / n; else print "-" }')
   fi
   echo "$name $rps $p99 ${us:--} $per"
 }
 post="$w/post.lua"; printf 'wrk.method="POST"\nwrk.headers["X-User-Id"]="u1"\n' > "$post"
 echo "== $(nproc) cores, $(uname -r), $(date -u +%FT%TZ), $(redis-server --version | cut -d' ' -f1-3), wrk -t1 -c$conns -d${secs}s, $runs runs"
-echo "| run | load avg | path | proxy req/s | reference req/s | ratio | p99 ms proxy / ref | Redis µs/call proxy / ref | script calls/req proxy / ref |"
+echo "| run | load avg | path | proxy req/s | reference req/s | ratio | p99 ms proxy / ref | Redis µs/call, wall (CPU), proxy / ref | script calls/req proxy / ref |"
 echo "|---|---|---|---:|---:|---:|---|---|---|"
 for run in $(seq "$runs"); do
   # Alternate which side goes first, so neither always meets a warmer machine.
@@ -163,18 +177,52 @@ for run in $(seq "$runs"); do
     ratio=$(awk -v a="$prps" -v b="$rrps" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
     printf '| %s | %s | %s (vs %s) | %.0f | %.0f | **%s** | %s / %s | %s / %s | %s / %s |\n' \
       "$run" "$la" "$path" "$rn" "$prps" "$rrps" "$ratio" "$pp99" "$rp99" "$pus" "$rus" "$pper" "$rper"
+    echo "$path $ratio" >> "$w/ratios"
     sleep 1
   done
 done
-if [ "${USERS_1000:-0}" = 1 ]; then
-  # The 1000users preset (1,000 users in flight, 3 loops each) against the sold-out
-  # path and the bare handler: p99.9 side by side.
-  for t in "bare http://127.0.0.1:$bp" "proxy http://127.0.0.1:$pp"; do
-    set -- $t
-    "$BIN/seckill-bench" run --preset 1000users --activity so --sku s --target "$2" --quiet 2>/dev/null \
-      | grep -E 'p99\.9|answered/s|latency' | sed "s/^/$1: /" || true
+preset() { # url activity json: one 1000users run; prints "p99.9_ms answered/s"
+  "$BIN/seckill-bench" run --preset 1000users --activity "$2" --sku s --target "$1" --user-prefix "p$RANDOM-" \
+    --quiet --json "$3" >/dev/null 2>&1 || true
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("%.2f %.0f" % (r["latency"]["p999_ms"], r["rps"]))' "$3" 2>/dev/null || echo "- -"
+}
+if [ "${USERS_1000:-1}" = 1 ]; then
+  echo
+  echo "| run | load avg | 1000users preset | proxy p99.9 ms | bare p99.9 ms | ratio | proxy / bare answered/s |"
+  echo "|---|---|---|---:|---:|---:|---|"
+  for run in $(seq "$runs"); do
+    la=$(cut -d' ' -f1-3 /proc/loadavg)
+    # Fresh stock each run (100 units, then sold out: the preset's shape).
+    "$BIN/seckill-proxy" preheat -c "$w/c.yaml" --activity k1 --force >/dev/null 2>&1
+    if [ $((run % 2)) = 1 ]; then
+      read -r bq br < <(preset "http://127.0.0.1:$bp" k1 "$w/b.json"); sleep 1
+      read -r pq pr < <(preset "http://127.0.0.1:$pp" k1 "$w/p.json")
+    else
+      read -r pq pr < <(preset "http://127.0.0.1:$pp" k1 "$w/p.json"); sleep 1
+      read -r bq br < <(preset "http://127.0.0.1:$bp" k1 "$w/b.json")
+    fi
+    ratio=$(awk -v a="$pq" -v b="$bq" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
+    echo "| $run | $la | proxy (100 winners, then SOLD_OUT) vs bare | $pq | $bq | **$ratio** | $pr / $br |"
+    echo "p99.9 $ratio" >> "$w/ratios"
+    sleep 1
   done
 fi
+echo
+echo "Median of the runs against issue 10's targets:"
+sort -k1,1 "$w/ratios" | awk '
+  { k = $1; if ($1 == "sold" || $1 == "repeat" || $1 == "winner") k = $1; v[k] = v[k] " " $NF }
+  END {
+    t["repeat"] = ">= 0.90"; t["winner"] = ">= 0.45"; t["sold"] = ">= 0.80"; t["p99.9"] = "<= 1.10"
+    n["repeat"] = "repeat buyer vs bare-redis (per-user)"; n["winner"] = "winner vs hop"; n["sold"] = "sold out vs bare"; n["p99.9"] = "1000users p99.9 vs bare"
+    for (k in v) {
+      m = split(substr(v[k], 2), a, " ")
+      for (i = 2; i <= m; i++) { x = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
+      med = (m % 2) ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
+      op = substr(t[k], 1, 2); lim = substr(t[k], 4) + 0
+      ok = (op == ">=") ? (med >= lim) : (med <= lim)
+      printf "  %-40s median %.2f (runs:%s), target %s: %s\n", n[k], med, v[k], t[k], ok ? "MET" : "SHORT"
+    }
+  }' 
 if grep -q '"level":"error"' "$w/proxy.log"; then
   echo "proxy logged errors:" >&2; grep '"level":"error"' "$w/proxy.log" | head -5 >&2
 fi
