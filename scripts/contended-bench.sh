@@ -44,8 +44,8 @@ for p in "$rp" "$brp"; do
   redis-server --port "$p" --bind 127.0.0.1 --save '' --appendonly no --dir "$w" --logfile "$w/redis-$p.log" & pids+=($!)
 done
 "$BIN/seckill-bench" bare --status 200 --body '{"order_id":"bare"}' --listen "127.0.0.1:$sp" 2>/dev/null & pids+=($!)
-"$BIN/seckill-bench" hop --upstream "127.0.0.1:$sp" --listen "127.0.0.1:$hp" 2>/dev/null & pids+=($!)
-"$BIN/seckill-bench" bare --listen "127.0.0.1:$bp" 2>/dev/null & pids+=($!)
+"$BIN/seckill-bench" hop --upstream "127.0.0.1:$sp" --listen "127.0.0.1:$hp" 2>/dev/null & pids+=($!); hop_pid=$!
+"$BIN/seckill-bench" bare --listen "127.0.0.1:$bp" 2>/dev/null & pids+=($!); bare_pid=$!
 sale_window 86400
 { proxy_head "$pp" "$ap" "$sp" "$rp"; cat <<YAML; } > "$w/c.yaml"
 activities:
@@ -71,8 +71,8 @@ activities:
 YAML
 for i in $(seq 100); do redis-cli -p "$rp" ping >/dev/null 2>&1 && redis-cli -p "$brp" ping >/dev/null 2>&1 && break; sleep 0.05; done
 "$BIN/seckill-proxy" preheat -c "$w/c.yaml" >/dev/null 2>&1
-"$BIN/seckill-proxy" serve -c "$w/c.yaml" 2>"$w/proxy.log" & pids+=($!)
-"$BIN/seckill-bench" bare-redis --per-user --redis "127.0.0.1:$brp" --stock 100 --listen "127.0.0.1:$bpr" 2>/dev/null & pids+=($!)
+"$BIN/seckill-proxy" serve -c "$w/c.yaml" 2>"$w/proxy.log" & pids+=($!); proxy_pid=$!
+"$BIN/seckill-bench" bare-redis --per-user --redis "127.0.0.1:$brp" --stock 100 --listen "127.0.0.1:$bpr" 2>/dev/null & pids+=($!); bare_redis_pid=$!
 for u in "http://127.0.0.1:$pp/_seckill/time" "http://127.0.0.1:$hp/" "http://127.0.0.1:$bpr/" "http://127.0.0.1:$bp/"; do
   for i in $(seq 100); do curl -s -o /dev/null "$u" && break; sleep 0.05; done
 done
@@ -136,13 +136,20 @@ profile_done() {
   wait "$prof_pid" || true; prof_pid=
   go tool pprof -top -nodecount=25 "$BIN/seckill-proxy" "$PROFILE/$1.pprof" > "$PROFILE/$1.top.txt" 2>/dev/null || true
 }
+# a process's CPU seconds so far (utime + stime)
+pcpu() { awk -v t="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / t }' "/proc/$1/stat"; }
 one() { # name url lua redis-port(or -) [wrk args]
   local name=$1 url=$2 lua=$3 rport=$4; shift 4
+  local pid
+  case $name in proxy-*) pid=$proxy_pid ;; hop) pid=$hop_pid ;; bare) pid=$bare_pid ;; bare-redis) pid=$bare_redis_pid ;; esac
+  local p0; p0=$(pcpu "$pid")
   local c0=0
   if [ "$rport" != - ]; then reset "$rport"; c0=$(rcpu "$rport"); fi
   case $name in proxy-*) profile "$name" ;; esac
   read -r rps p99 n < <(drive "$url" "$lua" "$@")
+  local p1; p1=$(pcpu "$pid")
   profile_done "$name"
+  local cpu; cpu=$(awk -v a="$p0" -v b="$p1" -v n="$n" 'BEGIN { if (n > 0) printf "%.0f", (b - a) * 1e6 / n; else print "-" }')
   local us=- per=-
   if [ "$rport" != - ]; then
     read -r us calls < <(evalstats "$rport" || echo "- 0")
@@ -151,12 +158,12 @@ one() { # name url lua redis-port(or -) [wrk args]
     us="$us($(awk -v a="$c0" -v b="$c1" -v c="${calls:-0}" 'BEGIN { if (c > 0) printf "%.1f", (b - a) * 1e6 / c; else print "-" }'))"
     per=$(awk -v c="${calls:-0}" -v n="$n" 'BEGIN { if (n > 0) printf "%.2f", c / n; else print "-" }')
   fi
-  echo "$name $rps $p99 ${us:--} $per"
+  echo "$name $rps $p99 ${us:--} $per $cpu"
 }
 post="$w/post.lua"; printf 'wrk.method="POST"\nwrk.headers["X-User-Id"]="u1"\n' > "$post"
 echo "== $(nproc) cores, $(uname -r), $(date -u +%FT%TZ), $(redis-server --version | cut -d' ' -f1-3), wrk -t1 -c$conns -d${secs}s, $runs runs"
-echo "| run | load avg | path | proxy req/s | reference req/s | ratio | p99 ms proxy / ref | Redis µs/call, wall (CPU), proxy / ref | script calls/req proxy / ref |"
-echo "|---|---|---|---:|---:|---:|---|---|---|"
+echo "| run | load avg | path | proxy req/s | reference req/s | ratio | p99 ms proxy / ref | Redis µs/call, wall (CPU), proxy / ref | script calls/req proxy / ref | process CPU µs/req proxy / ref |"
+echo "|---|---|---|---:|---:|---:|---|---|---|---|"
 for run in $(seq "$runs"); do
   # Alternate which side goes first, so neither always meets a warmer machine.
   pairs=("repeat|bare-redis|http://127.0.0.1:$bpr/|$w/repeat.lua|$brp|proxy-repeat|http://127.0.0.1:$pp/api/seckill/rep/s/buy|$w/repeat.lua|$rp"
@@ -172,11 +179,11 @@ for run in $(seq "$runs"); do
       prx=$(one "$pn" "$pu" "$pl" "$pr" "p$run-$RANDOM-"); sleep 1
       ref=$(one "$rn" "$ru" "$rl" "$rr" "h$run-$RANDOM-")
     fi
-    read -r _ prps pp99 pus pper <<<"$prx"
-    read -r _ rrps rp99 rus rper <<<"$ref"
+    read -r _ prps pp99 pus pper pcpuq <<<"$prx"
+    read -r _ rrps rp99 rus rper rcpuq <<<"$ref"
     ratio=$(awk -v a="$prps" -v b="$rrps" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
-    printf '| %s | %s | %s (vs %s) | %.0f | %.0f | **%s** | %s / %s | %s / %s | %s / %s |\n' \
-      "$run" "$la" "$path" "$rn" "$prps" "$rrps" "$ratio" "$pp99" "$rp99" "$pus" "$rus" "$pper" "$rper"
+    printf '| %s | %s | %s (vs %s) | %.0f | %.0f | **%s** | %s / %s | %s / %s | %s / %s | %s / %s |\n' \
+      "$run" "$la" "$path" "$rn" "$prps" "$rrps" "$ratio" "$pp99" "$rp99" "$pus" "$rus" "$pper" "$rper" "$pcpuq" "$rcpuq"
     echo "$path $ratio" >> "$w/ratios"
     sleep 1
   done
