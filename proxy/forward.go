@@ -21,7 +21,6 @@ import (
 
 	"github.com/seckill-proxy/seckill-proxy/admission"
 	"github.com/seckill-proxy/seckill-proxy/config"
-	"github.com/seckill-proxy/seckill-proxy/internal/jsonptr"
 	"github.com/seckill-proxy/seckill-proxy/internal/signing"
 	"github.com/seckill-proxy/seckill-proxy/lua"
 	"github.com/seckill-proxy/seckill-proxy/metrics"
@@ -434,8 +433,7 @@ func orderID(resp *fasthttp.Response, from string) string {
 		if len(body) == 0 || len(body) > 1<<20 {
 			return ""
 		}
-		id, _ := jsonptr.Find(body, name)
-		return id
+		return findOrderID(body, name)
 	}
 	return ""
 }
