@@ -117,3 +117,32 @@ func BenchmarkRefusedHandler(b *testing.B) {
 		run(b, h, 403)
 	})
 }
+
+// BenchmarkScriptHandler is the repeat buyer's path through the handler:
+// one reserve script per request, answered by the buyer's last reservation
+// (202 PENDING here: the first buy was decided directly, never forwarded).
+// It is serial (one RequestCtx), so ns/op includes a Redis round trip;
+// allocs/op is the Go side's.
+//
+//	go test -run XXX -bench ScriptHandler -benchmem ./admission/
+func BenchmarkScriptHandler(b *testing.B) {
+	srv := redistest.Start(b)
+	cfg := realConfig(b, 100, 1)
+	a := &cfg.Activities[0]
+	in := startInstance(b, redisCfg([]string{srv.Addr}, false), cfg, time.Now)
+	preheat(b, in.st, a)
+	if d := in.pipe.Decide(bg(b), req(a, "user-1")); d.Code != admission.Admitted {
+		b.Fatalf("first buy: %v", d.Code)
+	}
+	h := newHandler(b, cfg, in.st, time.Now)
+	go h.pipe.Run(bg(b))
+	var c buyCtx
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c.prepare("/buy/act/sku1", "user-1", "203.0.113.9")
+		if got := h.run(&c); got != 202 {
+			b.Fatalf("status %d, want 202: %s", got, c.ctx.Response.Body())
+		}
+	}
+}

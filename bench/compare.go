@@ -16,7 +16,7 @@ import (
 
 // Target is one system under comparison.
 type Target struct {
-	Name string // legacy, proxy, nginx, bare, bare-redis
+	Name string // legacy, proxy, nginx, bare, bare-redis, hop
 	URL  string
 	// ShopBacked targets place orders in the shop (so the shop is reset
 	// before and verified after); LegacyTarget ones are the shop itself.

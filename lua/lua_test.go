@@ -407,6 +407,61 @@ func TestReserve(t *testing.T) {
 			},
 		},
 		{
+			// Issue 10: the tombstone is looked for before the first write
+			// only; an answer that writes nothing is the same either way.
+			name:  "aborted token id of a repeat buyer writes nothing",
+			setup: [][]string{stock(3, 3, 0, 1, 0), {"HSET", kUsers, "u1", "1|T0"}, {"HSET", kRes, "T0", "c|u1|1|900|o9|", "T1", "x|u1|0|900||store_timeout|900"}},
+			give:  func(f *fx) []string { return f.reserveArgs("u1", 1, 1, "T1", false, 0, "") },
+			want:  []string{"4", "T0", "o9"},
+			check: func(f *fx) {
+				f.wantHash(kStock, map[string]string{"r": "3", "p": "0", "c": "1"})
+				f.wantHash(kUsers, map[string]string{"u1": "1|T0"})
+				if f.exists(kPending) {
+					f.t.Error("an aborted reserve wrote")
+				}
+			},
+		},
+		{
+			name:  "aborted token id of a fresh buyer without a move takes nothing",
+			setup: [][]string{stock(3, 3, 0, 0, 0), {"HSET", kRes, "T1", "x|u1|0|900||store_timeout|900"}},
+			give:  func(f *fx) []string { return f.reserveArgs("u1", 1, 1, "T1", false, 0, "")[:7] },
+			want:  []string{"14"},
+			check: func(f *fx) {
+				f.wantHash(kStock, map[string]string{"r": "3", "i": "3", "p": "0"})
+				if f.exists(kUsers) || f.exists(kPending) {
+					f.t.Error("an aborted reserve wrote")
+				}
+			},
+		},
+		{
+			// Issue 10: a buyer at their limit is answered from two reads,
+			// before the stock is read.
+			name:  "repeat buyer answered before the stock is read",
+			setup: [][]string{{"HSET", kUsers, "u1", "1|T0"}, {"HSET", kRes, "T0", "p|u1|1|900||"}},
+			give:  func(f *fx) []string { return f.reserveArgs("u1", 1, 1, "T1", false, 0, "")[:7] },
+			want:  []string{"3", "T0"},
+			check: func(f *fx) {
+				if f.exists(kStock) || f.exists(kPending) {
+					f.t.Error("a repeat buyer's call wrote")
+				}
+			},
+		},
+		{
+			// Issue 10: with no deposit, no queue and no request id the
+			// proxy sends 7 ARGV.
+			name:  "ok sync with the short ARGV",
+			setup: [][]string{stock(3, 3, 0, 0, 0)},
+			give:  func(f *fx) []string { return f.reserveArgs("u1", 1, 1, "T1", false, 0, "")[:7] },
+			want:  []string{"1", "2"},
+			check: func(f *fx) {
+				f.wantHash(kStock, map[string]string{"r": "2", "p": "1"})
+				f.wantHash(kRes, map[string]string{"T1": "p|u1|1|1000||"})
+				f.wantTTL(kUsers)
+				f.wantTTL(kRes)
+				f.wantTTL(kPending)
+			},
+		},
+		{
 			name:  "deposit of the same generation lands",
 			setup: [][]string{stock(0, 0, 0, 0, 0), {"HSET", kStock, "g", "7"}},
 			give: func(f *fx) []string {
@@ -940,7 +995,19 @@ func TestAbort(t *testing.T) {
 					f.wantTTL(kRes)
 				}
 				// The late reserve finds the token settled and takes nothing.
-				wantReply(t, f.run(lua.Reserve, reserveKeys, f.reserveArgs("u1", 1, 1, "T1", tt.queue, 0, "")), []string{"14"})
+				// A buyer still at their limit is answered by their last
+				// reservation, the tombstone not looked for (issue 10: it is,
+				// before the first write); either way nothing is written.
+				st, us, rs := f.hash(kStock), f.hash(kUsers), f.hash(kRes)
+				late := f.run(lua.Reserve, reserveKeys, f.reserveArgs("u1", 1, 1, "T1", tt.queue, 0, ""))
+				if tt.name == "keeps the buyer's other units" {
+					wantReply(t, late, []string{"4", "T1", ""})
+				} else {
+					wantReply(t, late, []string{"14"})
+				}
+				f.wantHash(kStock, st)
+				f.wantHash(kUsers, us)
+				f.wantHash(kRes, rs)
 				// A replay of the abort changes nothing.
 				before := f.hash(kStock)
 				wantReply(t, f.run(lua.Abort, keys, args), []string{"6"})
@@ -977,7 +1044,7 @@ func TestScriptSHA(t *testing.T) {
 		src  string
 		want string
 	}{
-		{name: "reserve", src: lua.Reserve, want: "a46df4fbe03db7ef6ea67301de97607b01ab40a9"},
+		{name: "reserve", src: lua.Reserve, want: "27c06f2d850325b7c416fae924a9837d889c6f53"},
 		{name: "steal", src: lua.Steal, want: "ecd78a0a5d969304c4db0022c31d3c3e554a6970"},
 		{name: "confirm", src: lua.Confirm, want: "c3919655a6b88d9c4b1943f5a116b57181b3a33c"},
 		{name: "release", src: lua.Release, want: "5b097f67da2c1620e184fad0de66505844f61348"},

@@ -33,31 +33,61 @@
 -- ARGV[14] the request id's hash (uint32), ARGV[15] bits of a new bitset;
 --          an existing bitset keeps its size, so writer and readers agree
 --          on bit = hash % (8 * STRLEN)
+-- ARGV[8..13] may be left out when there is no deposit, no queue mode and no
+-- request id (issue 10: the common call sends 7 ARGV, not 13).
 --
 -- Returns {code, ...}:
 --   {1, remaining}            OK: reserved, pending marker and record written
 --   {2, remaining}            EMPTY: home shard has fewer than qty units
 --   {3, token id}             PENDING: limit reached, last reservation still pending
 --   {4, token id, order id}   PURCHASED: limit reached, last reservation confirmed
---   {5}                       NOT_READY: shard was never preheated (or expired)
+--   {5}                       NOT_READY: shard was never preheated (or expired);
+--                             a buyer at their limit (no request id, no deposit)
+--                             is answered by their last reservation first
 --   {7, token id}             RELEASED: a repeated request id whose reservation was released
 --   {12, backlog}             BACKLOG: queue mode, the stream holds ARGV[10] entries or more
 --   {14}                      ABORTED: abort.lua settled this token id first; nothing taken
 -- A repeated request id (KEYS[8] exists) answers by the current state of the
 -- reservation its first copy got: pending or queued {3, ..}, confirmed {4, ..}, released {7, ..}.
 -- Token ids are random: a record before the reserve is abort.lua's tombstone.
-if redis.call('HEXISTS', KEYS[3], ARGV[4]) == 1 then
-  return {14}
+-- It is looked for before the first write (issue 10: not on the answers
+-- that write nothing, e.g. every repeat buyer's): a tombstoned call takes
+-- nothing, and what a read-only answer says reaches nobody (its caller gave
+-- up on it).
+local qty = tonumber(ARGV[2])
+local move = ARGV[9] or ''
+local rid = KEYS[8]
+-- lastAnswer is the answer to a buyer at their limit: their last reservation.
+local function lastAnswer(last)
+  local rec = redis.call('HGET', KEYS[3], last)
+  local st = rec and string.sub(rec, 1, 1)
+  if st == 'p' or st == 'q' then
+    return {3, last}
+  end
+  local oid = ''
+  if rec then oid = string.match(rec, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)') or '' end
+  return {4, last, oid}
+end
+-- A buyer at their limit, with no request id and nothing to deposit, is
+-- answered first, from two reads (issue 10: every repeat buyer's call).
+local held, heldRead = false, false
+if not rid and move == '' then
+  held, heldRead = redis.call('HGET', KEYS[2], ARGV[1]), true
+  if held then
+    local u, last = string.match(held, '^(%d+)|(.*)$')
+    if tonumber(u) + qty > tonumber(ARGV[3]) then return lastAnswer(last) end
+  end
 end
 local r = redis.call('HGET', KEYS[1], 'r')
 if not r then
   return {5}
 end
 r = tonumber(r)
-local qty = tonumber(ARGV[2])
-local move = ARGV[9]
-if move ~= '' and (redis.call('HGET', KEYS[1], 'g') or '0') ~= (ARGV[13] or '0') then
-  move = ''
+local tombChecked = false
+if move ~= '' then
+  if redis.call('HEXISTS', KEYS[3], ARGV[4]) == 1 then return {14} end
+  tombChecked = true
+  if (redis.call('HGET', KEYS[1], 'g') or '0') ~= (ARGV[13] or '0') then move = '' end
 end
 
 if move ~= '' and redis.call('SADD', KEYS[7], move) == 1 then
@@ -68,7 +98,6 @@ if move ~= '' and redis.call('SADD', KEYS[7], move) == 1 then
   if redis.call('SCARD', KEYS[7]) == 1 then redis.call('PEXPIREAT', KEYS[7], ARGV[6]) end
 end
 
-local rid = KEYS[8]
 -- markRid sets the request id's bit (see KEYS[9]).
 local function markRid()
   local bits = redis.call('STRLEN', KEYS[9]) * 8
@@ -101,24 +130,18 @@ if rid then
   end
 end
 
-local held = redis.call('HGET', KEYS[2], ARGV[1])
+if not heldRead then held = redis.call('HGET', KEYS[2], ARGV[1]) end
 local units = 0
 if held then
   local u, last = string.match(held, '^(%d+)|(.*)$')
   units = tonumber(u)
   if units + qty > tonumber(ARGV[3]) then
     if rid then
+      if not tombChecked and redis.call('HEXISTS', KEYS[3], ARGV[4]) == 1 then return {14} end
       redis.call('SET', rid, '3|' .. last, 'PX', ARGV[12])
       markRid()
     end
-    local rec = redis.call('HGET', KEYS[3], last)
-    local st = rec and string.sub(rec, 1, 1)
-    if st == 'p' or st == 'q' then
-      return {3, last}
-    end
-    local oid = ''
-    if rec then oid = string.match(rec, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)') or '' end
-    return {4, last, oid}
+    return lastAnswer(last)
   end
 end
 
@@ -129,6 +152,7 @@ if ARGV[7] == '1' then
   local backlog = redis.call('XLEN', KEYS[5])
   if backlog >= tonumber(ARGV[10]) then return {12, backlog} end
 end
+if not tombChecked and redis.call('HEXISTS', KEYS[3], ARGV[4]) == 1 then return {14} end
 
 r = redis.call('HINCRBY', KEYS[1], 'r', -qty)
 redis.call('HINCRBY', KEYS[1], 'p', qty)

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,7 +21,6 @@ import (
 
 	"github.com/seckill-proxy/seckill-proxy/admission"
 	"github.com/seckill-proxy/seckill-proxy/config"
-	"github.com/seckill-proxy/seckill-proxy/internal/jsonptr"
 	"github.com/seckill-proxy/seckill-proxy/internal/signing"
 	"github.com/seckill-proxy/seckill-proxy/lua"
 	"github.com/seckill-proxy/seckill-proxy/metrics"
@@ -37,8 +38,9 @@ type upstream struct {
 	// passTimeout bounds an ordinary request's whole exchange, its bodies
 	// streaming at the client's pace.
 	passTimeout time.Duration
-	// keys sign X-Seckill-Signature: the first signs (issue 9 §6).
-	keys signing.Keyring
+	// keys sign X-Seckill-Signature: the first signs (issue 9 §6), with
+	// pooled HMAC states.
+	keys *signing.Signer
 	// replayMax bounds a winner's answer kept for exact replays.
 	replayMax int
 	// releases says whether a non-2xx answer to a buy releases it.
@@ -99,7 +101,7 @@ func newUpstream(u config.Upstream, keys signing.Keyring) (*upstream, error) {
 		}
 	}
 	up := &upstream{buy: mk(u.Timeout), pass: mk(u.PassTimeout), https: https, timeout: u.Timeout, passTimeout: u.PassTimeout,
-		basePath: strings.TrimSuffix(pu.Path, "/"), keys: keys,
+		basePath: strings.TrimSuffix(pu.Path, "/"), keys: signing.NewSigner(keys),
 		replayMax: u.ReplayMaxBytes, releases: u.Releases}
 	up.buy.RetryIfErr = func(*fasthttp.Request, int, error) (bool, bool) { return false, false }
 	// Ordinary answers stream back to the client as they arrive, so a large
@@ -180,13 +182,20 @@ func (s *Server) forwardWinner(ctx *fasthttp.RequestCtx, st *state, r *admission
 		oid := orderID(&ctx.Response, a.OrderIDFrom)
 		// The closure may outlive the handler (settle retries): it holds
 		// copies, never the request or the ctx's bytes.
-		user, rid, rp := r.User, r.RequestID, keepReplay(&ctx.Response, up.replayMax)
-		s.settle("confirm", func(c context.Context) (lua.Code, error) {
-			if rid == "" {
+		if rid := r.RequestID; rid != "" {
+			// A repeat of this request id must find the answer kept: the
+			// confirm that keeps it lands before the buyer hears.
+			user, rp := r.User, keepReplay(&ctx.Response, up.replayMax)
+			s.settle("confirm", func(c context.Context) (lua.Code, error) {
+				return s.book.ConfirmReplay(c, d.Token, d.Shards, oid, user, rid, rp)
+			}, tok)
+		} else {
+			// Nothing the answer says waits for the confirm: it runs
+			// while the answer is written (issue 10).
+			s.confirmAfter(tok, oid, func(c context.Context) (lua.Code, error) {
 				return s.book.Confirm(c, d.Token, d.Shards, oid)
-			}
-			return s.book.ConfirmReplay(c, d.Token, d.Shards, oid, user, rid, rp)
-		}, tok)
+			})
+		}
 		ctx.Response.Header.Set("X-Seckill-Token", tok)
 		st.outcome[a.ID].byCode[admission.Admitted].Inc()
 	case refused || isDefiniteNo(err):
@@ -236,6 +245,143 @@ func keepReplay(resp *fasthttp.Response, max int) *store.Replay {
 func isDefiniteNo(err error) bool {
 	var de dialError
 	return errors.As(err, &de) || errors.Is(err, fasthttp.ErrNoFreeConns)
+}
+
+// maxConfirmsInFlight bounds the winners' confirms running after their
+// answers; past it a winner's confirm runs before its answer, as every
+// confirm did before issue 10, so a Redis that falls behind slows winners
+// down instead of piling up goroutines.
+const maxConfirmsInFlight = 4096
+
+// confirms runs winners' confirms after their answers and remembers, per
+// token, the ones started in the last confirmKeep or two, so a repeat of
+// the buyer that this instance decides meanwhile is answered by what the
+// confirm makes true: its reserve may have run in Redis before the confirm
+// (PENDING) even when the confirm is done by the time it is answered.
+type confirms struct {
+	slots   chan struct{}
+	running atomic.Int64 // polled by wait: a WaitGroup may not be waited on while winners keep adding
+
+	mu        sync.Mutex
+	cur, prev map[string]*runningConfirm // token -> its confirm; prev is dropped on rotation
+	rotated   time.Time
+}
+
+// confirmKeep is how long a confirm is remembered at least (at most twice
+// that): above any reserve call's wait for Redis.
+const confirmKeep = 3 * time.Second
+
+func (c *confirms) remember(tok string, rc *runningConfirm) {
+	now := time.Now()
+	c.mu.Lock()
+	if c.cur == nil || now.Sub(c.rotated) > confirmKeep {
+		c.prev, c.cur, c.rotated = c.cur, make(map[string]*runningConfirm), now
+	}
+	c.cur[tok] = rc
+	c.mu.Unlock()
+}
+
+func (c *confirms) lookup(tok string) *runningConfirm {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rc, ok := c.cur[tok]; ok {
+		return rc
+	}
+	return c.prev[tok]
+}
+
+type runningConfirm struct {
+	done    chan struct{}
+	orderID string
+	// ok: confirmed. Set by the first attempt (before done is closed); a
+	// retry in the background may set it later.
+	ok atomic.Bool
+}
+
+func newConfirms() confirms { return confirms{slots: make(chan struct{}, maxConfirmsInFlight)} }
+
+// confirmAfter settles a winner's confirm in the background, the buyer's
+// answer written meanwhile. The guarantee is today's: the confirm is
+// retried until Redis answers (settle → the store's retrier); a process
+// killed between the answer and the confirm leaves a pending reservation,
+// which the reconciler settles with verify.url — the same window as a kill
+// between the shop's answer and the confirm. Shutdown waits for them.
+func (s *Server) confirmAfter(tok, oid string, f func(context.Context) (lua.Code, error)) {
+	select {
+	case s.confirms.slots <- struct{}{}:
+	default:
+		s.settle("confirm", f, tok)
+		return
+	}
+	rc := &runningConfirm{done: make(chan struct{}), orderID: oid}
+	s.confirms.remember(tok, rc)
+	s.confirms.running.Add(1)
+	go func() {
+		defer s.confirms.running.Add(-1)
+		s.settle("confirm", func(c context.Context) (lua.Code, error) {
+			code, err := f(c)
+			rc.ok.Store(err == nil && (code == lua.OK || code == lua.Same))
+			return code, err
+		}, tok)
+		close(rc.done)
+		<-s.confirms.slots
+	}()
+}
+
+// settledAs turns a PENDING answer about a token whose confirm this
+// instance is running into ALREADY_PURCHASED once that confirm lands
+// (waiting at most confirmWait); otherwise the answer stays PENDING.
+//
+// tok is the reservation's token whether or not the answer may show it:
+// an unverified buyer (issue 9 §4) learns the new state, not the order id.
+func (c *confirms) settledAs(tok string, ans *answer) {
+	if rc := c.await(tok); rc != nil && rc.ok.Load() {
+		ans.code = admission.AlreadyPurchased
+		if ans.token != "" {
+			ans.orderID = rc.orderID
+		}
+	}
+}
+
+// await waits (at most confirmWait) for the confirm of tok this instance
+// started lately, if any; it returns it once done, or nil.
+func (c *confirms) await(tok string) *runningConfirm {
+	rc := c.lookup(tok)
+	if rc == nil {
+		return nil
+	}
+	select {
+	case <-rc.done:
+		return rc
+	default:
+	}
+	t := time.NewTimer(confirmWait)
+	defer t.Stop()
+	select {
+	case <-rc.done:
+		return rc
+	case <-t.C:
+		return nil
+	}
+}
+
+// WaitConfirms waits until the winners' confirms running after their
+// answers are done (tests read the store's counters after it).
+func (s *Server) WaitConfirms(ctx context.Context) error { return s.confirms.wait(ctx) }
+
+// confirmWait is how long a repeat waits for its token's running confirm.
+const confirmWait = 500 * time.Millisecond
+
+// wait waits until no confirm runs, or for ctx.
+func (c *confirms) wait(ctx context.Context) error {
+	for c.running.Load() > 0 {
+		select {
+		case <-time.After(time.Millisecond):
+		case <-ctx.Done():
+			return fmt.Errorf("%d confirms still running: %w", c.running.Load(), ctx.Err())
+		}
+	}
+	return nil
 }
 
 // settle runs one reservation transition with its own deadline: the
@@ -293,8 +439,7 @@ func orderID(resp *fasthttp.Response, from string) string {
 		if len(body) == 0 || len(body) > 1<<20 {
 			return ""
 		}
-		id, _ := jsonptr.Find(body, name)
-		return id
+		return findOrderID(body, name)
 	}
 	return ""
 }

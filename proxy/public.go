@@ -171,6 +171,9 @@ func (s *Server) reservation(ctx *fasthttp.RequestCtx, st *state, raw string) {
 		jsonError(ctx, fasthttp.StatusNotFound, "no such reservation")
 		return
 	}
+	// A winner asking right after their answer reads the confirm this
+	// instance is still running, not the moment before it.
+	s.confirms.await(raw)
 	cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	f, err := s.book.Flags(cctx, tok.Activity)

@@ -59,6 +59,8 @@ type Server struct {
 	display displayCache
 	obs     observers
 	refused routeRefusals
+	// confirms are winners' confirms settled after their answers (issue 10).
+	confirms confirms
 }
 
 // state is everything derived from one config, swapped whole on reload.
@@ -86,7 +88,7 @@ type outcomeCounters struct {
 
 // New builds a Server for cfg.
 func New(cfg *config.Config, d Deciders, b Book, m *metrics.Metrics, log *zap.Logger) (*Server, error) {
-	s := &Server{decide: d, book: b, m: m, log: log, obs: newObservers(m), refused: newRouteRefusals(m)}
+	s := &Server{decide: d, book: b, m: m, log: log, obs: newObservers(m), refused: newRouteRefusals(m), confirms: newConfirms()}
 	if err := s.Apply(cfg); err != nil {
 		return nil, err
 	}
@@ -200,9 +202,13 @@ func (s *Server) jwtFor(prev *state, cfg *config.Config) (*jwtUser, error) {
 // Serve accepts connections on ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
 
-// Shutdown stops accepting and waits for requests in flight.
+// Shutdown stops accepting and waits for requests in flight, then for the
+// confirms of winners already answered.
 func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.srv.ShutdownWithContext(ctx)
+	if werr := s.confirms.wait(ctx); err == nil {
+		err = werr
+	}
 	if st := s.cur.Load(); st != nil && st.session != nil {
 		st.session.resolver.Close()
 	}
@@ -300,6 +306,11 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, st *state, m match) {
 		s.forwardWinner(ctx, st, rp, d, &ans)
 	case admission.AlreadyPurchased:
 		s.replayOrAnswer(ctx, st, a, d, &ans)
+	case admission.Pending:
+		// Answered a moment ago, its confirm still running here: say
+		// what the confirm makes true rather than "in flight".
+		s.confirms.settledAs(d.Token.String(), &ans)
+		s.answer(ctx, st, a, &ans)
 	case admission.NotStarted, admission.Ended:
 		ans.startMs, ans.endMs, ans.serverTime = a.StartMs(), a.EndMs(), true
 		s.answer(ctx, st, a, &ans)

@@ -9,13 +9,18 @@
 # and runs `seckill-bench compare` twice against all of them:
 #   closed loop  (rate 0, fixed number of requests): peak answered/s  → throughput ratios
 #   open loop    (the spike preset: ramp, hold, drop): latency at the same offered load
+# then scripts/contended-bench.sh (issue 10, its own processes): the paths that reach Redis
+# against their bare references — repeat buyer vs bare-redis --per-user, winner vs
+# seckill-bench hop to the same shop, sold out vs bare, the 1000users preset's p99.9 —
+# with Redis µs per script call, alternated, C_RUNS times.
 # Tables, JSON and a ratio summary go to $OUT. Everything started here is stopped on exit.
 #
 # Knobs (environment): OUT, BIN, PG (admin DSN), STOCK,
 #   CL_USERS CL_TRIES CL_CONC          closed loop (default 20000 users × 3 tries, 500 in flight)
 #   RATE RAMP HOLD SPIKE_USERS SPIKE_CONC  open loop (default: spike preset, 5000/s, 3s ramp, 10s hold)
 #   SHARDS (the activity's shards; default: the config default — 1 on a single Redis)
-#   PAUSE (between targets), SKIP_CLOSED=1 / SKIP_SPIKE=1
+#   PAUSE (between targets), SKIP_CLOSED=1 / SKIP_SPIKE=1 / SKIP_CONTENDED=1
+#   C_SECS C_CONNS C_RUNS              contended paths (default wrk -d5s -c64, 3 runs)
 # Needs: redis-server, nginx, psql, python3, a PostgreSQL reachable with PG.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +36,7 @@ for c in redis-server nginx psql python3 "$BIN/seckill-bench" "$BIN/seckill-prox
   command -v "$c" >/dev/null || { echo "compare.sh: $c not found (make build; apt-get install -y nginx redis-server postgresql-client)" >&2; exit 2; }
 done
 mkdir -p "$OUT"
-rm -f "$OUT"/compare-{closed,spike}.json  # the summary reads only this run's files
+rm -f "$OUT"/compare-{closed,spike}.json "$OUT"/compare-contended.txt  # the summary reads only this run's files
 tmp=$(mktemp -d)
 db="seckill_bench_$$"
 db_made=0
@@ -171,6 +176,16 @@ if [ "${SKIP_SPIKE:-0}" != 1 ]; then
   run_compare spike --preset spike --rate "$RATE" --ramp "$RAMP" --hold "$HOLD" --users "$SPIKE_USERS" --concurrency "$SPIKE_CONC"
 fi
 
+if [ "${SKIP_CONTENDED:-0}" != 1 ]; then
+  command -v wrk >/dev/null || { echo "compare.sh: wrk not found (apt-get install -y wrk); SKIP_CONTENDED=1 skips the contended rows" >&2; exit 2; }
+  {
+    header
+    echo "== contended paths (issue 10): scripts/contended-bench.sh ${C_SECS:-5} ${C_CONNS:-64} ${C_RUNS:-3}"
+  } | tee "$OUT/compare-contended.txt"
+  BIN="$BIN" scripts/contended-bench.sh "${C_SECS:-5}" "${C_CONNS:-64}" "${C_RUNS:-3}" 2>"$OUT/compare-contended.log" \
+    | tee -a "$OUT/compare-contended.txt" || status=$?
+fi
+
 # Issue 4's targets, from the JSON just written.
 python3 - "$OUT" "$STOCK" <<'PY' | tee "$OUT/compare-summary.txt"
 import json, os, sys
@@ -222,5 +237,8 @@ for kind, f in (("closed loop (throughput)", "compare-closed.json"), ("open-loop
         if rows.get(n):
             print(row(rows[n], n))
 PY
-echo "results in $OUT/compare-{closed,spike}.{txt,json,log} and $OUT/compare-summary.txt"
+if [ -s "$OUT/compare-contended.txt" ]; then
+  { echo "== issue 10 targets, contended paths (median of the runs)"; sed -n '/^Median/,$p' "$OUT/compare-contended.txt" | tail -n +2; } | tee -a "$OUT/compare-summary.txt"
+fi
+echo "results in $OUT/compare-{closed,spike}.{txt,json,log}, $OUT/compare-contended.txt and $OUT/compare-summary.txt"
 exit "$status"

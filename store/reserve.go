@@ -92,7 +92,12 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	if err := s.retry.RunNow(ctx, buyerKey(q.Activity, q.User)); err != nil {
 		return ReserveResult{}, err
 	}
-	out, err := s.outFlags(ctx, c, k)
+	// One deadline for the flags (local memory but on a miss) and the
+	// reserve call after them: a timer per Redis call was a visible share
+	// of the contended path (issue 10). A steal renews it.
+	cctx, cancel := s.ctx(ctx)
+	defer func() { cancel() }()
+	out, err := s.outFlagsIn(cctx, c, k)
 	if err != nil {
 		return ReserveResult{}, err
 	}
@@ -101,9 +106,11 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	}
 	id := newID()
 	tok := Token{Activity: q.Activity, SKU: q.SKU, Shard: home, ID: id}
-	args := []string{q.User, itoa(q.Qty), itoa(q.Limit), tok.Field(), itoa(q.NowMs), itoa(q.ExpireAt), "0", "0", "", shardBacklog(q.MaxBacklog, q.Shards), tok.String(), ridTTLms, "0"}
+	// ARGV[10..11] are read in queue mode only, ARGV[12] with a request id
+	// only: nothing is built for them otherwise.
+	args := []string{q.User, itoa(q.Qty), itoa(q.Limit), tok.Field(), itoa(q.NowMs), itoa(q.ExpireAt), "0", "0", "", "", "", ridTTLms, "0"}
 	if q.Queue {
-		args[6] = "1"
+		args[6], args[9], args[10] = "1", shardBacklog(q.MaxBacklog, q.Shards), tok.String()
 	}
 	keys := k.reserveKeys[home]
 	rid := ""
@@ -140,7 +147,11 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	// stays in transit when a call fails (SettleMoves finishes those).
 	for {
 		if !skipReserve {
-			r, err := s.runReserve(ctx, c, keys, args)
+			argv := args
+			if !q.Queue && rid == "" && args[8] == "" {
+				argv = args[:7] // nothing to deposit: reserve.lua takes the short ARGV
+			}
+			r, err := s.runReserve(cctx, c, keys, argv)
 			if err != nil {
 				// The script may still run: settle the token id (and the
 				// move it carried) once Redis answers, so the buyer, told
@@ -185,6 +196,8 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 		}
 		res.Moves++
 		args[7], args[8], args[12] = itoa(moved), moveID, itoa(gen)
+		cancel()
+		cctx, cancel = s.ctx(ctx)
 	}
 }
 
@@ -307,10 +320,9 @@ type reserveReply struct {
 	replay    *Replay
 }
 
+// runReserve runs reserve.lua; ctx carries the call's deadline.
 func (s *Store) runReserve(ctx context.Context, c rueidis.Client, keys, args []string) (reserveReply, error) {
-	cctx, cancel := s.ctx(ctx)
-	defer cancel()
-	arr, err := s.reserve.Exec(cctx, c, keys, args).ToArray()
+	arr, err := s.reserve.Exec(ctx, c, keys, args).ToArray()
 	if err != nil {
 		return reserveReply{}, wrap(err)
 	}
@@ -462,6 +474,11 @@ func (s *Store) depositMove(ctx context.Context, c rueidis.Client, k *SKUKeys, d
 func (s *Store) outFlags(ctx context.Context, c rueidis.Client, k *SKUKeys) ([]bool, error) {
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
+	return s.outFlagsIn(cctx, c, k)
+}
+
+// outFlagsIn is outFlags within cctx's deadline.
+func (s *Store) outFlagsIn(cctx context.Context, c rueidis.Client, k *SKUKeys) ([]bool, error) {
 	out := make([]bool, len(k.outKeys))
 	var failed error
 	nfailed := 0

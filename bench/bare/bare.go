@@ -1,8 +1,10 @@
-// Package bare holds the two ceiling targets of the comparison: a fasthttp
+// Package bare holds the ceiling targets of the comparison: a fasthttp
 // handler answering a fixed body (what the machine can answer at all, i.e.
-// the best case for every answer the proxy gives itself) and a handler making
+// the best case for every answer the proxy gives itself), a handler making
 // exactly one Redis script call per request (the best case of this
-// architecture for contended buys, with none of the proxy's checks).
+// architecture for contended buys, with none of the proxy's checks;
+// optionally with a per-user check), and a plain reverse hop (the best case
+// of forwarding a winner to the shop).
 package bare
 
 import (
@@ -21,11 +23,38 @@ import (
 var fixedBody = []byte(`{"code":"SOLD_OUT","message":"sold out","activity":"act_bare","sku":"30021"}`)
 
 // Handler answers every request 410 with a fixed SOLD_OUT body.
-func Handler() fasthttp.RequestHandler {
+func Handler() fasthttp.RequestHandler { return FixedHandler(fasthttp.StatusGone, fixedBody) }
+
+// FixedHandler answers every request with status and body (JSON). As a
+// shop that accepts every order (200, an order id) it is the fastest shop
+// there is: behind it, a forwarding benchmark measures the forwarder alone.
+func FixedHandler(status int, body []byte) fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
-		ctx.SetStatusCode(fasthttp.StatusGone)
+		ctx.SetStatusCode(status)
 		ctx.SetContentType("application/json")
-		ctx.SetBody(fixedBody)
+		ctx.SetBody(body)
+	}
+}
+
+// HopHandler forwards every request to the host:port upstream with one
+// fasthttp HostClient and copies its answer back: a plain reverse hop,
+// nothing added, nothing checked. It is the reference for the proxy's
+// winner path (reserve, forward, confirm) in front of the same shop.
+func HopHandler(upstream string, timeout time.Duration) fasthttp.RequestHandler {
+	hc := &fasthttp.HostClient{
+		Addr:                          upstream,
+		MaxConns:                      1024,
+		ReadTimeout:                   timeout,
+		WriteTimeout:                  timeout,
+		NoDefaultUserAgentHeader:      true,
+		DisableHeaderNamesNormalizing: true,
+		DisablePathNormalizing:        true,
+	}
+	return func(ctx *fasthttp.RequestCtx) {
+		if err := hc.DoTimeout(&ctx.Request, &ctx.Response, timeout); err != nil {
+			ctx.Response.Reset()
+			ctx.Error("bad gateway", fasthttp.StatusBadGateway)
+		}
 	}
 }
 
@@ -52,13 +81,33 @@ end
 return 0
 `
 
+// userScript is decrScript with the per-user check of a real buy: one
+// unit per user, the buyers kept in a set (the same reads and writes the
+// issue-10 reference names: GET stock, SISMEMBER user, DECRBY, SADD).
+const userScript = `
+if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
+  return 2
+end
+local v = tonumber(redis.call('GET', KEYS[1]) or '0')
+if v > 0 then
+  redis.call('DECRBY', KEYS[1], 1)
+  redis.call('SADD', KEYS[2], ARGV[1])
+  return 1
+end
+return 0
+`
+
 // StockKey is where the bare-redis target keeps its stock.
 const StockKey = "seckill-bench:{bare}:stock"
+
+// UsersKey is the bare-redis target's set of buyers (with per-user checks).
+const UsersKey = "seckill-bench:{bare}:users"
 
 var (
 	soldOutBody = []byte(`{"code":"SOLD_OUT","message":"sold out","activity":"act_bare","sku":"30021"}`)
 	wonBody     = []byte(`{"order_id":"bare"}`)
 	storeBody   = []byte(`{"code":"STORE_UNAVAILABLE","message":"redis unavailable"}`)
+	boughtBody  = []byte(`{"code":"ALREADY_PURCHASED","message":"already purchased","activity":"act_bare","sku":"30021"}`)
 )
 
 // RedisTarget is the bare-redis handler and its client.
@@ -66,10 +115,18 @@ type RedisTarget struct {
 	client  rueidis.Client
 	script  *rueidis.Lua
 	timeout time.Duration
+	perUser bool
 }
 
 // NewRedisTarget connects to addr and sets the stock to stock units.
 func NewRedisTarget(ctx context.Context, addr string, stock int64) (*RedisTarget, error) {
+	return NewRedisTargetUsers(ctx, addr, stock, false)
+}
+
+// NewRedisTargetUsers is NewRedisTarget; with perUser, each request's
+// X-User-Id buys at most one unit and a repeat is answered 409
+// ALREADY_PURCHASED by the same script call (the buyers set is emptied).
+func NewRedisTargetUsers(ctx context.Context, addr string, stock int64, perUser bool) (*RedisTarget, error) {
 	c, err := rueidis.NewClient(rueidis.ClientOption{
 		InitAddress:  []string{addr},
 		DisableCache: true, // nothing is read-cached: every request is a script call
@@ -83,7 +140,15 @@ func NewRedisTarget(ctx context.Context, addr string, stock int64) (*RedisTarget
 		c.Close()
 		return nil, fmt.Errorf("set stock: %w", err)
 	}
-	return &RedisTarget{client: c, script: rueidis.NewLuaScript(decrScript), timeout: 200 * time.Millisecond}, nil
+	if err := c.Do(sctx, c.B().Del().Key(UsersKey).Build()).Error(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("reset buyers: %w", err)
+	}
+	src := decrScript
+	if perUser {
+		src = userScript
+	}
+	return &RedisTarget{client: c, script: rueidis.NewLuaScript(src), timeout: 200 * time.Millisecond, perUser: perUser}, nil
 }
 
 // Close closes the Redis client.
@@ -93,10 +158,17 @@ func (t *RedisTarget) Close() { t.client.Close() }
 // is left, 503 when Redis did not answer in time.
 func (t *RedisTarget) Handler() fasthttp.RequestHandler {
 	keys := []string{StockKey}
+	if t.perUser {
+		keys = append(keys, UsersKey)
+	}
 	return func(ctx *fasthttp.RequestCtx) {
+		var args []string
+		if t.perUser {
+			args = []string{string(ctx.Request.Header.Peek("X-User-Id"))}
+		}
 		// The RequestCtx has no deadline: give Redis its own.
 		c, cancel := context.WithTimeout(context.Background(), t.timeout)
-		n, err := t.script.Exec(c, t.client, keys, nil).AsInt64()
+		n, err := t.script.Exec(c, t.client, keys, args).AsInt64()
 		cancel()
 		ctx.SetContentType("application/json")
 		switch {
@@ -106,6 +178,9 @@ func (t *RedisTarget) Handler() fasthttp.RequestHandler {
 		case n == 1:
 			ctx.SetStatusCode(fasthttp.StatusOK)
 			ctx.SetBody(wonBody)
+		case n == 2:
+			ctx.SetStatusCode(fasthttp.StatusConflict)
+			ctx.SetBody(boughtBody)
 		default:
 			ctx.SetStatusCode(fasthttp.StatusGone)
 			ctx.SetBody(soldOutBody)

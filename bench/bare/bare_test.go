@@ -95,3 +95,58 @@ func TestBareHandler(t *testing.T) {
 		t.Fatalf("bare answered %d %s", ctx.Response.StatusCode(), ctx.Response.Header.ContentType())
 	}
 }
+
+// TestBareRedisPerUser: one unit per user, a repeat answered 409 by the
+// same script call, never more than the stock.
+func TestBareRedisPerUser(t *testing.T) {
+	addr := startRedis(t)
+	rt, err := NewRedisTargetUsers(context.Background(), addr, 2, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	h := rt.Handler()
+	buy := func(user string) int {
+		var ctx fasthttp.RequestCtx
+		ctx.Request.Header.SetMethod("POST")
+		ctx.Request.Header.Set("X-User-Id", user)
+		h(&ctx)
+		return ctx.Response.StatusCode()
+	}
+	for _, tt := range []struct {
+		user string
+		want int
+	}{{"a", 200}, {"a", 409}, {"b", 200}, {"c", 410}, {"b", 409}} {
+		if got := buy(tt.user); got != tt.want {
+			t.Errorf("buy %s: %d, want %d", tt.user, got, tt.want)
+		}
+	}
+}
+
+// TestHopForwards: the hop answers what the upstream answered, and 502
+// when it cannot reach it.
+func TestHopForwards(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := Server(FixedHandler(200, []byte(`{"order_id":"bare"}`)), "shop")
+	go srv.Serve(ln) //nolint:errcheck // ends at Shutdown
+	defer srv.Shutdown()
+	hop := func(upstream string) (int, string) {
+		var ctx fasthttp.RequestCtx
+		ctx.Request.SetRequestURI("http://shop.test/buy")
+		ctx.Request.Header.SetMethod("POST")
+		HopHandler(upstream, time.Second)(&ctx)
+		return ctx.Response.StatusCode(), string(ctx.Response.Body())
+	}
+	if code, body := hop(ln.Addr().String()); code != 200 || body != `{"order_id":"bare"}` {
+		t.Errorf("hop: %d %s", code, body)
+	}
+	dead, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := dead.Addr().String()
+	dead.Close()
+	if code, _ := hop(addr); code != 502 {
+		t.Errorf("hop to nothing: %d, want 502", code)
+	}
+}

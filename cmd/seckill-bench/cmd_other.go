@@ -17,13 +17,34 @@ import (
 var urlParse = url.Parse
 
 func cmdBare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("bare", "[--listen ADDR]", stderr)
+	fs := newFlagSet("bare", "[--listen ADDR] [--status N --body JSON]", stderr)
 	listen := fs.String("listen", "127.0.0.1:8082", "listen address")
+	status := fs.Int("status", 410, "status of every answer (200 with --body '{\"order_id\":\"bare\"}': a shop that takes every order at once)")
+	body := fs.String("body", "", "body of every answer (default: a SOLD_OUT body)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "bare handler on %s: every request → 410 fixed SOLD_OUT body\n", *listen)
-	return bare.ListenAndServe(ctx, *listen, bare.Handler(), "seckill-bench-bare")
+	h := bare.Handler()
+	if *status != 410 || *body != "" {
+		h = bare.FixedHandler(*status, []byte(*body))
+	}
+	fmt.Fprintf(stderr, "bare handler on %s: every request → %d fixed body\n", *listen, *status)
+	return bare.ListenAndServe(ctx, *listen, h, "seckill-bench-bare")
+}
+
+func cmdHop(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("hop", "--upstream HOST:PORT [--listen ADDR]", stderr)
+	listen := fs.String("listen", "127.0.0.1:8084", "listen address")
+	upstream := fs.String("upstream", "", "host:port of the shop (required)")
+	timeout := fs.Duration("timeout", 3*time.Second, "per-request upstream timeout")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *upstream == "" {
+		return usagef("--upstream is required")
+	}
+	fmt.Fprintf(stderr, "hop on %s: every request → %s (one fasthttp HostClient)\n", *listen, *upstream)
+	return bare.ListenAndServe(ctx, *listen, bare.HopHandler(*upstream, *timeout), "seckill-bench-hop")
 }
 
 func cmdBareRedis(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -31,10 +52,11 @@ func cmdBareRedis(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	listen := fs.String("listen", "127.0.0.1:8083", "listen address")
 	addr := fs.String("redis", "127.0.0.1:6379", "Redis address")
 	stock := fs.Int64("stock", 100, "units to sell (SET on start)")
+	perUser := fs.Bool("per-user", false, "one unit per X-User-Id: the script also checks and records the buyer (409 ALREADY_PURCHASED on a repeat)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	t, err := bare.NewRedisTarget(ctx, *addr, *stock)
+	t, err := bare.NewRedisTargetUsers(ctx, *addr, *stock, *perUser)
 	if err != nil {
 		return err
 	}
@@ -66,7 +88,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 func cmdCompare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("compare", "[--legacy URL] [--proxy URL] [--nginx URL] [--bare-redis URL] [--bare URL] [flags]", stderr)
+	fs := newFlagSet("compare", "[--legacy URL] [--proxy URL] [--nginx URL] [--bare-redis URL] [--bare URL] [--hop URL] [flags]", stderr)
 	var (
 		lf                    loadFlags
 		urls                  = map[string]*string{}
@@ -81,6 +103,7 @@ func cmdCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		{"nginx", "nginx proxy_pass in front of the shop"},
 		{"bare-redis", "seckill-bench bare-redis (one script call per request)"},
 		{"bare", "seckill-bench bare (fixed body)"},
+		{"hop", "seckill-bench hop (a plain reverse hop to the shop)"},
 	}
 	for _, o := range order {
 		urls[o.name] = fs.String(o.name, "", "base URL of "+o.help)
@@ -110,7 +133,7 @@ func cmdCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 	if len(targets) == 0 {
-		return usagef("give at least one target: --legacy, --proxy, --nginx, --bare-redis, --bare")
+		return usagef("give at least one target: --legacy, --proxy, --nginx, --bare-redis, --bare, --hop")
 	}
 	rows, err := bench.Compare(ctx, bench.CompareOptions{
 		Targets: targets, Load: lc, ShopURL: shopURL, ProxyBin: proxyBin, ProxyConfig: proxyConfig,

@@ -50,6 +50,7 @@ var commands = []command{
 	{"demo", "one-shot demo: redis-server + shop + seckill-proxy + spike + verdict", cmdDemo},
 	{"bare", "bare fasthttp handler with a fixed body (the machine's ceiling)", cmdBare},
 	{"bare-redis", "bare fasthttp handler with one Redis script call per request", cmdBareRedis},
+	{"hop", "plain fasthttp reverse hop to a shop (the forwarding ceiling)", cmdHop},
 }
 
 func topUsage(w io.Writer) {

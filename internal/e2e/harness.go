@@ -129,6 +129,11 @@ func (p *Proxy) Status(t testing.TB, id string) store.ActivityStatus {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	// Winners' confirms run after their answers (issue 10): counters are
+	// read once those this proxy started are done.
+	if err := p.Server.WaitConfirms(ctx); err != nil {
+		t.Fatalf("confirms: %v", err)
+	}
 	s, err := p.Store.Status(ctx, p.Activity(t, id))
 	if err != nil {
 		t.Fatalf("status %s: %v", id, err)

@@ -3,6 +3,7 @@ package signing
 import (
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -165,4 +166,33 @@ func cut(h, name string) string {
 
 func reorder(h string) string {
 	return strings.Join([]string{field(h, "v2"), field(h, "k"), field(h, "v1"), field(h, "t")}, ", ")
+}
+
+// TestSignerSignsAsKeyring: the pooled signer's header is byte for byte
+// Keyring.Sign's, for every key shape, over reused states and concurrently.
+func TestSignerSignsAsKeyring(t *testing.T) {
+	rings := []Keyring{nil, {{ID: "", Secret: []byte("s")}}, {{ID: "k2", Secret: []byte("a longer secret, over one block of sha256 ........................................")}, {ID: "k1", Secret: []byte("old")}}}
+	reqs := []Request{
+		{Token: "t.1", Activity: "act", SKU: "sku", Qty: "1", User: "u", Method: "POST", Target: "/buy?x=1"},
+		{Token: "act_1001.30021.3.abcdef0123456789", Activity: "act_1001", SKU: "30021", Qty: "2", User: strings.Repeat("u", 300), Method: "PUT", Target: "/" + strings.Repeat("p", 600)},
+	}
+	for _, kr := range rings {
+		s := NewSigner(kr)
+		var wg sync.WaitGroup
+		for g := 0; g < 4; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 50; i++ {
+					r := reqs[i%len(reqs)]
+					now := int64(1_700_000_000_000 + i)
+					if got, want := s.Sign(now, r), kr.Sign(now, r); got != want {
+						t.Errorf("Signer.Sign = %q, Keyring.Sign = %q", got, want)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
 }
