@@ -50,6 +50,7 @@ type fixture struct {
 	m      *metrics.Metrics
 	proxy  string
 	adm    *httptest.Server
+	srv    *proxy.Server
 }
 
 func newFixture(t *testing.T, adminToken string) *fixture {
@@ -92,7 +93,7 @@ func newFixture(t *testing.T, adminToken string) *fixture {
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
-	f.proxy = ln.Addr().String()
+	f.proxy, f.srv = ln.Addr().String(), srv
 	ctx, cancel := context.WithCancel(context.Background())
 	served, refreshed := make(chan struct{}), make(chan struct{})
 	go func() { defer close(served); _ = srv.Serve(ln) }()
@@ -192,6 +193,15 @@ func (f *fixture) buyUntil(t *testing.T, act, user, want string) e2e.Resp {
 		r = e2e.Buy(f.proxy, act, u)
 		return r.Code == want
 	})
+	if r.Code == "WIN" {
+		// A winner's confirm runs while its answer is written (issue 10):
+		// the checks that follow read the store, so let it land.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := f.srv.WaitConfirms(ctx); err != nil {
+			t.Fatalf("confirms: %v", err)
+		}
+	}
 	return r
 }
 
