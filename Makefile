@@ -62,6 +62,8 @@ compare: redis build
 fuzz: redis
 	$(GO) test -run XXX -fuzz FuzzBuyRequest -fuzztime 60s ./proxy/
 	$(GO) test -run XXX -fuzz FuzzCanonicalPath -fuzztime 60s ./proxy/
+	$(GO) test -run XXX -fuzz FuzzFindOrderID -fuzztime 30s ./proxy/
+	$(GO) test -run XXX -fuzz FuzzCanonicalID -fuzztime 30s ./identity/
 	$(GO) test -run XXX -fuzz FuzzParse -fuzztime 30s ./config/
 
 vet:
