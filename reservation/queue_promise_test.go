@@ -304,3 +304,51 @@ func TestStalePendingPagesPastUnsettleable(t *testing.T) {
 		t.Fatalf("%d unsettleable reservations reported, want 1200", left)
 	}
 }
+
+// A queued reservation no worker takes (every instance's workers down) is
+// never answered: the reconciler never settles it (it was not sent), so it
+// alerts once the oldest one has waited beyond pending_timeout plus what
+// a full backlog takes to drain at queue.rate.
+func TestReconcileAlertsOnQueueNobodySends(t *testing.T) {
+	srv := redistest.Start(t)
+	sh := newShop(t)
+	cfg := proxyConfig(t, []string{srv.Addr}, sh.srv.URL, config.ModeQueue, 10, 2, 50)
+	a := &cfg.Activities[0]
+	a.Shards = 2
+	a.Queue.MaxBacklog = 100
+	addr, st := startProxy(t, cfg)
+	for i := 0; i < 3; i++ {
+		if got := buy(addr, "stuck-"+strconv.Itoa(i)); got.Code != "QUEUED" {
+			t.Fatalf("buyer %d: %+v", i, got)
+		}
+	}
+	rec := reservation.NewReconciler(st, metrics.New(), zap.NewNop())
+	rep, err := rec.Run(tctx(t), []*config.Activity{a}, false, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Alerting() {
+		t.Fatalf("alerts while the queue is young: %+v", rep)
+	}
+	later := time.Now().Add(a.PendingTimeout + 2*time.Second + time.Minute) // 100 / 50/s = 2 s to drain
+	rep, err = rec.Run(tctx(t), []*config.Activity{a}, false, later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Alerting() || !strings.Contains(strings.Join(rep.Activities[0].Alerts, "\n"), "queued") {
+		t.Fatalf("no alert for a queue nobody sends: %+v", rep.Activities[0])
+	}
+	// Once the workers run, the queue drains and nothing alerts.
+	startWorkers(t, st, cfg)
+	eventually(t, 10*time.Second, "stream drained", func() bool {
+		n, err := st.QueueLength(tctx(t), a.ID, "sku1", a.Shards)
+		return err == nil && n == 0
+	})
+	rep, err = rec.Run(tctx(t), []*config.Activity{a}, false, later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Alerting() {
+		t.Fatalf("alerts after the drain: %+v", rep.Activities[0].Alerts)
+	}
+}

@@ -284,6 +284,9 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 			return ar, err
 		}
 	}
+	if a.Mode == config.ModeQueue && len(a.SKUs) > 0 {
+		r.queueAge(ctx, &ar, a, f.Shards, now)
+	}
 	st, err := r.st.Status(ctx, a)
 	if err != nil {
 		return ar, err
@@ -302,6 +305,30 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 		ar.SKUs = append(ar.SKUs, sr)
 	}
 	return ar, nil
+}
+
+// queueAge alerts when the oldest queued reservation (never sent, so
+// never the reconciler's to settle) has waited longer than pending_timeout
+// plus what a full backlog takes to drain at queue.rate: no worker is
+// taking the queue (every instance's workers down, or stuck), and its
+// buyers, told QUEUED, hear nothing.
+func (r *Reconciler) queueAge(ctx context.Context, ar *ActivityReport, a *config.Activity, shards int, now time.Time) {
+	ms, found, err := r.st.OldestQueued(ctx, a.ID, a.SKUs[0].ID, shards)
+	if err != nil {
+		ar.Notes = append(ar.Notes, fmt.Sprintf("queue age unavailable: %v", err))
+		return
+	}
+	if !found {
+		return
+	}
+	limit := a.PendingTimeout
+	if a.Queue.Rate > 0 {
+		limit += time.Duration(float64(a.Queue.MaxBacklog) / a.Queue.Rate * float64(time.Second))
+	}
+	if waited := now.Sub(time.UnixMilli(ms)); waited > limit {
+		r.alert(ar, "queued_stale", fmt.Sprintf("the oldest queued reservation has waited %s without being sent (limit %s = pending_timeout + max_backlog / queue.rate): are the queue workers running?",
+			waited.Round(time.Second), limit.Round(time.Second)))
+	}
 }
 
 func leaseErr(err error) error {

@@ -244,3 +244,68 @@ func (s *Store) TakeTokens(ctx context.Context, act string, rate float64, capaci
 	}
 	return r[0], time.Duration(r[1]) * time.Millisecond, nil
 }
+
+// OldestQueued is when the oldest reservation still waiting in the
+// activity's shard streams (queued, not yet delivered to any worker) was
+// queued: per shard, the first entry after the consumer group's
+// last-delivered id, whose record is still queued. The streams are shared
+// by the activity's SKUs (sku names any of them). found is false when no
+// shard has one waiting.
+func (s *Store) OldestQueued(ctx context.Context, act, sku string, shards int) (ms int64, found bool, err error) {
+	c, err := s.Client()
+	if err != nil {
+		return 0, false, err
+	}
+	for shard := 0; shard < shards; shard++ {
+		sk := s.shardKeys(act, sku, shards, shard)
+		cctx, cancel := s.ctx(ctx)
+		start := "-"
+		groups, err := c.Do(cctx, c.B().XinfoGroups().Key(sk.Log).Build()).ToArray()
+		if _, isRedis := rueidis.IsRedisErr(err); err != nil && !isRedis {
+			cancel()
+			return 0, false, wrap(err)
+		} // a Redis error here is "no such key": no stream, nothing queued
+		for _, g := range groups {
+			m, err := g.AsMap()
+			if err != nil {
+				cancel()
+				return 0, false, ErrInvalidResponse
+			}
+			name, lastID := m["name"], m["last-delivered-id"]
+			if n, _ := name.ToString(); n == QueueGroup {
+				if last, _ := lastID.ToString(); last != "" && last != "0-0" {
+					start = "(" + last
+				}
+			}
+		}
+		entries, err := c.Do(cctx, c.B().Xrange().Key(sk.Log).Start(start).End("+").Count(1).Build()).AsXRange()
+		if err != nil {
+			cancel()
+			if rueidis.IsRedisNil(err) {
+				continue
+			}
+			return 0, false, wrap(err)
+		}
+		if len(entries) == 0 {
+			cancel()
+			continue
+		}
+		tok, perr := ParseToken(entries[0].FieldValues["t"])
+		if perr != nil || tok.Shard != shard {
+			cancel()
+			continue
+		}
+		rec, err := c.Do(cctx, c.B().Hget().Key(sk.Res).Field(tok.Field()).Build()).ToString()
+		cancel()
+		if rueidis.IsRedisNil(err) {
+			continue
+		}
+		if err != nil {
+			return 0, false, wrap(err)
+		}
+		if r, ok := parseRecord(tok, rec); ok && r.State == StateQueued && (!found || r.CreatedMs < ms) {
+			ms, found = r.CreatedMs, true
+		}
+	}
+	return ms, found, nil
+}
