@@ -92,9 +92,10 @@ type Options struct {
 	Now             func() time.Time // the clock for exp/nbf
 	KidRefreshEvery time.Duration
 	CacheBytes      int64
-	// ValidID, when set, must accept a claim value for it to be a user id
-	// (the proxy's id rules); a refused one is Claim.
-	ValidID func(string) bool
+	// Check, when set, vets a claim value as a user id and may
+	// canonicalise it (the proxy's id rules); a refused one is Claim. It
+	// runs once per token, before the verified user is cached.
+	Check func(user string) (string, bool)
 }
 
 // JWT verifies bearer tokens and caches verified ones. Safe for concurrent use.
@@ -241,8 +242,13 @@ func (v *JWT) verify(s string, h uint64, raw []byte) (string, Reason) {
 	} else {
 		user, ok = jsonptr.Lookup(map[string]any(claims), []string{v.cfg.Claim})
 	}
-	if !ok || user == "" || (v.opt.ValidID != nil && !v.opt.ValidID(user)) {
+	if !ok || user == "" {
 		return "", Claim
+	}
+	if v.opt.Check != nil {
+		if user, ok = v.opt.Check(user); !ok {
+			return "", Claim
+		}
 	}
 	now := v.opt.Now()
 	until := now.Add(maxEntryTTL)

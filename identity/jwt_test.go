@@ -149,12 +149,12 @@ func TestJWTHMAC(t *testing.T) {
 	}
 }
 
-// TestJWTClaimPointer: claim as a JSON pointer, and ValidID applied.
+// TestJWTClaimPointer: claim as a JSON pointer, and Check applied.
 func TestJWTClaimPointer(t *testing.T) {
 	k := jwttest.RSA(t, "r1")
 	srv := jwttest.NewServer(t, k)
 	v := newVerifier(t, jwtConfig(func(c *config.JWT) { c.JWKSURL = srv.URL; c.Claim = "/ext/uid" }),
-		identity.Options{ValidID: func(s string) bool { return s != "bad|id" }})
+		identity.Options{Check: func(s string) (string, bool) { return s, s != "bad|id" }})
 	if u, r := v.Verify([]byte(k.Sign(t, "RS256", with(claims("x"), "ext", map[string]any{"uid": "u-7"})))); r != identity.OK || u != "u-7" {
 		t.Fatalf("pointer claim = %q %v", u, r)
 	}

@@ -21,7 +21,22 @@ import (
 type jwtUser struct {
 	v        *identity.JWT
 	cfg      config.JWT
+	canon    identity.Canon // the user source's case_fold / numeric
 	failures [identity.NumReasons]prometheus.Counter
+}
+
+// userCheck vets a user id that a verified source (a JWT claim, the
+// shop's whoami) names: canonicalised like every identity source (trim,
+// NFC, the source's case_fold / numeric), then the proxy's id rules. Both
+// stages run it once per credential, before caching the answer.
+func userCheck(canon identity.Canon) func(string) (string, bool) {
+	return func(u string) (string, bool) {
+		if len(u) > 4*maxIDLen {
+			return "", false // folding cost grows with the input
+		}
+		u, ok := identity.CanonicalString(u, canon)
+		return u, ok && validID([]byte(u))
+	}
 }
 
 func newJWTUser(v *identity.JWT, c config.JWT, m *metrics.Metrics) *jwtUser {

@@ -127,7 +127,8 @@ func (s *Server) Apply(cfg *config.Config) error {
 		return err
 	}
 	prev := s.cur.Load()
-	jv, err := s.jwtFor(prev, cfg)
+	canon := identity.Canon{CaseFold: cfg.Identity.User.CaseFold, Numeric: cfg.Identity.User.Numeric}
+	jv, err := s.jwtFor(prev, cfg.Identity.User.JWT, canon)
 	if err != nil {
 		return err
 	}
@@ -146,11 +147,10 @@ func (s *Server) Apply(cfg *config.Config) error {
 		outcome:  map[string]*outcomeCounters{},
 	}
 	var oldSession *sessionIdentity
-	if old := s.cur.Load(); old != nil {
-		oldSession = old.session
+	if prev != nil {
+		oldSession = prev.session
 	}
-	if st.session, err = s.sessionFor(cfg.Identity.User.Session,
-		identity.Canon{CaseFold: cfg.Identity.User.CaseFold, Numeric: cfg.Identity.User.Numeric}, oldSession); err != nil {
+	if st.session, err = s.sessionFor(cfg.Identity.User.Session, canon, oldSession); err != nil {
 		return err
 	}
 	for i := range cfg.Activities {
@@ -183,20 +183,21 @@ func (s *Server) Apply(cfg *config.Config) error {
 // jwtFor returns the JWT identity stage for cfg: the running one when its
 // config is unchanged (a reload, e.g. SIGHUP, then re-reads the key file or
 // re-fetches the key set), else a new verifier.
-func (s *Server) jwtFor(prev *state, cfg *config.Config) (*jwtUser, error) {
-	c := cfg.Identity.User.JWT
+func (s *Server) jwtFor(prev *state, c config.JWT, canon identity.Canon) (*jwtUser, error) {
 	if !c.Enabled() {
 		return nil, nil
 	}
-	if prev != nil && prev.jwt != nil && reflect.DeepEqual(prev.jwt.cfg, c) {
+	if prev != nil && prev.jwt != nil && prev.jwt.canon == canon && reflect.DeepEqual(prev.jwt.cfg, c) {
 		prev.jwt.v.Reload()
 		return prev.jwt, nil
 	}
-	v, err := identity.NewJWT(c, identity.Options{Log: s.log.Named("jwt"), ValidID: func(id string) bool { return validID([]byte(id)) }})
+	v, err := identity.NewJWT(c, identity.Options{Log: s.log.Named("jwt"), Check: userCheck(canon)})
 	if err != nil {
 		return nil, err
 	}
-	return newJWTUser(v, c, s.m), nil
+	j := newJWTUser(v, c, s.m)
+	j.canon = canon
+	return j, nil
 }
 
 // Serve accepts connections on ln until Shutdown.
@@ -209,11 +210,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if werr := s.confirms.wait(ctx); err == nil {
 		err = werr
 	}
-	if st := s.cur.Load(); st != nil && st.session != nil {
-		st.session.resolver.Close()
-	}
-	if st := s.cur.Load(); st != nil && st.jwt != nil {
-		st.jwt.v.Close()
+	if st := s.cur.Load(); st != nil {
+		if st.session != nil {
+			st.session.resolver.Close()
+		}
+		if st.jwt != nil {
+			st.jwt.v.Close()
+		}
 	}
 	return err
 }
@@ -343,13 +346,11 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, 
 	// up by admission after its local checks), or the id as sent.
 	req := admission.Request{Activity: a, Qty: 1}
 	if st.jwt != nil {
+		// The claim was canonicalised and checked once, before the
+		// verified token was cached (userCheck).
 		u, code := st.jwt.identify(ctx)
 		if code != admission.Admitted {
 			return admission.Request{}, code
-		}
-		u, ok := identity.CanonicalString(u, st.user.canon)
-		if !ok || !validID([]byte(u)) {
-			return admission.Request{}, admission.Unauthenticated
 		}
 		req.User, req.Verified = u, true
 	} else if code := st.readBuyer(ctx, &body, &req); code != admission.Admitted {

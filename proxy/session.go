@@ -37,13 +37,7 @@ func (s *Server) sessionFor(c config.Session, canon identity.Canon, old *session
 		return old, nil
 	}
 	r, err := identity.NewSession(c, identity.SessionOptions{
-		Check: func(u string) (string, bool) {
-			if len(u) > 4*maxIDLen {
-				return "", false
-			}
-			u, ok := identity.CanonicalString(u, canon)
-			return u, ok && validID([]byte(u))
-		},
+		Check:   userCheck(canon),
 		Metrics: s.m,
 		Log:     s.log.Named("session"),
 	})
