@@ -262,7 +262,8 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 	if !now.Before(a.End) {
 		return p.refuse(rEnded, 0)
 	}
-	if a.SKU(r.SKU) == nil {
+	sku := a.SKU(r.SKU)
+	if sku == nil {
 		return p.refuse(rUnknownItem, 0)
 	}
 	if r.Qty < 1 || r.Qty > a.MaxQty {
@@ -293,8 +294,9 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 	}
 	// A repeat of a won request (it carries a request id) may still be
 	// owed the shop's answer after the sell-out: it goes on, through the
-	// rate limits, to one Redis read (store.Reserve); every other buy of a
-	// sold-out SKU is answered here.
+	// rate limits, to store.Reserve, whose request-id bitset (local memory)
+	// answers a fresh id SOLD_OUT and reads the record of a possible
+	// repeat; every other buy of a sold-out SKU is answered here.
 	soldOut := false
 	if fresh {
 		if k := st.skus[r.SKU]; k != nil && k.soldOut.Load() {
@@ -390,7 +392,7 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 			return d
 		}
 	}
-	return p.reserve(ctx, r, flags, now)
+	return p.reserve(ctx, r, sku, flags, now)
 }
 
 // claimNonce refuses a replayed signature nonce: first from the local memo,
@@ -419,13 +421,13 @@ func (p *Pipeline) claimNonce(ctx context.Context, st *actState, r *Request) (De
 	return Decision{}, false
 }
 
-func (p *Pipeline) reserve(ctx context.Context, r *Request, flags store.Flags, now time.Time) Decision {
+func (p *Pipeline) reserve(ctx context.Context, r *Request, sku *config.SKU, flags store.Flags, now time.Time) Decision {
 	a := r.Activity
 	t0 := time.Now()
 	res, err := p.store.Reserve(ctx, store.ReserveRequest{
 		Activity: a.ID, SKU: r.SKU, User: r.User, Qty: r.Qty, Limit: a.PerUserLimit,
 		Shards: flags.Shards, Queue: a.Mode == config.ModeQueue, NowMs: now.UnixMilli(), ExpireAt: store.ExpireAt(a),
-		RequestID: r.RequestID, MaxBacklog: a.Queue.MaxBacklog, Stock: skuStock(a, r.SKU),
+		RequestID: r.RequestID, MaxBacklog: a.Queue.MaxBacklog, Stock: sku.Stock,
 	})
 	if err != nil {
 		return p.storeDown(err)
@@ -494,12 +496,4 @@ func (p *Pipeline) storeDown(err error) Decision {
 	}
 	p.refusals[rStoreDown].rejected.Inc()
 	return Decision{Code: StoreUnavailable, RetryAfter: retryAfterDefault}
-}
-
-// skuStock is the configured stock of sku (0 when the config does not sell it).
-func skuStock(a *config.Activity, sku string) int64 {
-	if k := a.SKU(sku); k != nil {
-		return k.Stock
-	}
-	return 0
 }
