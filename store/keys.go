@@ -106,12 +106,7 @@ func MetaKey(prefix, act string) string { return prefix + ":{" + act + "}:meta" 
 // HomeShard is the shard where user's purchases of one SKU are decided:
 // FNV-1a of the user id, so every instance agrees with no coordination.
 func HomeShard(user string, shards int) int {
-	h := uint32(2166136261)
-	for i := 0; i < len(user); i++ {
-		h ^= uint32(user[i])
-		h *= 16777619
-	}
-	return int(h % uint32(shards))
+	return int(fnv32(user) % uint32(shards))
 }
 
 // Token names one reservation: the shard whose keys hold it and a random,

@@ -89,8 +89,10 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	// A call of this buyer that this instance could not settle (Redis
 	// stalled) is settled first, so the buyer's retry is decided on what
 	// they really hold, not on a phantom.
-	if err := s.retry.RunNow(ctx, buyerKey(q.Activity, q.User)); err != nil {
-		return ReserveResult{}, err
+	if s.retry.Len() > 0 { // the key is built only when anything waits
+		if err := s.retry.RunNow(ctx, buyerKey(q.Activity, q.User)); err != nil {
+			return ReserveResult{}, err
+		}
 	}
 	// One deadline for the flags (local memory but on a miss) and the
 	// reserve call after them: a timer per Redis call was a visible share
@@ -127,12 +129,10 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 		// from local memory (client-side caching), answers nearly every
 		// fresh request id; only a possible repeat costs a GET of its
 		// record, and only a record makes the script read the reservation.
-		if seen, known := s.ridSeen(ctx, c, k.Shards[home].RidBits, ridHash); known && !seen {
+		if seen, known := s.ridSeen(cctx, c, k.Shards[home].RidBits, ridHash); known && !seen {
 			return ReserveResult{Code: lua.Empty, FromMemory: true}, nil
 		}
-		cctx, cancel := s.ctx(ctx)
 		err := c.Do(cctx, c.B().Get().Key(rid).Build()).Error()
-		cancel()
 		if rueidis.IsRedisNil(err) {
 			return ReserveResult{Code: lua.Empty}, nil
 		}
@@ -255,14 +255,13 @@ func (s *Store) abortLater(cause error, sk ShardKeys, tok Token, q ReserveReques
 
 // ridSeen reports whether the request-id bitset of a sold-out shard has
 // h's bit set, from client-side cached memory after the first read; known
-// is false when the bitset cannot be read (then the record decides).
+// is false when the bitset cannot be read (then the record decides). ctx
+// carries the call's deadline.
 func (s *Store) ridSeen(ctx context.Context, c rueidis.Client, key string, h uint32) (seen, known bool) {
 	if !s.clientCache {
 		return false, false // every read would fetch the whole bitset
 	}
-	cctx, cancel := s.ctx(ctx)
-	defer cancel()
-	v, err := c.DoCache(cctx, c.B().Get().Key(key).Cache(), flagTTL).ToString()
+	v, err := c.DoCache(ctx, c.B().Get().Key(key).Cache(), flagTTL).ToString()
 	if rueidis.IsRedisNil(err) {
 		return false, true // no request id ever recorded on this shard
 	}
