@@ -80,6 +80,8 @@ func TestParseDefaults(t *testing.T) {
 			IdleTimeout:      4 * time.Second,
 			ReplayMaxBytes:   DefaultReplayMaxBytes,
 			ReleaseStatuses:  []string{"4xx"},
+			Overflow:         OverflowQueue, // unused without max_inflight
+			MinInflight:      1,
 		},
 		Server: Server{MaxConns: DefaultServerMaxConns, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second},
 		Redis: Redis{
@@ -216,7 +218,8 @@ activities:
 		Watch:        true,
 		Admin:        Admin{Listen: ":9999", TokenEnv: "ADMIN_TOK"},
 		Upstream: Upstream{URL: "https://shop.example/base", Timeout: 1500 * time.Millisecond, MaxConns: 7, SigningSecretEnv: "SIG",
-			PassTimeout: 9 * time.Second, IdleTimeout: 2 * time.Second, ReplayMaxBytes: 0, ReleaseStatuses: []string{"4xx", "502", "3xx"}},
+			PassTimeout: 9 * time.Second, IdleTimeout: 2 * time.Second, ReplayMaxBytes: 0, ReleaseStatuses: []string{"4xx", "502", "3xx"},
+			Overflow: OverflowQueue, MinInflight: 1},
 		Server: Server{MaxConns: 100, MaxConnsPerIP: 4, ReadTimeout: 5 * time.Second, WriteTimeout: 6 * time.Second, IdleTimeout: 7 * time.Second},
 		Redis: Redis{
 			Addrs:       []string{"r1:6379", "r2:6379"},

@@ -31,6 +31,14 @@ const (
 	// DefaultSessionCacheSize bounds cached session answers; each costs
 	// about 200 bytes (README: "Session identity").
 	DefaultSessionCacheSize = 50_000
+	// DefaultOverflowWait is how long a winner waits for room at the shop
+	// with upstream.overflow: wait.
+	DefaultOverflowWait = time.Second
+	// MaxOverflowWait bounds upstream.overflow_wait: a buyer's client
+	// waits that long for an answer on top of the shop's time.
+	MaxOverflowWait = 30 * time.Second
+	// MaxInflightBound bounds upstream.max_inflight.
+	MaxInflightBound = 100_000
 	// PendingMargin is what pending_timeout must exceed twice
 	// upstream.timeout by (see validatePending).
 	PendingMargin = 2 * time.Second
@@ -66,6 +74,13 @@ func (c *Config) setDefaults(m *meta) {
 	setOnce(m, &c.Upstream.IdleTimeout, 4*time.Second) // below the usual 5 s keep-alive of shops
 	setOnce(m, &c.Upstream.ReplayMaxBytes, DefaultReplayMaxBytes)
 	setOnce(m, &c.Upstream.ReleaseStatuses, []string{"4xx"})
+	setOnce(m, &c.Upstream.Overflow, OverflowQueue)
+	if c.Upstream.Overflow == OverflowWait {
+		setOnce(m, &c.Upstream.OverflowWait, DefaultOverflowWait)
+	}
+	// A floor of a tenth of the bound: low enough to protect a shop that
+	// slows down, high enough not to starve one that is merely noisy.
+	setOnce(m, &c.Upstream.MinInflight, max(1, c.Upstream.MaxInflight/10))
 
 	setOnce(m, &c.Server.MaxConns, DefaultServerMaxConns)
 	setOnce(m, &c.Server.ReadTimeout, 30*time.Second)

@@ -59,7 +59,53 @@ type Upstream struct {
 	// answer is an unknown outcome (pending, settled by verify.url) for an
 	// activity with verify.url, and releases for one without.
 	ReleaseStatuses []string `yaml:"release_statuses"`
+
+	// MaxInflight bounds the winners in flight to the shop at once, per
+	// activity, for the whole fleet (issue 11 §1): 0, the default, keeps
+	// no bound. With Adaptive it is the bound's upper end.
+	MaxInflight int `yaml:"max_inflight"`
+	// Overflow is what a winner past MaxInflight gets: OverflowQueue (202
+	// QUEUED, sent by the queue workers when the shop has room),
+	// OverflowWait (waits up to OverflowWait for a slot, then 503 BUSY with
+	// the unit released) or OverflowBusy (503 BUSY at once, unit released).
+	Overflow string `yaml:"overflow"`
+	// OverflowWait is how long a winner waits for a slot before Overflow
+	// applies: default 1s with wait, 0 with queue (queued at once).
+	OverflowWait time.Duration `yaml:"overflow_wait"`
+	// Adaptive makes the limit follow the shop's latency, between
+	// MinInflight and MaxInflight.
+	Adaptive    bool `yaml:"adaptive"`
+	MinInflight int  `yaml:"min_inflight"`
 }
+
+// Overflow values (upstream.overflow).
+const (
+	OverflowQueue = "queue"
+	OverflowWait  = "wait"
+	OverflowBusy  = "busy"
+)
+
+// InflightTTL is the lease under which an instance holds slots of an
+// in-flight budget: a crashed instance's slots come back after it. It
+// outlives one send to the shop (upstream.timeout) by InflightLeaseMargin,
+// so a slot is only used while the lease will outlive the request.
+func (u *Upstream) InflightTTL() time.Duration { return u.Timeout + InflightLeaseMargin }
+
+// InflightLeaseMargin is how much an in-flight lease outlives
+// upstream.timeout: its renewals (every quarter of it) may fail a few
+// times before the instance stops sending.
+const InflightLeaseMargin = 2 * time.Second
+
+// SpillsToQueue reports whether a winner of activity a the shop has no room
+// for is queued (a sync-mode activity with upstream.max_inflight and
+// overflow: queue): its queue workers must then run, as in queue mode.
+func (c *Config) SpillsToQueue(a *Activity) bool {
+	return a.Mode == ModeSync && c.Upstream.MaxInflight > 0 && c.Upstream.Overflow == OverflowQueue
+}
+
+// UsesQueue reports whether activity a's reservations may wait in its
+// queue: queue mode, or a sync-mode activity that spills into it.
+func (c *Config) UsesQueue(a *Activity) bool { return a.Mode == ModeQueue || c.SpillsToQueue(a) }
 
 // SigningKey is one key of upstream.signing_keys.
 type SigningKey struct {

@@ -126,6 +126,7 @@ func (v *validator) upstream(c *Config) {
 				"upstream.release_statuses: %q is neither a class like \"4xx\" nor a status like \"409\" (1xx, 3xx, 4xx or 5xx: a 2xx confirms)", st)
 		}
 	}
+	v.inflight(c)
 	sv := &c.Server
 	if v.ok(&sv.MaxConns) && sv.MaxConns < 1 {
 		v.errorf(v.m.line(&sv.MaxConns, &c.Server), "server.max_conns must be at least 1, got %d", sv.MaxConns)

@@ -81,3 +81,14 @@ var Bucket string
 //
 //go:embed fleet.lua
 var Fleet string
+
+// Inflight is one instance's share of an activity's in-flight budget to
+// the shop, leased from the fleet's (see inflight.lua).
+//
+//go:embed inflight.lua
+var Inflight string
+
+// Spill queues a sync-mode winner the shop has no room for (see spill.lua).
+//
+//go:embed spill.lua
+var Spill string

@@ -1053,6 +1053,8 @@ func TestScriptSHA(t *testing.T) {
 		{name: "abort", src: lua.Abort, want: "c048a9dff7431666de5ae614355cee8d5d5b12b2"},
 		{name: "settlemove", src: lua.SettleMove, want: "d18a52fc394960a482388ca298c0cc0b63ab4e27"},
 		{name: "fleet", src: lua.Fleet, want: "ba92c253300e8a8d4e53ed053e50fea443aa81c7"},
+		{name: "inflight", src: lua.Inflight, want: "fdb195e6a728ae701bed333f29abee511ffbd408"},
+		{name: "spill", src: lua.Spill, want: "a5707561a500ede0b30f8088433f60b960ba2dac"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

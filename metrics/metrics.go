@@ -57,6 +57,18 @@ type Metrics struct {
 	// AuthFailures counts buys whose identity could not be verified, by
 	// reason (missing, malformed, expired, ..., no_keys).
 	AuthFailures *prometheus.CounterVec
+	// Inflight is this instance's winners in flight to the shop, by
+	// activity (upstream.max_inflight; sync winners and queue workers).
+	Inflight *prometheus.GaugeVec
+	// InflightLimit is the fleet's in-flight limit in force, by activity
+	// (moves with upstream.adaptive).
+	InflightLimit *prometheus.GaugeVec
+	// Overflow counts winners that found the shop's in-flight budget full,
+	// by activity and outcome: waited (got a slot after waiting), queued
+	// (202 QUEUED), busy (503 BUSY, released), backlog (the queue was
+	// full too: 503 BUSY, released), unknown (Redis did not answer the
+	// spill: 504 UPSTREAM_TIMEOUT with the token).
+	Overflow *prometheus.CounterVec
 }
 
 // latencyBuckets span 50µs (a local refusal) to 10s (a stuck shop).
@@ -118,7 +130,17 @@ func New() *Metrics {
 		FleetInstances: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "seckill_fleet_instances", Help: "Live proxy instances sharing the per-IP, per-device and per-user limits (1 with limits.fleet: false).",
 		}),
+		Inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "seckill_upstream_inflight", Help: "Winners this instance has in flight to the shop, by activity (upstream.max_inflight).",
+		}, []string{"activity"}),
+		InflightLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "seckill_upstream_inflight_limit", Help: "The fleet's limit of winners in flight to the shop, by activity (moves with upstream.adaptive).",
+		}, []string{"activity"}),
+		Overflow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_upstream_overflow_total", Help: "Winners that found the shop's in-flight budget full, by activity and outcome (waited, queued, busy, backlog, unknown).",
+		}, []string{"activity", "outcome"}),
 	}
+	r.MustRegister(m.Inflight, m.InflightLimit, m.Overflow)
 	r.MustRegister(m.SessionLookups, m.SessionCache, m.SessionLatency)
 	m.FleetInstances.Set(1)
 	r.MustRegister(m.AuthFailures, m.FleetInstances, m.RedisRetries, m.Outcomes, m.Rejections, m.BuyLatency, m.ScriptLatency, m.UpstreamLatency,

@@ -25,6 +25,7 @@ import (
 	"github.com/seckill-proxy/seckill-proxy/admission"
 	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/seckill-proxy/seckill-proxy/identity"
+	"github.com/seckill-proxy/seckill-proxy/inflight"
 	"github.com/seckill-proxy/seckill-proxy/lua"
 	"github.com/seckill-proxy/seckill-proxy/metrics"
 	"github.com/seckill-proxy/seckill-proxy/store"
@@ -61,6 +62,8 @@ type Server struct {
 	refused routeRefusals
 	// confirms are winners' confirms settled after their answers (issue 10).
 	confirms confirms
+	// inflight is the shop's in-flight budgets (upstream.max_inflight).
+	inflight *inflight.Fleet
 }
 
 // state is everything derived from one config, swapped whole on reload.
@@ -79,6 +82,9 @@ type state struct {
 	upstream *upstream
 	messages [32]string
 	outcome  map[string]*outcomeCounters
+	// budgets are the activities' in-flight budgets; nil without
+	// upstream.max_inflight (winners then go straight to the shop).
+	budgets map[string]*inflight.Budget
 }
 
 type outcomeCounters struct {
@@ -89,6 +95,9 @@ type outcomeCounters struct {
 // New builds a Server for cfg.
 func New(cfg *config.Config, d Deciders, b Book, m *metrics.Metrics, log *zap.Logger) (*Server, error) {
 	s := &Server{decide: d, book: b, m: m, log: log, obs: newObservers(m), refused: newRouteRefusals(m), confirms: newConfirms()}
+	if is, ok := b.(inflight.Store); ok {
+		s.inflight = inflight.NewFleet(is, m.Inflight, m.InflightLimit, log.Named("inflight"), "")
+	}
 	if err := s.Apply(cfg); err != nil {
 		return nil, err
 	}
@@ -168,6 +177,7 @@ func (s *Server) Apply(cfg *config.Config) error {
 	for _, c := range admission.AllCodes() {
 		st.messages[c] = cfg.Message(c.String(), c.DefaultMessage())
 	}
+	st.budgets = s.budgetsFor(cfg)
 	if old := s.cur.Swap(st); old != nil {
 		old.upstream.closeIdleLater()
 		if old.session != nil && old.session != st.session {
@@ -209,6 +219,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.srv.ShutdownWithContext(ctx)
 	if werr := s.confirms.wait(ctx); err == nil {
 		err = werr
+	}
+	if s.inflight != nil {
+		s.inflight.Close() // slots not in use go back to the fleet now, not at lease expiry
 	}
 	if st := s.cur.Load(); st != nil {
 		if st.session != nil {
@@ -306,7 +319,11 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, st *state, m match) {
 	switch d.Code {
 	case admission.Admitted:
 		m.rewrite(ctx) // the shop gets the canonical spelling
-		s.forwardWinner(ctx, st, rp, d, &ans)
+		if b := st.budgets[a.ID]; b != nil {
+			s.forwardBounded(ctx, st, b, rp, d, &ans)
+		} else {
+			s.forwardWinner(ctx, st, rp, d, &ans)
+		}
 	case admission.AlreadyPurchased:
 		s.replayOrAnswer(ctx, st, a, d, &ans)
 	case admission.Pending:

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/inflight"
 	"github.com/seckill-proxy/seckill-proxy/internal/jsonptr"
 	"github.com/seckill-proxy/seckill-proxy/internal/signing"
 	"github.com/seckill-proxy/seckill-proxy/lua"
@@ -39,6 +40,9 @@ type QueueOptions struct {
 	Poll time.Duration
 	// Client sends the shop requests (default: one built from upstream).
 	Client *http.Client
+	// Inflight is the instance's in-flight budgets (upstream.max_inflight),
+	// shared with its sync winners: a worker sends only with a slot.
+	Inflight *inflight.Fleet
 }
 
 // Queue runs the queue-mode workers of one serve instance: for every
@@ -82,7 +86,9 @@ func (q *Queue) Start(cfg *config.Config) {
 	q.stop, q.kill = stop, kill
 	for i := range cfg.Activities {
 		a := &cfg.Activities[i]
-		if a.Mode != config.ModeQueue {
+		// Sync-mode winners the shop had no room for wait in the queue
+		// too (upstream.overflow: queue): the same workers send them.
+		if !cfg.UsesQueue(a) {
 			continue
 		}
 		aq := newActQueue(q, cfg, a)
@@ -138,6 +144,11 @@ type actQueue struct {
 	claimIdle time.Duration
 	capacity  int64 // bucket capacity: a tenth of a second of rate, at least 1
 	expireAt  int64
+	// budget is the activity's in-flight budget (nil: no bound); slotWait
+	// how long a worker waits for a slot before it leaves the entry for a
+	// later delivery.
+	budget   *inflight.Budget
+	slotWait time.Duration
 }
 
 type job struct {
@@ -159,6 +170,8 @@ func newActQueue(q *Queue, cfg *config.Config, a *config.Activity) *actQueue {
 		roundTrip := time.Duration(float64(a.Queue.Workers) / a.Queue.Rate * float64(time.Second))
 		aq.claimIdle = 30*time.Second + 3*cfg.Upstream.Timeout + 2*roundTrip
 	}
+	aq.budget = q.opt.Inflight.Budget(a.ID)
+	aq.slotWait = aq.claimIdle / 2
 	aq.client = q.opt.Client
 	if aq.client == nil {
 		aq.client = &http.Client{
@@ -383,6 +396,18 @@ func (aq *actQueue) handle(ctx context.Context, j job) {
 		ack()
 		return
 	}
+	// A slot of the shop's in-flight budget first (upstream.max_inflight),
+	// before the claim starts the reservation's pending_timeout clock.
+	done := func(time.Duration, inflight.Outcome) {}
+	if b := aq.budget; b != nil {
+		slot, got := b.Acquire(ctx, aq.slotWait)
+		if got != inflight.Got {
+			return // no room in time (or Redis trouble): delivered again later
+		}
+		var once sync.Once
+		done = func(rtt time.Duration, out inflight.Outcome) { once.Do(func() { b.Done(slot, rtt, out) }) }
+		defer done(0, inflight.NotSent)
+	}
 	// Claim it: queued -> pending since now, in one conditional script, so
 	// a release in the meantime (an operator) means it is never sent, and
 	// the reconciler's pending_timeout counts from this send.
@@ -410,7 +435,9 @@ func (aq *actQueue) handle(ctx context.Context, j job) {
 			return
 		}
 	}
+	t0 := time.Now()
 	status, oid, err := aq.forward(ctx, tok, res)
+	done(time.Since(t0), sendOutcome(ctx, status, err))
 	switch {
 	case ctx.Err() != nil:
 		return // killed: the outcome is unknown, leave the entry for a takeover
@@ -559,6 +586,17 @@ func (aq *actQueue) forward(ctx context.Context, tok store.Token, res store.Rese
 		return 0, "", err // 2xx whose body was cut: outcome unknown
 	}
 	return resp.StatusCode, orderIDOf(resp.Header, b, a.OrderIDFrom), nil
+}
+
+// sendOutcome is how a send ended, for the in-flight budget's adaptive limit.
+func sendOutcome(ctx context.Context, status int, err error) inflight.Outcome {
+	switch {
+	case ctx.Err() != nil || (err != nil && isDefiniteNo(err)):
+		return inflight.NotSent
+	case err != nil || status >= 500 || status == http.StatusTooManyRequests:
+		return inflight.Overloaded
+	}
+	return inflight.Answered
 }
 
 // isDefiniteNo reports whether err proves the shop never got the request:

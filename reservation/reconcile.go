@@ -284,7 +284,9 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 			return ar, err
 		}
 	}
-	if a.Mode == config.ModeQueue && len(a.SKUs) > 0 {
+	// Sync-mode winners may wait in the queue too (upstream.overflow:
+	// queue), so every activity's queue is looked at.
+	if len(a.SKUs) > 0 {
 		r.queueAge(ctx, &ar, a, f.Shards, now)
 	}
 	st, err := r.st.Status(ctx, a)

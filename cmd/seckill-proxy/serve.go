@@ -76,7 +76,9 @@ func cmdServe(c *cli) error {
 	go backgroundReconciler(ctx, rec, current, log)
 	// Queue-mode workers run in every instance: the consumer group shares
 	// the streams between them, a Redis bucket shares queue.rate.
-	queue := reservation.NewQueue(st, m, log.Named("queue"), reservation.QueueOptions{})
+	// Their sends take slots of the same in-flight budgets as the sync
+	// winners (upstream.max_inflight).
+	queue := reservation.NewQueue(st, m, log.Named("queue"), reservation.QueueOptions{Inflight: srv.Inflight()})
 	queue.Start(cfg)
 	defer queue.Stop()
 	// Local snapshots (flags, sold-out marks, blocklists, eligibility) and

@@ -1,0 +1,23 @@
+package e2e
+
+import (
+	"testing"
+
+	"go.uber.org/zap"
+
+	"github.com/seckill-proxy/seckill-proxy/reservation"
+)
+
+// StartQueue runs p's queue workers as serve does: for queue-mode
+// activities and sync ones that spill into the queue (upstream.overflow:
+// queue), sending with slots of p's in-flight budgets. They stop when the
+// test ends, before p does.
+func (p *Proxy) StartQueue(t testing.TB) *reservation.Queue {
+	t.Helper()
+	q := reservation.NewQueue(p.Store, p.Metrics, zap.NewNop(), reservation.QueueOptions{
+		Consumer: "e2e-" + p.Addr, Inflight: p.Server.Inflight(),
+	})
+	q.Start(p.Cfg)
+	t.Cleanup(q.Stop)
+	return q
+}
