@@ -365,9 +365,9 @@ func (b *Budget) sync(closing bool) (next time.Duration, stop bool) {
 		want = max(min(want, b.limit), b.used)
 		heartbeat := (b.held > 0 || b.used > 0) && time.Since(b.renewed) >= b.lim.renewEvery()
 		if want == b.held && demand == b.reported && b.waiters.Len() == 0 && b.propose == 0 && !heartbeat && !closing {
-			stop := b.retired && b.held == 0 && b.used == 0
+			stop, next := b.retired && b.held == 0 && b.used == 0, b.nextWake()
 			b.mu.Unlock()
-			return b.nextWake(), stop
+			return next, stop
 		}
 		if want < b.held {
 			// Given back from now on: no sender may take them meanwhile.

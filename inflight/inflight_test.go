@@ -238,7 +238,8 @@ func TestBudgetLimitChangeAndRetire(t *testing.T) {
 }
 
 // TestBudgetRedisDown: with Redis gone, a sender waiting for one look is
-// told Down, not left hanging, and none is let through unbounded.
+// told Down, not left hanging; slots still leased may be used until the
+// lease would no longer outlive a request, never after.
 func TestBudgetRedisDown(t *testing.T) {
 	srv := redistest.Start(t)
 	lim := inflight.Limits{Max: 2, TTL: 1200 * time.Millisecond, SendWithin: 500 * time.Millisecond}
@@ -247,15 +248,24 @@ func TestBudgetRedisDown(t *testing.T) {
 	if res != inflight.Got {
 		t.Fatalf("slot: %v", res)
 	}
-	b.Done(s, time.Millisecond, inflight.Answered)
 	srv.Kill()
+	killed := time.Now()
+	b.Done(s, time.Millisecond, inflight.Answered)
 	eventually(t, 10*time.Second, "down reported", func() bool {
-		_, res := b.Acquire(context.Background(), 0)
+		s, res := b.Acquire(context.Background(), 0)
 		if res == inflight.Got {
-			t.Fatal("a slot handed out with the fleet's budget unreachable past the lease")
+			if time.Since(killed) > lim.TTL-lim.SendWithin {
+				t.Fatal("a slot handed out when its lease could expire before the request ends")
+			}
+			b.Done(s, time.Millisecond, inflight.Answered)
 		}
 		return res == inflight.Down
 	})
+	for end := time.Now().Add(lim.TTL); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if _, res := b.Acquire(context.Background(), 0); res == inflight.Got {
+			t.Fatal("a slot handed out with the fleet's budget unreachable")
+		}
+	}
 }
 
 func sumHeld(hgetall string) int64 {
