@@ -4,7 +4,7 @@ BIN       := bin
 GOLANGCI  := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 export CGO_ENABLED := 0
 
-.PHONY: all build demo run test race test-short test-cluster test-failover bench compare fuzz lint fmt vet redis clean
+.PHONY: all build demo run test race test-short test-cluster test-failover bench compare shop-protect-bench fuzz lint fmt vet redis clean
 
 all: build
 
@@ -58,6 +58,11 @@ bench: redis build
 # one table each (see BENCHMARKS.md). Needs nginx, psql and PostgreSQL (PG=DSN).
 compare: redis build
 	./scripts/compare.sh
+
+# Issue 11 §1: the legacy PostgreSQL shop's order latency behind the proxy,
+# unloaded vs today's sync mode vs upstream.max_inflight (PG=admin DSN).
+shop-protect-bench: redis build
+	./scripts/shop-protect-bench.sh
 
 fuzz: redis
 	$(GO) test -run XXX -fuzz FuzzBuyRequest -fuzztime 60s ./proxy/

@@ -73,6 +73,7 @@ type Shop struct {
 
 	badSignatures atomic.Int64
 	untokened     atomic.Int64
+	lat           *orderLatency // per order attempt (latency.go)
 }
 
 // New opens the database, migrates it and seeds stock.
@@ -90,7 +91,7 @@ func New(ctx context.Context, cfg Config, log *zap.Logger) (*Shop, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Shop{cfg: cfg, db: d, log: log, keys: cfg.SigningKeys}
+	s := &Shop{cfg: cfg, db: d, log: log, keys: cfg.SigningKeys, lat: newOrderLatency()}
 	if len(s.keys) == 0 && cfg.SigningSecret != "" {
 		s.keys = signing.Keyring{{ID: "default", Secret: []byte(cfg.SigningSecret)}}
 	}
@@ -162,6 +163,10 @@ func (s *Shop) Handler() fasthttp.RequestHandler {
 			s.handleSummary(ctx)
 		case path == "/internal/reset" && ctx.IsPost():
 			s.handleReset(ctx)
+		case path == "/internal/latency" && ctx.IsGet():
+			s.handleLatency(ctx, false)
+		case path == "/internal/latency/reset" && ctx.IsPost():
+			s.handleLatency(ctx, true)
 		case ctx.IsPost() && strings.HasPrefix(path, "/api/") && len(ctx.Request.Header.Peek("X-Seckill-Token")) > 0:
 			s.handleTokened(ctx)
 		case ctx.IsPost() && isBuyPath(path):
@@ -328,6 +333,7 @@ func (s *Shop) handleUntokenedBuy(ctx *fasthttp.RequestCtx, path string) {
 
 // order applies the knobs and places the order.
 func (s *Shop) order(ctx *fasthttp.RequestCtx, o Order) {
+	defer s.lat.start()()
 	if s.cfg.Latency > 0 {
 		time.Sleep(s.cfg.Latency)
 	}

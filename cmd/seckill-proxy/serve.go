@@ -136,6 +136,9 @@ func cmdServe(c *cli) error {
 			}
 			log.Info("shutting down", zap.Stringer("signal", sig))
 			stop()
+			// The workers first: their sends end while this instance still
+			// holds their in-flight slots, which Shutdown then gives back.
+			queue.Stop()
 			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			_ = srv.Shutdown(sctx)
 			_ = adminSrv.Shutdown(sctx)
