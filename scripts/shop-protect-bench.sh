@@ -41,7 +41,7 @@ UNITS=${UNITS:-20000}
 SPIKE_USERS=${SPIKE_USERS:-25000}
 SPIKE_CONC=${SPIKE_CONC:-1000}
 UNLOADED_N=${UNLOADED_N:-2000}
-MAX_INFLIGHT=${MAX_INFLIGHT:-"1 2 4"}
+MAX_INFLIGHT=${MAX_INFLIGHT-"1 2 4"}
 ADAPTIVE=${ADAPTIVE:-0}
 MIN_INFLIGHT=${MIN_INFLIGHT:-2}
 ADAPT_MAX=${ADAPT_MAX:-64}
@@ -132,6 +132,11 @@ YAML
   wait_http "http://127.0.0.1:$PP/_seckill/time" "seckill-proxy ($name)"
   "$BIN/seckill-proxy" preheat -c "$tmp/$name.yaml" --log-format console >"$tmp/preheat-$name.log" 2>&1 || died "preheat $name failed"
   curl -fs -X POST -o /dev/null "http://127.0.0.1:$SP/internal/latency/reset"
+  # The in-flight limit in force, every 250 ms (it moves with adaptive).
+  ( while sleep 0.25; do
+      curl -fs "http://127.0.0.1:$AP/metrics" 2>/dev/null | sed -n 's/^seckill_upstream_inflight_limit{activity="[^"]*"} //p'
+    done >"$tmp/limits-$name.txt" ) &
+  local sampler=$!
   local t0; t0=$(date +%s.%N)
   "${buyers_side[@]}" "$BIN/seckill-bench" run --target "http://127.0.0.1:$PP" --activity "$act" --sku "$SKU" --users "$users" --tries 1 \
     --concurrency "$conc" --timeout 30s --xff --quiet --json "$tmp/run-$name.json" >"$tmp/run-$name.txt" 2>"$tmp/run-$name.log" \
@@ -148,13 +153,15 @@ YAML
     sleep 0.2
   done
   local t1; t1=$(date +%s.%N)
+  kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null || true
   local lat sum
   lat=$(curl -fs "http://127.0.0.1:$SP/internal/latency")
   sum=$(curl -fs "http://127.0.0.1:$SP/internal/summary?activity=$act")
   curl -fs "http://127.0.0.1:$AP/metrics" >"$tmp/metrics-$name.txt" || true
-  python3 - "$name" "$units" "$t0" "$t1" "$lat" "$sum" "$st" "$tmp/run-$name.json" "$tmp/metrics-$name.txt" >>"$results" <<'PY'
+  python3 - "$name" "$units" "$t0" "$t1" "$lat" "$sum" "$st" "$tmp/run-$name.json" "$tmp/metrics-$name.txt" "$tmp/limits-$name.txt" >>"$results" <<'PY'
 import json, re, sys
-name, units, t0, t1, lat, summ, st, runf, metf = sys.argv[1:]
+name, units, t0, t1, lat, summ, st, runf, metf, limf = sys.argv[1:]
+limits = [int(float(l)) for l in open(limf) if l.strip()]
 overflow = {}
 for line in open(metf):
     m = re.match(r'seckill_upstream_overflow_total\{activity="[^"]*",outcome="([a-z]+)"\} (\S+)', line)
@@ -164,7 +171,7 @@ run = json.load(open(runf))
 s = json.loads(st)["activities"][0]["skus"][0]
 summ = json.loads(summ)
 print(json.dumps({"phase": name, "units": int(units), "done_s": round(float(t1) - float(t0), 2),
-  "shop": json.loads(lat), "orders": summ["orders"], "status": s, "overflow": overflow,
+  "shop": json.loads(lat), "orders": summ["orders"], "status": s, "overflow": overflow, "limits": limits,
   "buyers": {"p50_ms": run["latency"]["p50_ms"], "p99_ms": run["latency"]["p99_ms"], "outcomes": run["outcomes"]}}))
 PY
   kill "$proxy_pid"; wait "$proxy_pid" 2>/dev/null || true; proxy_pid=
@@ -200,4 +207,7 @@ for r in rows:
     elif st["pending"] or st["confirmed"] != r["units"] or r["orders"] != r["units"]:
         note = f"  ({st['pending']} unknown outcomes left for the reconciler; shop holds {r['orders']} orders)"
     print(f"{r['phase']:<9} {sh['p50_us']/1000:>7.2f}ms {sh['p99_us']/1000:>7.2f}ms {sh['p99_us']/base:>11.1f}x {sh['p999_us']/1000:>8.1f}ms {sh['max_us']/1000:>7.1f}ms {sh['peak_concurrent']:>9} {r['orders']:>7} {st['confirmed']:>9} {st['pending']:>7} {r['done_s']:>7.1f}s {b['p50_ms']:>7.1f}ms {b['p99_ms']:>7.1f}ms  {dict(sorted(b['outcomes'].items()))}{'  overflow ' + str(r['overflow']) if r['overflow'] else ''}{note}")
+    if r["limits"] and len(set(r["limits"])) > 1:
+        ls = sorted(r["limits"])
+        print(f"{'':<9} limit over the sale (every 250 ms): min {ls[0]}, median {ls[len(ls)//2]}, max {ls[-1]}; {r['limits']}")
 PY
