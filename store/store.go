@@ -65,6 +65,7 @@ type Store struct {
 	// Settling calls whose reply never came (see abort.lua, settlemove.lua).
 	abort, settleMove, deposit *rueidis.Lua
 	retry                      *Retrier
+	memo                       *buyerMemo // nil without client-side caching or with redis.buyer_memo 0
 }
 
 // Open builds a Store for cfg. It never fails because Redis is down: it
@@ -84,6 +85,7 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 			ClientName:        "seckill-proxy",
 			Dialer:            netDialer(cfg.Timeout),
 			ConnWriteTimeout:  max(cfg.Timeout*5, time.Second),
+			MaxFlushDelay:     cfg.FlushDelay,
 		},
 		timeout:     cfg.Timeout,
 		clientCache: cfg.ClientCache,
@@ -119,6 +121,9 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 		case s.inval <- struct{}{}:
 		default:
 		}
+	}
+	if cfg.ClientCache {
+		s.memo = newBuyerMemo(cfg.BuyerMemo)
 	}
 	s.keys.prefix = cfg.KeyPrefix
 	if s.prefix == "" {
@@ -196,6 +201,7 @@ func (s *Store) Close() {
 		close(s.stop)
 	}
 	s.retry.Close()
+	s.memo.close()
 	if c := s.client.Load(); c != nil {
 		(*c).Close()
 	}

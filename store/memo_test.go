@@ -1,0 +1,119 @@
+package store_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
+	"github.com/seckill-proxy/seckill-proxy/lua"
+	"github.com/seckill-proxy/seckill-proxy/store"
+)
+
+// evalCalls is how many scripts the server ran so far.
+func evalCalls(srv *redistest.Server) int64 {
+	return redistest.ParseStat(srv.Info("commandstats", "cmdstat_evalsha"), "calls")
+}
+
+// TestBuyerMemo: a buyer at their limit with a confirmed reservation is
+// answered from memory after one script call, with the same token and
+// order id; every change that lowers their units (a release on any
+// instance, a forced preheat) ends that, so they can buy again.
+func TestBuyerMemo(t *testing.T) {
+	srv := redistest.Start(t)
+	s := openStore(t, redisConfig([]string{srv.Addr}, false))
+	other := openStore(t, redisConfig([]string{srv.Addr}, false)) // a second instance
+	a := newActivity("memo", 10, 2, 1)
+	mustPreheat(t, s, a)
+
+	won := mustReserve(t, s, a, "u1", 1, lua.OK)
+	if code, err := s.Confirm(ctx(t), won.Token, a.Shards, "O-1"); err != nil || code != lua.OK {
+		t.Fatalf("Confirm = %v, %v", code, err)
+	}
+	first := mustReserve(t, s, a, "u1", 1, lua.Purchased)
+	if first.FromMemo || first.Token != won.Token || first.OrderID != "O-1" {
+		t.Fatalf("first repeat = %+v, want the script's answer with token %s, order O-1", first, won.Token)
+	}
+	calls := evalCalls(srv)
+	for range 50 {
+		r := mustReserve(t, s, a, "u1", 1, lua.Purchased)
+		if !r.FromMemo || r.Token != won.Token || r.OrderID != "O-1" {
+			t.Fatalf("repeat = %+v, want from memory with token %s, order O-1", r, won.Token)
+		}
+	}
+	if n := evalCalls(srv) - calls; n != 0 {
+		t.Fatalf("50 remembered repeats ran %d scripts, want 0", n)
+	}
+	// Another user, and the same user asking within a higher limit, are not
+	// answered from this buyer's entry.
+	mustReserve(t, s, a, "u2", 1, lua.OK)
+	higher := reserveReq(a, "u1", 1)
+	higher.Limit = 2
+	if r, err := s.Reserve(ctx(t), higher); err != nil || r.Code != lua.OK {
+		t.Fatalf("Reserve within a raised limit = %+v, %v; want OK", r, err)
+	}
+	wantStatus(t, s, a, 7, 2, 1)
+
+	// Released on the other instance (an operator's refund): the buyer is at
+	// limit 1 no more once the invalidation arrives, and buys again.
+	if code, err := other.Release(ctx(t), won.Token, a.Shards, "refund", time.Now().UnixMilli(), false); err != nil || code != lua.OK {
+		t.Fatalf("Release = %v, %v", code, err)
+	}
+	// u1 still holds the unit bought under limit 2: release it too.
+	held := mustReserve(t, other, a, "u1", 1, lua.Pending)
+	if code, err := other.Release(ctx(t), held.Token, a.Shards, "refund", time.Now().UnixMilli(), false); err != nil || code != lua.OK {
+		t.Fatalf("Release = %v, %v", code, err)
+	}
+	var again store.ReserveResult
+	eventually(t, 5*time.Second, "a released buyer buys again", func() bool {
+		r, err := s.Reserve(ctx(t), reserveReq(a, "u1", 1))
+		if err != nil {
+			t.Fatalf("Reserve: %v", err)
+		}
+		again = r
+		return r.Code == lua.OK
+	})
+	if again.FromMemo {
+		t.Fatal("a fresh reservation came from memory")
+	}
+	if code, err := s.Confirm(ctx(t), again.Token, a.Shards, "O-2"); err != nil || code != lua.OK {
+		t.Fatalf("Confirm = %v, %v", code, err)
+	}
+	mustReserve(t, s, a, "u1", 1, lua.Purchased)
+	if r := mustReserve(t, s, a, "u1", 1, lua.Purchased); !r.FromMemo || r.OrderID != "O-2" {
+		t.Fatalf("repeat = %+v, want from memory with order O-2", r)
+	}
+
+	// A forced preheat starts over: nobody holds anything, whatever this
+	// instance remembers.
+	if _, err := other.Preheat(ctx(t), a, true, time.Now()); err != nil {
+		t.Fatalf("Preheat --force: %v", err)
+	}
+	eventually(t, 5*time.Second, "a buyer of the old stock buys the new", func() bool {
+		r, err := s.Reserve(ctx(t), reserveReq(a, "u1", 1))
+		if err != nil {
+			t.Fatalf("Reserve: %v", err)
+		}
+		return r.Code == lua.OK
+	})
+	wantStatus(t, s, a, 9, 1, 0)
+}
+
+// TestBuyerMemoNeedsClientCache: without client-side caching nothing can
+// tell the instance that a release happened, so nothing is remembered.
+func TestBuyerMemoNeedsClientCache(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := redisConfig([]string{srv.Addr}, false)
+	cfg.ClientCache = false
+	s := openStore(t, cfg)
+	a := newActivity("memo", 10, 1, 1)
+	mustPreheat(t, s, a)
+	won := mustReserve(t, s, a, "u1", 1, lua.OK)
+	if _, err := s.Confirm(ctx(t), won.Token, a.Shards, "O-1"); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if r := mustReserve(t, s, a, "u1", 1, lua.Purchased); r.FromMemo {
+			t.Fatal("answered from memory without client-side caching")
+		}
+	}
+}
