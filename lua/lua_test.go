@@ -1056,6 +1056,7 @@ func TestScriptSHA(t *testing.T) {
 		{name: "steal", src: lua.Steal, want: "ecd78a0a5d969304c4db0022c31d3c3e554a6970"},
 		{name: "confirm", src: lua.Confirm, want: "c3919655a6b88d9c4b1943f5a116b57181b3a33c"},
 		{name: "release", src: lua.Release, want: "5f5f6228201a4721f419abac45be7f61c7a6ea6e"},
+		{name: "confirmbatch", src: lua.ConfirmBatch, want: "b1abfda3e760f4a8897c43978f2e65559f390701"},
 		{name: "claim", src: lua.Claim, want: "b0620c8ed6c0c18611fe9d2275d6af9ee4c6523b"},
 		{name: "deposit", src: lua.Deposit, want: "90af21c9259a27ce2fd67f111d5e01d92baa5081"},
 		{name: "abort", src: lua.Abort, want: "cc7d6b5c56ed8b75da8815a66701500553041cb8"},

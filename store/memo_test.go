@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -115,5 +116,53 @@ func TestBuyerMemoNeedsClientCache(t *testing.T) {
 		if r := mustReserve(t, s, a, "u1", 1, lua.Purchased); r.FromMemo {
 			t.Fatal("answered from memory without client-side caching")
 		}
+	}
+}
+
+// TestConfirmMany: a batch confirms each pending reservation once, across
+// shards and SKUs' shards, and answers for each what Confirm would: a
+// released one stays released, an unknown one is unknown, one named twice
+// counts once. Stock adds up after.
+func TestConfirmMany(t *testing.T) {
+	srv := redistest.Start(t)
+	s := openStore(t, redisConfig([]string{srv.Addr}, false))
+	a := newActivity("many", 100, 4, 1)
+	mustPreheat(t, s, a)
+	var items []store.ConfirmItem
+	for i := range 40 {
+		r := mustReserve(t, s, a, "u"+strconv.Itoa(i), 1, lua.OK)
+		items = append(items, store.ConfirmItem{Token: r.Token, Shards: a.Shards, OrderID: "O" + strconv.Itoa(i)})
+	}
+	if code, err := s.Release(ctx(t), items[3].Token, a.Shards, "shop said no", time.Now().UnixMilli(), true); err != nil || code != lua.OK {
+		t.Fatalf("Release = %v, %v", code, err)
+	}
+	if code, err := s.Confirm(ctx(t), items[5].Token, a.Shards, "O5"); err != nil || code != lua.OK {
+		t.Fatalf("Confirm = %v, %v", code, err)
+	}
+	bogus := items[0].Token
+	bogus.ID = "nosuchid"
+	batch := append(append([]store.ConfirmItem{}, items...), items[7], store.ConfirmItem{Token: bogus, Shards: a.Shards})
+	codes, errs := s.ConfirmMany(ctx(t), batch)
+	for i, code := range codes {
+		if errs[i] != nil {
+			t.Fatalf("item %d: %v", i, errs[i])
+		}
+		want := lua.OK
+		switch i {
+		case 3:
+			want = lua.Released
+		case 5, 40: // confirmed before; named twice
+			want = lua.Same
+		case 41:
+			want = lua.Unknown
+		}
+		if code != want {
+			t.Errorf("item %d: %v, want %v", i, code, want)
+		}
+	}
+	wantStatus(t, s, a, 61, 0, 39)
+	r, ok, err := s.Lookup(ctx(t), items[9].Token, a.Shards)
+	if err != nil || !ok || r.State != "confirmed" || r.OrderID != "O9" {
+		t.Fatalf("Lookup = %+v, %v, %v; want confirmed with order O9", r, ok, err)
 	}
 }

@@ -58,6 +58,7 @@ type Store struct {
 	epoch atomic.Uint64 // bumped whenever a connection's cache is dropped whole
 
 	reserve, steal, confirm, release *rueidis.Lua
+	confirmMany                      *rueidis.Lua
 	// Fenced variants for the reconciler's repairs (lua/fence.lua), and
 	// the lease script that hands out fencing tokens.
 	fencedConfirm, fencedRelease, fencedDeposit, fenceOnly, lease *rueidis.Lua
@@ -96,6 +97,7 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 		reserve:     rueidis.NewLuaScript(lua.Reserve),
 		steal:       rueidis.NewLuaScript(lua.Steal),
 		confirm:     rueidis.NewLuaScript(lua.Confirm),
+		confirmMany: rueidis.NewLuaScript(lua.ConfirmBatch),
 		release:     rueidis.NewLuaScript(lua.Release),
 
 		fencedConfirm: rueidis.NewLuaScript(lua.FencedConfirm),
