@@ -184,16 +184,21 @@ func cmdStatus(c *cli) error {
 	}
 	defer st.Close()
 	var doc struct {
-		Activities []store.ActivityStatus `json:"activities"`
+		Activities []activityStatus `json:"activities"`
 	}
 	ok := true
+	now := time.Now()
 	for _, a := range acts {
 		s, err := st.Status(context.Background(), a)
 		if err != nil {
 			return fail(exitFailed, "status %s: %v", a.ID, err)
 		}
+		rec, err := st.PreheatRecord(context.Background(), a.ID)
+		if err != nil {
+			return fail(exitFailed, "status %s: %v", a.ID, err)
+		}
 		ok = ok && s.OK()
-		doc.Activities = append(doc.Activities, s)
+		doc.Activities = append(doc.Activities, activityStatus{ActivityStatus: s, Preheat: preheatStatusOf(a, rec, now)})
 	}
 	if *asJSON {
 		enc := json.NewEncoder(c.stdout)
@@ -217,6 +222,11 @@ func cmdStatus(c *cli) error {
 			}
 		}
 		_ = tw.Flush()
+		for _, a := range doc.Activities {
+			if line := a.Preheat.String(); line != "" {
+				fmt.Fprintf(c.stdout, "%s: %s\n", a.ID, line)
+			}
+		}
 	}
 	if !ok {
 		return &exitError{code: exitFailed, err: errors.New("stock invariant broken: initial != remaining + pending + confirmed")}
