@@ -49,4 +49,3 @@ func (c *cli) printChecks(rep preflight.Report, asJSON bool) {
 	}
 	fmt.Fprintf(c.stdout, "preflight: %d passed, %d warnings, %d failed\n", rep.Count(preflight.Pass), rep.Count(preflight.Warn), rep.Count(preflight.Fail))
 }
-
