@@ -105,7 +105,8 @@ func (r *run) topology(ctx context.Context, seen map[string]*node) {
 			n.master = cn.master
 		}
 		if cn.failed {
-			if cn.master && len(cn.slots) > 0 {
+			// A configured seed that failed its reachable check is reported.
+			if cn.master && len(cn.slots) > 0 && (n == nil || n.c != nil) {
 				r.fail("redis-reachable "+cn.addr, "the cluster marks this master failed; its slots have no live master",
 					"bring it back or fail over to a replica (redis-cli --cluster check)")
 			}
