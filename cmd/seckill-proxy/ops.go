@@ -83,8 +83,11 @@ func cmdPreheat(c *cli) error {
 			fmt.Fprintf(c.stdout, "%s: %s (%d SKUs, %d units, %d shards)\n", a.ID, out, len(a.SKUs), total, a.Shards)
 		}
 	}
-	for _, w := range st.SettingsWarnings(context.Background()) {
-		fmt.Fprintln(c.stderr, "warning: "+w)
+	if ws := st.SettingsWarnings(context.Background()); len(ws) > 0 {
+		for _, w := range ws {
+			fmt.Fprintln(c.stderr, "warning: "+w)
+		}
+		fmt.Fprintln(c.stderr, "(seckill-proxy preflight -c "+c.cfgPath+" runs every sale-day check)")
 	}
 	if failed {
 		return &exitError{code: exitFailed, err: errors.New("")}
