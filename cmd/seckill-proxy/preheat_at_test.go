@@ -144,14 +144,18 @@ func buy(t *testing.T, addr, user string) int {
 // started after the moment does nothing more. An instance started after
 // the moment of an activity nobody preheated preheats it at once.
 func TestServeScheduledPreheat(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and runs three serve processes")
+	}
 	srv := redistest.Start(t)
 	shop := orderShop(t)
 	bin := buildBinary(t)
 
 	t.Run("two instances", func(t *testing.T) {
 		// The instances are up within a few hundred ms (the binary is
-		// built); the moment is after that, start 1.5 s later.
-		start := time.Now().Add(2 * time.Second)
+		// built); the moment is after that, start 1.5 s later. (Were
+		// they slower, each would preheat at once: still exactly once.)
+		start := time.Now().Add(3 * time.Second)
 		cfgA := scheduleConfig(t, srv.Addr, shop.URL, 6, start, "-1500ms")
 		cfgB := scheduleConfig(t, srv.Addr, shop.URL, 6, start, "-1500ms")
 		addrA, logA := serveLogged(t, bin, cfgA)
