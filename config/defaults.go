@@ -76,6 +76,7 @@ func (c *Config) setDefaults(m *meta) {
 	setOnce(m, &c.Redis.Timeout, 200*time.Millisecond)
 	setOnce(m, &c.Redis.ClientCache, true)
 	setOnce(m, &c.Redis.KeyPrefix, DefaultKeyPrefix)
+	setOnce(m, &c.Redis.BuyerMemo, DefaultBuyerMemo)
 	if len(c.Redis.Addrs) > 1 {
 		// Several seeds only make sense for a cluster; a single-node client
 		// would silently use the first and ignore the rest.
@@ -162,3 +163,7 @@ func setRate(m *meta, r *Rate, rate float64, burst int) {
 	setOnce(m, &r.Rate, rate)
 	setOnce(m, &r.Burst, burst)
 }
+
+// DefaultBuyerMemo is redis.buyer_memo's default: at most ~40 MiB per
+// instance for buyers remembered at their limit.
+const DefaultBuyerMemo = 1 << 18

@@ -116,6 +116,16 @@ type Redis struct {
 	ClientCache bool          `yaml:"client_cache"`
 	// KeyPrefix is prepended to every key (default "seckill").
 	KeyPrefix string `yaml:"key_prefix"`
+	// BuyerMemo bounds how many buyers each instance remembers at their
+	// per-user limit with a confirmed last reservation (default 262,144;
+	// 0 = none): their repeats are answered from memory while their
+	// shard's epoch, read through client-side caching, is unchanged.
+	// Needs client_cache.
+	BuyerMemo int `yaml:"buyer_memo"`
+	// FlushDelay lets the Redis connection's writer wait up to this long
+	// after a flush, while other calls are in flight, to send more calls
+	// per system call (rueidis MaxFlushDelay). 0 = flush at once.
+	FlushDelay time.Duration `yaml:"flush_delay"`
 }
 
 // Source names where one value of a request comes from. Exactly one of

@@ -162,6 +162,12 @@ func (v *validator) redis(c *Config) {
 	if r.PasswordEnv != "" {
 		v.envName(&r.PasswordEnv, "redis.password_env", r.PasswordEnv, &c.Redis)
 	}
+	if r.BuyerMemo < 0 || r.BuyerMemo > 1<<24 {
+		v.errorf(v.m.line(&r.BuyerMemo, &c.Redis), "redis.buyer_memo must be between 0 and %d buyers, got %d", 1<<24, r.BuyerMemo)
+	}
+	if r.FlushDelay < 0 || r.FlushDelay > time.Millisecond {
+		v.errorf(v.m.line(&r.FlushDelay, &c.Redis), "redis.flush_delay must be between 0 and 1ms, got %s", r.FlushDelay)
+	}
 }
 
 func (v *validator) activities(c *Config) {

@@ -25,6 +25,9 @@
 # Knobs: BIN (prebuilt binaries; default: build into a temp dir), PROFILE, USERS_1000.
 set -euo pipefail
 secs=${1:-5}; conns=${2:-64}; runs=${3:-3}
+for c in wrk redis-server redis-cli curl python3; do
+  command -v "$c" >/dev/null || { echo "contended-bench.sh: $c not found (apt-get install -y wrk redis-server curl python3)" >&2; exit 2; }
+done
 cd "$(dirname "$0")/.."
 w=$(mktemp -d); pids=()
 cleanup() {

@@ -171,6 +171,10 @@ func (s *Store) Preheat(ctx context.Context, a *config.Activity, force bool, now
 				c.B().Hset().Key(sk.Stock).FieldValue().FieldValue("r", itoa(share)).FieldValue("i", itoa(share)).
 					FieldValue("p", "0").FieldValue("c", "0").FieldValue("x", "0").FieldValue("g", itoa(gen)).Build(),
 				c.B().Pexpireat().Key(sk.Stock).MillisecondsTimestamp(exp).Build(),
+				// A new epoch per preheat (ms << ~20 bits): a buyer remembered
+				// at their limit in the stock this replaces is never matched
+				// (see Store.memo), however many releases the old one saw.
+				c.B().Set().Key(sk.Epoch).Value(itoa(gen) + "000000").Pxat(time.UnixMilli(exp)).Build(),
 			}
 			if share == 0 {
 				cmds = append(cmds, c.B().Set().Key(sk.Out).Value("1").Pxat(time.UnixMilli(exp)).Build())
@@ -229,7 +233,7 @@ func (s *Store) wipe(ctx context.Context, c rueidis.Client, act string, meta map
 			continue
 		}
 		for _, sk := range s.keys.get(act, sku, shards).Shards {
-			err := c.Do(ctx, c.B().Del().Key(sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves).Build()).Error()
+			err := c.Do(ctx, c.B().Del().Key(sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves, sk.Epoch).Build()).Error()
 			if err != nil {
 				return wrap(err)
 			}
@@ -445,7 +449,7 @@ func (s *Store) extendExpiry(ctx context.Context, c rueidis.Client, a *config.Ac
 	cmds := rueidis.Commands{c.B().Pexpireat().Key(s.MetaKey(a.ID)).MillisecondsTimestamp(exp).Gt().Build()}
 	for _, sku := range a.SKUs {
 		for _, sk := range s.keys.get(a.ID, sku.ID, a.Shards).Shards {
-			for _, key := range []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves, sk.Fence} {
+			for _, key := range []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves, sk.Fence, sk.Epoch} {
 				cmds = append(cmds, c.B().Pexpireat().Key(key).MillisecondsTimestamp(exp).Gt().Build())
 			}
 		}

@@ -27,7 +27,12 @@ type ShardKeys struct {
 	MovesIn string // set of move ids deposited here
 	Moves   string // hash "<sku>:<move id>" -> "<home>|<units>|<ms>" (moves out, unsettled)
 	Fence   string // string: highest reconciler fencing token seen (see lua/fence.lua)
-	RidBits string // bitset of this SKU's request ids with a record (see lua/reserve.lua KEYS[9])
+	RidBits string // bitset of this SKU's request ids with a record (see lua/reserve.lua KEYS[10])
+	// Epoch is an integer set at preheat and incremented by every script
+	// that lowers a buyer's units (release.lua, abort.lua): a buyer seen at
+	// their limit stays there while it is unchanged, so their repeats are
+	// answered from memory (see Store.memo).
+	Epoch string
 }
 
 // SKUKeys are the keys of every shard of one SKU, built once per SKU.
@@ -46,10 +51,10 @@ func newSKUKeys(prefix, act, sku string, shards int) *SKUKeys {
 		sk := ShardKeys{
 			Stock: base + "stock:" + sku, Users: base + "users", Res: base + "res", Pending: base + "pending",
 			Log: base + "log", Out: base + "out:" + sku, MovesIn: base + "movesin", Moves: base + "moves",
-			Fence: base + "fence", RidBits: base + "ridbits:" + sku,
+			Fence: base + "fence", RidBits: base + "ridbits:" + sku, Epoch: base + "epoch",
 		}
 		k.Shards[s] = sk
-		k.reserveKeys[s] = []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn}
+		k.reserveKeys[s] = []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Epoch}
 		k.outKeys[s] = sk.Out
 	}
 	return k

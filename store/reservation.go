@@ -192,7 +192,7 @@ func (s *Store) releaseAs(ctx context.Context, t Token, shards int, reason strin
 		only = "1"
 	}
 	return s.transition(ctx, t, shards, f, s.release, s.fencedRelease,
-		func(k ShardKeys) []string { return []string{k.Stock, k.Users, k.Res, k.Pending, k.Out} },
+		func(k ShardKeys) []string { return []string{k.Stock, k.Users, k.Res, k.Pending, k.Out, k.Epoch} },
 		[]string{t.Field(), sanitize(reason), itoa(nowMs), only})
 }
 

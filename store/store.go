@@ -58,6 +58,7 @@ type Store struct {
 	epoch atomic.Uint64 // bumped whenever a connection's cache is dropped whole
 
 	reserve, steal, confirm, release *rueidis.Lua
+	confirmMany                      *rueidis.Lua
 	// Fenced variants for the reconciler's repairs (lua/fence.lua), and
 	// the lease script that hands out fencing tokens.
 	fencedConfirm, fencedRelease, fencedDeposit, fenceOnly, lease *rueidis.Lua
@@ -65,6 +66,7 @@ type Store struct {
 	// Settling calls whose reply never came (see abort.lua, settlemove.lua).
 	abort, settleMove, deposit *rueidis.Lua
 	retry                      *Retrier
+	memo                       *buyerMemo // nil without client-side caching or with redis.buyer_memo 0
 }
 
 // Open builds a Store for cfg. It never fails because Redis is down: it
@@ -84,6 +86,7 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 			ClientName:        "seckill-proxy",
 			Dialer:            netDialer(cfg.Timeout),
 			ConnWriteTimeout:  max(cfg.Timeout*5, time.Second),
+			MaxFlushDelay:     cfg.FlushDelay,
 		},
 		timeout:     cfg.Timeout,
 		clientCache: cfg.ClientCache,
@@ -94,6 +97,7 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 		reserve:     rueidis.NewLuaScript(lua.Reserve),
 		steal:       rueidis.NewLuaScript(lua.Steal),
 		confirm:     rueidis.NewLuaScript(lua.Confirm),
+		confirmMany: rueidis.NewLuaScript(lua.ConfirmBatch),
 		release:     rueidis.NewLuaScript(lua.Release),
 
 		fencedConfirm: rueidis.NewLuaScript(lua.FencedConfirm),
@@ -119,6 +123,9 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 		case s.inval <- struct{}{}:
 		default:
 		}
+	}
+	if cfg.ClientCache {
+		s.memo = newBuyerMemo(cfg.BuyerMemo)
 	}
 	s.keys.prefix = cfg.KeyPrefix
 	if s.prefix == "" {
@@ -196,6 +203,7 @@ func (s *Store) Close() {
 		close(s.stop)
 	}
 	s.retry.Close()
+	s.memo.close()
 	if c := s.client.Load(); c != nil {
 		(*c).Close()
 	}
