@@ -10,6 +10,7 @@ func All() map[string]string {
 		"reserve":        Reserve,
 		"steal":          Steal,
 		"confirm":        Confirm,
+		"confirmbatch":   ConfirmBatch,
 		"release":        Release,
 		"claim":          Claim,
 		"deposit":        Deposit,

@@ -194,7 +194,7 @@ func (r *run) keyTTLs(ctx context.Context, a *config.Activity, now time.Time) {
 	for _, sku := range a.SKUs {
 		for _, sk := range r.st.SKUKeys(a.ID, sku.ID, a.Shards).Shards {
 			stock[sk.Stock] = true
-			for _, k := range []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves, sk.Fence, sk.RidBits} {
+			for _, k := range []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves, sk.Fence, sk.RidBits, sk.Epoch} {
 				if !seen[k] {
 					seen[k] = true
 					keys = append(keys, k)
