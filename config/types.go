@@ -297,6 +297,10 @@ type Activity struct {
 	Verify         Verify        `yaml:"verify"`
 	OrderIDFrom    string        `yaml:"order_id_from"` // json:/pointer | header:NAME
 	KeyTTLAfterEnd time.Duration `yaml:"key_ttl_after_end"`
+	// PreheatAt, when set, has `serve` preheat the activity at Start +
+	// PreheatAt (negative: before start), once across the fleet under a
+	// Redis lease. 0: not scheduled (preheat by hand).
+	PreheatAt time.Duration `yaml:"preheat_at"`
 	// Signature, when it names keys, requires every buy request to carry an
 	// HMAC signature from the shop's app (see docs/traffic-control.md).
 	Signature Signature `yaml:"signature"`

@@ -244,6 +244,11 @@ func (v *validator) activities(c *Config) {
 		if v.ok(&a.KeyTTLAfterEnd) && a.KeyTTLAfterEnd <= 0 {
 			v.errorf(at(&a.KeyTTLAfterEnd), "%s: key_ttl_after_end must be positive, got %s", name, a.KeyTTLAfterEnd)
 		}
+		// Explicitly 0 would preheat at start: buyers of the first moment
+		// would be answered NOT_READY, which is what scheduling avoids.
+		if v.m.has(&a.PreheatAt) && v.ok(&a.PreheatAt) && a.PreheatAt >= 0 {
+			v.errorf(at(&a.PreheatAt), "%s: preheat_at must be negative (a time before start, e.g. -5m), got %s", name, a.PreheatAt)
+		}
 		if a.Verify.URL != "" {
 			if msg := httpURL(a.Verify.URL); msg != "" {
 				v.errorf(v.m.line(&a.Verify.URL, &a.Verify, a), "%s: verify.url %s", name, msg)

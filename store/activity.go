@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -481,11 +480,10 @@ func (s *Store) SettingsWarnings(ctx context.Context) []string {
 		if err != nil {
 			continue
 		}
-		if m["maxmemory"] != "" && m["maxmemory"] != "0" && m["maxmemory-policy"] != "noeviction" {
-			out = append(out, fmt.Sprintf("redis %s: maxmemory-policy is %s with maxmemory %s: under memory pressure Redis may evict stock or reservation keys; use noeviction", addr, m["maxmemory-policy"], m["maxmemory"]))
-		}
-		if m["cluster-enabled"] == "yes" && m["cluster-require-full-coverage"] == "yes" {
-			out = append(out, fmt.Sprintf("redis %s: cluster-require-full-coverage is yes: while a failed master is replaced, the live masters refuse every buy too; no keeps them selling", addr))
+		for _, w := range []string{EvictionWarning(addr, m), FullCoverageWarning(addr, m)} {
+			if w != "" {
+				out = append(out, w)
+			}
 		}
 	}
 	sort.Strings(out)
