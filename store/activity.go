@@ -361,6 +361,10 @@ type ActivityStatus struct {
 	ID     string      `json:"id"`
 	Paused bool        `json:"paused"`
 	SKUs   []SKUStatus `json:"skus"`
+	// Placement is the shards per master on a cluster (see WithPlacement;
+	// Status leaves it out), PlacementError why it could not be read.
+	Placement      *Placement `json:"placement,omitempty"`
+	PlacementError string     `json:"placement_error,omitempty"`
 }
 
 // OK reports whether every SKU keeps the stock invariant.

@@ -391,6 +391,39 @@ func (s *Store) PlacementCheck(ctx context.Context, act string) (perMaster map[s
 	return p.PerMaster, p.Even, nil
 }
 
+// WithPlacement adds to st how its activity's shards sit on the masters
+// (a cluster only; nothing on a single node or before preheat). A
+// placement that cannot be read is said in st.PlacementError, not failed:
+// the stock counters are what status is for.
+func (s *Store) WithPlacement(ctx context.Context, st *ActivityStatus) {
+	p, ok, err := s.PlacementOf(ctx, st.ID)
+	switch {
+	case err != nil:
+		st.PlacementError = err.Error()
+	case ok:
+		st.Placement = &p
+	}
+}
+
+// Line is the placement as one line: "8 shards over 3 masters:
+// 127.0.0.1:7000=3 127.0.0.1:7001=3 127.0.0.1:7002=2".
+func (p Placement) Line() string {
+	addrs := make([]string, 0, len(p.PerMaster))
+	for a := range p.PerMaster {
+		addrs = append(addrs, a)
+	}
+	sort.Strings(addrs)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d shards over %d masters:", p.Shards, len(p.PerMaster))
+	for _, a := range addrs {
+		fmt.Fprintf(&b, " %s=%d", a, p.PerMaster[a])
+	}
+	if !p.Placed {
+		b.WriteString(" (original tags, not placed)")
+	}
+	return b.String()
+}
+
 // PlacementWarning is the operator's line for an uneven placement.
 func PlacementWarning(act string, p Placement) string {
 	why := "a reshard moved slots since preheat"
