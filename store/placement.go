@@ -2,8 +2,8 @@ package store
 
 // Shard placement on a Redis Cluster (issue 11 §3). Each shard's keys share
 // one hash tag; left to CRC16, an activity's shards fall unevenly over the
-// masters (act_1001's 8 shards 4/2/2 on 3 masters; on 10 masters some get
-// none). At preheat, on a cluster, each shard gets a tag {<act>:<s>:<salt>}
+// masters (act_p6's 6 shards 4/1/1 on 3 masters; with fewer shards than
+// masters, some get none while others get two). At preheat, on a cluster, each shard gets a tag {<act>:<s>:<salt>}
 // with the salt searched so the activity's shards spread evenly over the
 // masters that own slots: counts differ by at most one. The salts go into
 // the activity's meta (field "place", comma-separated, one per shard) and

@@ -196,3 +196,46 @@ func TestKeyCachePlacement(t *testing.T) {
 		t.Fatal("same placement resolved again: keys should stay")
 	}
 }
+
+// TestPlaceShardsTopologies: the spread on topologies a 3-node test
+// cluster does not have: 10 masters (some would get no shard by CRC16
+// alone), and a master owning a single slot.
+func TestPlaceShardsTopologies(t *testing.T) {
+	var ten []clusterMaster
+	for i := 0; i < 10; i++ {
+		ten = append(ten, clusterMaster{Addr: "m" + strconv.Itoa(i), Slots: [][2]int{{i * 1638, min(i*1638+1637, 16383)}}})
+	}
+	ten[9].Slots[0][1] = 16383
+	oneSlot := []clusterMaster{{Addr: "a", Slots: [][2]int{{0, 8190}}}, {Addr: "b", Slots: [][2]int{{8191, 16382}}}, {Addr: "c", Slots: [][2]int{{16383, 16383}}}}
+	split := []clusterMaster{{Addr: "a", Slots: [][2]int{{0, 99}, {8000, 16383}}}, {Addr: "b", Slots: [][2]int{{100, 7999}}}}
+	for _, tc := range []struct {
+		name   string
+		ms     []clusterMaster
+		shards int
+		lo, hi int
+	}{
+		{"10 masters, 8 shards", ten, 8, 0, 1},
+		{"10 masters, 10 shards", ten, 10, 1, 1},
+		{"10 masters, 64 shards", ten, 64, 6, 7},
+		{"a master of one slot", oneSlot, 8, 2, 3},
+		{"slot ranges split", split, 5, 2, 3},
+	} {
+		topo, err := newTopology(append([]clusterMaster(nil), tc.ms...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		salts := placeShards("seckill", "act_1001", tc.shards, topo)
+		count := make([]int, len(topo.masters))
+		for i, salt := range salts {
+			count[topo.owner[keySlot(shardBase("seckill", "act_1001", i, salt))]]++
+		}
+		for m, n := range count {
+			if n < tc.lo || n > tc.hi {
+				t.Errorf("%s: master %s holds %d shards, want %d..%d (%v)", tc.name, topo.masters[m].Addr, n, tc.lo, tc.hi, count)
+			}
+		}
+	}
+	if _, err := newTopology(nil); err == nil {
+		t.Error("a cluster with no master owning slots must be an error")
+	}
+}
