@@ -77,7 +77,7 @@ func TestPlacementCluster(t *testing.T) {
 		wantPlacement(t, cl, s, a8, []int{2, 3, 3}, true)
 		for _, sk := range s.SKUKeys(a8.ID, testSKU, 8).Shards {
 			want, _ := cl.Slot(sk.Stock)
-			for _, key := range []string{sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves, sk.Fence, sk.RidBits} {
+			for _, key := range []string{sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves, sk.Fence, sk.RidBits, sk.Epoch} {
 				if got, _ := cl.Slot(key); got != want {
 					t.Fatalf("%s is in slot %d, its shard's stock %s in %d", key, got, sk.Stock, want)
 				}
