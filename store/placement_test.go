@@ -120,7 +120,20 @@ func TestPlacementCluster(t *testing.T) {
 			}
 		}
 		tokens := checkSpike(t, s, one, jobs) // stock read by the first instance
-		confirmAll(t, s, one, tokens)
+		half := len(tokens) / 2
+		confirmAll(t, s, one, tokens[:half])
+		// Batched confirms, by a third instance that never saw the activity.
+		s3 := openStore(t, redisConfig(cl.Addrs(), true))
+		var items []store.ConfirmItem
+		for i, tok := range tokens[half:] {
+			items = append(items, store.ConfirmItem{Token: tok, Shards: 6, OrderID: "B-" + strconv.Itoa(i)})
+		}
+		codes, errs := s3.ConfirmMany(ctx(t), items)
+		for i := range items {
+			if errs[i] != nil || codes[i] != lua.OK {
+				t.Fatalf("ConfirmMany %v = %v, %v", items[i].Token, codes[i], errs[i])
+			}
+		}
 		wantStatus(t, s2, one, 0, 0, 40)
 	})
 
