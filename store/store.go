@@ -221,8 +221,16 @@ func (s *Store) Client() (rueidis.Client, error) {
 	return *c, nil
 }
 
-// SKUKeys returns the key names of every shard of one SKU.
-func (s *Store) SKUKeys(act, sku string, shards int) *SKUKeys { return s.keys.get(act, sku, shards) }
+// SKUKeys returns the key names of every shard of one SKU, placed as the
+// activity's meta says (read once when this process does not know it yet;
+// the original tags if it cannot be read).
+func (s *Store) SKUKeys(act, sku string, shards int) *SKUKeys {
+	k, err := s.skuKeys(context.Background(), act, sku, shards)
+	if err != nil {
+		return s.keys.get(act, sku, shards)
+	}
+	return k
+}
 
 // MetaKey is the activity's meta hash key.
 func (s *Store) MetaKey(act string) string { return MetaKey(s.prefix, act) }
