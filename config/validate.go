@@ -92,6 +92,7 @@ func (v *validator) config(c *Config) {
 		}
 	}
 	v.activities(c)
+	v.bundleRouteClashes(c)
 }
 
 func (v *validator) upstream(c *Config) {
@@ -211,6 +212,7 @@ func (v *validator) activities(c *Config) {
 			}
 		}
 
+		v.bundleRoute(a, name)
 		v.window(a, name)
 		v.skus(a, name)
 
