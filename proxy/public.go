@@ -167,7 +167,7 @@ func (s *Server) reservation(ctx *fasthttp.RequestCtx, st *state, raw string) {
 		jsonError(ctx, fasthttp.StatusNotFound, "no such reservation")
 		return
 	}
-	if a := st.cfg.Activity(tok.Activity); a == nil || a.SKU(tok.SKU) == nil {
+	if a := st.cfg.Activity(tok.Activity); a == nil || (a.SKU(tok.SKU) == nil && tok.SKU != store.BundleSKU) {
 		jsonError(ctx, fasthttp.StatusNotFound, "no such reservation")
 		return
 	}

@@ -257,8 +257,15 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 	cutoff := now.Add(-a.PendingTimeout).UnixMilli()
 	unsettled := map[string]int64{}
 	seen := 0
-	for _, sku := range a.SKUs {
-		err := r.st.StalePending(ctx, a.ID, sku.ID, f.Shards, cutoff, stalePage, func(stale []store.Reservation) error {
+	// Bundles' reservations (token SKU store.BundleSKU) are settled too,
+	// whole, even when the config no longer has a bundle_route.
+	skuIDs := make([]string, 0, len(a.SKUs)+1)
+	for _, k := range a.SKUs {
+		skuIDs = append(skuIDs, k.ID)
+	}
+	skuIDs = append(skuIDs, store.BundleSKU)
+	for _, skuID := range skuIDs {
+		err := r.st.StalePending(ctx, a.ID, skuID, f.Shards, cutoff, stalePage, func(stale []store.Reservation) error {
 			for _, res := range stale {
 				if repair && seen > 0 && seen%100 == 0 {
 					if err := r.renew(ctx, fenceToken); err != nil {
@@ -271,10 +278,10 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 					return err
 				}
 				if !fd.settled() {
-					unsettled[sku.ID] += res.Qty
+					unsettled[skuID] += res.Qty
 				}
 				if fd.Detail == detailReleasedWithOrder {
-					r.alert(&ar, "order_for_released", fmt.Sprintf("sku %s: %s: the shop holds order %s for a released reservation", sku.ID, fd.Token, fd.OrderID))
+					r.alert(&ar, "order_for_released", fmt.Sprintf("sku %s: %s: the shop holds order %s for a released reservation", skuID, fd.Token, fd.OrderID))
 				}
 				ar.Stale = append(ar.Stale, fd)
 			}

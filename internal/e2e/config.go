@@ -59,6 +59,8 @@ type Activity struct {
 	// CaseSensitive and PassMethods are the route's case_sensitive and pass_methods.
 	CaseSensitive bool
 	PassMethods   []string
+	// BundleRoute is the activity's bundle_route as YAML flow; default none.
+	BundleRoute string
 }
 
 // Options is one proxy config. Zero fields take the harness defaults.
@@ -192,6 +194,9 @@ func (o Options) YAML(t testing.TB) string {
 		}
 		if a.EligibleOnly {
 			w("    eligible_only: true")
+		}
+		if a.BundleRoute != "" {
+			w("    bundle_route: %s", a.BundleRoute)
 		}
 		if !a.NoVerify {
 			w("    verify:")
