@@ -100,4 +100,3 @@ func (p *Pipeline) reserveBundle(ctx context.Context, r *Request, flags store.Fl
 	}
 	return d
 }
-

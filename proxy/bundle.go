@@ -143,4 +143,3 @@ func bundleHeaders(h *fasthttp.RequestHeader, r *admission.Request) string {
 	h.Set("X-Seckill-Items", items)
 	return items
 }
-
