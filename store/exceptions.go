@@ -58,7 +58,9 @@ func (e Exception) fingerprint() string {
 // meta hash tag, so one script writes both on a cluster.
 func (s *Store) ExceptionsKey(act string) string { return s.prefix + ":{" + act + "}:exceptions" }
 
-func (s *Store) exceptionsSeenKey(act string) string { return s.prefix + ":{" + act + "}:exceptions:seen" }
+func (s *Store) exceptionsSeenKey(act string) string {
+	return s.prefix + ":{" + act + "}:exceptions:seen"
+}
 
 // recordException adds one exception unless its fingerprint was recorded
 // already; trims the stream to about ARGV[3] entries (MAXLEN ~) and keeps
