@@ -303,10 +303,13 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 					return err
 				}
 				if !fd.settled() {
-					unsettled[skuID] += res.Qty
-					unsettledEx[skuID] = append(unsettledEx[skuID], store.Exception{Activity: a.ID, Kind: "unsettled", SKU: skuID,
-						Token: fd.Token, User: fd.User, Qty: fd.Qty, State: res.State, Shop: shopAnswer(fd), At: now,
-						Reason: unsettledReason(fd)})
+					// A bundle's units count under each item's SKU.
+					for _, it := range r.unitsOf(ctx, skuID, res, f.Shards) {
+						unsettled[it.SKU] += it.Qty
+						unsettledEx[it.SKU] = append(unsettledEx[it.SKU], store.Exception{Activity: a.ID, Kind: "unsettled", SKU: it.SKU,
+							Token: fd.Token, User: fd.User, Qty: it.Qty, State: res.State, Shop: shopAnswer(fd), At: now,
+							Reason: unsettledReason(fd)})
+					}
 				}
 				if fd.Detail == detailReleasedWithOrder {
 					msg := fmt.Sprintf("sku %s: %s: the shop holds order %s for a released reservation", skuID, fd.Token, fd.OrderID)
@@ -593,4 +596,16 @@ func (r *Reconciler) shopCount(ctx context.Context, tmpl, act, sku string) (int6
 func instanceName() string {
 	host, _ := os.Hostname()
 	return fmt.Sprintf("%s/%d/%d", host, os.Getpid(), time.Now().UnixNano())
+}
+
+// unitsOf is what a stale reservation holds, by SKU: its own SKU's qty,
+// or a bundle's items (its total under store.BundleSKU when the items
+// cannot be read).
+func (r *Reconciler) unitsOf(ctx context.Context, skuID string, res store.Reservation, shards int) []store.BundleItem {
+	if skuID == store.BundleSKU {
+		if items, err := r.st.BundleItems(ctx, res.Token, shards); err == nil && len(items) > 0 {
+			return items
+		}
+	}
+	return []store.BundleItem{{SKU: skuID, Qty: res.Qty}}
 }

@@ -30,6 +30,11 @@ type bundleFixture struct {
 
 func newBundleFixture(t *testing.T, cluster bool, acts ...e2e.Activity) *bundleFixture {
 	t.Helper()
+	return newBundleFixtureTimeout(t, cluster, 5*time.Second, acts...)
+}
+
+func newBundleFixtureTimeout(t *testing.T, cluster bool, upstream time.Duration, acts ...e2e.Activity) *bundleFixture {
+	t.Helper()
 	var r *e2e.Redis
 	if cluster {
 		r = e2e.StartCluster(t)
@@ -37,7 +42,7 @@ func newBundleFixture(t *testing.T, cluster bool, acts ...e2e.Activity) *bundleF
 		r = e2e.StartRedis(t)
 	}
 	f := &bundleFixture{shop: e2e.StartShop(t)}
-	f.p = e2e.StartProxy(t, e2e.Options{Redis: r.Addrs, Cluster: cluster, ShopURL: f.shop.URL, UpstreamTimeout: 5 * time.Second,
+	f.p = e2e.StartProxy(t, e2e.Options{Redis: r.Addrs, Cluster: cluster, ShopURL: f.shop.URL, UpstreamTimeout: upstream,
 		Activities: acts}.Config(t))
 	for _, a := range acts {
 		f.p.Preheat(t, a.ID)
@@ -265,8 +270,11 @@ func runBundleSpikeE2E(t *testing.T, cluster bool) {
 // lost) as a whole, by verify: confirmed where the shop holds the order,
 // released (every item) where it does not.
 func TestBundleReconciled(t *testing.T) {
-	f := newBundleFixture(t, false, e2e.Activity{ID: "rec", Shards: 2, PerUserLimit: 3, BundleRoute: bundleRoute,
-		SKUs: []config.SKU{{ID: "a", Stock: 10}, {ID: "b", Stock: 10}}})
+	f := newBundleFixtureTimeout(t, false, 300*time.Millisecond,
+		e2e.Activity{ID: "rec", Shards: 2, PerUserLimit: 3, BundleRoute: bundleRoute,
+			SKUs: []config.SKU{{ID: "a", Stock: 10}, {ID: "b", Stock: 10}}},
+		e2e.Activity{ID: "unv", Shards: 2, PerUserLimit: 3, BundleRoute: bundleRoute, NoVerify: true,
+			SKUs: []config.SKU{{ID: "a", Stock: 10}, {ID: "b", Stock: 10}}})
 	f.shop.AnswerAfterOrder("kept", http.StatusBadGateway)
 	f.shop.Answer("lost", http.StatusServiceUnavailable)
 	for _, u := range []string{"kept", "lost"} {
@@ -298,5 +306,29 @@ func TestBundleReconciled(t *testing.T) {
 	st := f.stock(t, "rec")
 	if st["a"].Confirmed != 1 || st["b"].Confirmed != 2 || st["a"].Remaining != 9 || st["b"].Remaining != 8 || st["a"].Pending+st["b"].Pending != 0 {
 		t.Fatalf("after the reconciler: %+v", st)
+	}
+
+	// Without verify.url nothing can settle a bundle the shop never
+	// answered: the report counts its units under each item's SKU.
+	release := f.shop.Hang("slow")
+	defer release()
+	if r := f.bundle("unv", "slow", itemsJSON("a:1", "b:2")); r.Code != "UPSTREAM_TIMEOUT" {
+		t.Fatalf("slow: %d %s, want UPSTREAM_TIMEOUT", r.Status, r.Body)
+	}
+	u := f.p.Activity(t, "unv")
+	rep, err = reservation.NewReconciler(f.p.Store, metrics.New(), zap.NewNop()).
+		Run(ctx, []*config.Activity{u}, true, time.Now().Add(u.PendingTimeout+time.Minute))
+	if err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
+	got := map[string]int64{}
+	for _, ar := range rep.Activities {
+		for _, k := range ar.SKUs {
+			got[k.ID] = k.Unsettled
+		}
+	}
+	if got["a"] != 1 || got["b"] != 2 {
+		b, _ := json.Marshal(rep)
+		t.Fatalf("unsettled by SKU %v, want a:1 b:2; report %s", got, b)
 	}
 }
