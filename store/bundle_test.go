@@ -2,6 +2,8 @@ package store_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -360,4 +362,86 @@ func TestBundleCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	s := openStore(t, redisConfig(cl.Addrs(), true))
 	runBundleSpike(t, s, "act_bcl")
+}
+
+// A bundle call that times out during a stall (DEBUG SLEEP, CLIENT PAUSE
+// WRITE) leaves nothing held: the abort releases a bundle whose script ran
+// late, or its tombstone stops one that had not run; each buyer told
+// "unavailable" then wins the bundle again, once.
+func TestBundleStallLeavesNothingHeld(t *testing.T) {
+	for _, tt := range stalls {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, s := stallStore(t)
+			a := bundleActivity("act_bstall", 2, 2, config.SKU{ID: "a", Stock: 40}, config.SKU{ID: "b", Stock: 40})
+			mustPreheat(t, s, a)
+			// Every script in Redis before the stall (see warm), and the
+			// sold-out flags in local memory.
+			w, err := s.ReserveBundle(ctx(t), bundleReq(a, "warm", item("a", 1), item("b", 1)))
+			if err != nil || w.Code != lua.OK {
+				t.Fatalf("warm-up bundle = %+v, %v", w, err)
+			}
+			if c, err := s.Release(ctx(t), w.Token, a.Shards, "warm-up", time.Now().UnixMilli(), true); err != nil || c != lua.OK {
+				t.Fatalf("Release(warm-up) = %v, %v", c, err)
+			}
+			var failed []string
+			won := 0
+			for round := 0; round < 2; round++ {
+				wait := tt.start(t, srv)
+				var mu sync.Mutex
+				var wg sync.WaitGroup
+				for i := 0; i < 10; i++ {
+					user := fmt.Sprintf("r%d-u%d", round, i)
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						r, err := s.ReserveBundle(ctx(t), bundleReq(a, user, item("a", 1), item("b", 1)))
+						mu.Lock()
+						defer mu.Unlock()
+						switch {
+						case errors.Is(err, store.ErrUnavailable):
+							failed = append(failed, user)
+						case err != nil:
+							t.Errorf("ReserveBundle(%s): %v", user, err)
+						case r.Code == lua.OK:
+							won++
+						default:
+							t.Errorf("ReserveBundle(%s) = %+v", user, r)
+						}
+					}()
+				}
+				wg.Wait()
+				wait()
+			}
+			if len(failed) == 0 {
+				t.Fatal("no bundle was in flight during a stall")
+			}
+			eventually(t, 3*time.Second, "only the winners' units pending after the stalls", func() bool {
+				st, err := s.Status(ctx(t), a)
+				if err != nil {
+					return false
+				}
+				for _, k := range st.SKUs {
+					if !k.OK || k.Pending != int64(won) {
+						return false
+					}
+				}
+				return true
+			})
+			for _, u := range failed {
+				r, err := s.ReserveBundle(ctx(t), bundleReq(a, u, item("a", 1), item("b", 1)))
+				if err != nil || r.Code != lua.OK {
+					t.Fatalf("retry of %s after the stall = %+v, %v", u, r, err)
+				}
+				r, err = s.ReserveBundle(ctx(t), bundleReq(a, u, item("a", 1), item("b", 1)))
+				if err != nil || r.Code != lua.Pending {
+					t.Fatalf("second retry of %s = %+v, %v; want PENDING (limit 2)", u, r, err)
+				}
+			}
+			st := skuStatus(t, s, a)
+			n := int64(won + len(failed))
+			if st["a"].Pending != n || st["b"].Pending != n {
+				t.Fatalf("status %+v, want %d pending of each", st, n)
+			}
+		})
+	}
 }
