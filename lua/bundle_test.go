@@ -1,6 +1,7 @@
 package lua_test
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -19,7 +20,7 @@ const (
 // makes a late bundle.lua take nothing.
 func TestBundleScripts(t *testing.T) {
 	f := newFx(t)
-	exp := strconvI(f.exp)
+	exp := strconv.FormatInt(f.exp, 10)
 	seed := [][]string{
 		{"HSET", kStock, "r", "5", "i", "5", "p", "0", "c", "0", "x", "0"},
 		{"HSET", kStockB, "r", "1", "i", "1", "p", "0", "c", "0", "x", "0"},
@@ -91,17 +92,4 @@ func mustInt(t *testing.T, r interface{ AsInt64() (int64, error) }) int64 {
 		t.Fatalf("not an integer: %v", err)
 	}
 	return n
-}
-
-func strconvI(n int64) string {
-	var b [20]byte
-	i := len(b)
-	for {
-		i--
-		b[i] = byte('0' + n%10)
-		n /= 10
-		if n == 0 {
-			return string(b[i:])
-		}
-	}
 }
