@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 
 	"github.com/valyala/fasthttp"
@@ -142,4 +144,32 @@ func bundleHeaders(h *fasthttp.RequestHeader, r *admission.Request) string {
 	items := store.FormatItems(r.Items)
 	h.Set("X-Seckill-Items", items)
 	return items
+}
+
+// appendBundleItems adds a bundle's items to its reservation's JSON:
+// ,"items":[{"sku":"a","qty":1},...] (nothing when they cannot be read).
+func appendBundleItems(ctx context.Context, book Book, b []byte, tok store.Token, shards int) []byte {
+	type bundles interface {
+		BundleItems(ctx context.Context, t store.Token, shards int) ([]store.BundleItem, error)
+	}
+	bb, ok := book.(bundles)
+	if !ok {
+		return b
+	}
+	items, err := bb.BundleItems(ctx, tok, shards)
+	if err != nil || len(items) == 0 {
+		return b
+	}
+	b = append(b, `,"items":[`...)
+	for i, it := range items {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"sku":`...)
+		b = appendJSONString(b, it.SKU)
+		b = append(b, `,"qty":`...)
+		b = strconv.AppendInt(b, it.Qty, 10)
+		b = append(b, '}')
+	}
+	return append(b, ']')
 }

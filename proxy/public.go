@@ -207,6 +207,9 @@ func (s *Server) reservation(ctx *fasthttp.RequestCtx, st *state, raw string) {
 	b = appendJSONString(b, tok.SKU)
 	b = append(b, `,"qty":`...)
 	b = strconv.AppendInt(b, r.Qty, 10)
+	if tok.SKU == store.BundleSKU {
+		b = appendBundleItems(cctx, s.book, b, tok, f.Shards)
+	}
 	b = append(b, `,"created_ms":`...)
 	b = strconv.AppendInt(b, r.CreatedMs, 10)
 	if r.OrderID != "" {

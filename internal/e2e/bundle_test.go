@@ -109,6 +109,11 @@ func TestBundleThroughTheProxy(t *testing.T) {
 	if g.Status != 200 || g.Str("state") != "confirmed" {
 		t.Fatalf("lookup of the bundle: %d %s", g.Status, g.Body)
 	}
+	if items, _ := g.JSON["items"].([]any); len(items) != 2 || g.Str("sku") != "*" {
+		t.Fatalf("lookup of the bundle shows no items: %s", g.Body)
+	} else if it, _ := items[1].(map[string]any); it["sku"] != "b" || it["qty"] != float64(2) {
+		t.Fatalf("lookup of the bundle: item 2 = %v", it)
+	}
 
 	// Refused before Redis.
 	for _, tt := range []struct{ body, code string }{
