@@ -137,6 +137,20 @@ func TestBundleThroughTheProxy(t *testing.T) {
 	if r := f.bundle("bun", "u9", itemsJSON(many...)); r.Code != "BAD_REQUEST" {
 		t.Errorf("%d items: %d %s, want BAD_REQUEST", len(many), r.Status, r.Body)
 	}
+	// Other spellings of the bundle path are bundles too (canonical route
+	// matching), or refused; never passed to the shop as ordinary traffic.
+	for _, uri := range []string{"/API/Seckill/bun/BUNDLE", "/api/seckill/bun/bundle;jsessionid=1", "/api//seckill/./bun/bundle/", "/api/seckill/bun/%62undle"} {
+		r := e2e.Do(nil, f.p.Addr, e2e.Req{URI: uri, Body: []byte(itemsJSON("a:9")), Header: [][2]string{{"X-User-Id", "u9"}}})
+		if r.Code != "BAD_REQUEST" {
+			t.Errorf("%s: %d %s, want the bundle route's BAD_REQUEST (9 units over max_qty)", uri, r.Status, r.Body)
+		}
+	}
+	if r := e2e.Do(nil, f.p.Addr, e2e.Req{Method: "GET", URI: "/api/seckill/bun/bundle"}); r.Status != 405 {
+		t.Errorf("GET on the bundle path: %d %s, want 405", r.Status, r.Body)
+	}
+	if len(f.shop.Requests()) != 1 {
+		t.Fatalf("the shop saw %d requests, want only the first bundle", len(f.shop.Requests()))
+	}
 	if f.shop.SeenBuy("u9") {
 		t.Fatal("a refused bundle reached the shop")
 	}
