@@ -452,7 +452,7 @@ func (p *Pipeline) reserve(ctx context.Context, r *Request, sku *config.SKU, fla
 	switch res.Code {
 	case lua.OK:
 		if p.dur != nil {
-			if refused, no := p.makeDurable(ctx, q, res.Token); no {
+			if refused, no := p.makeDurable(ctx, q, res); no {
 				return refused
 			}
 		}

@@ -16,7 +16,7 @@ import (
 // pipeline uses it only when the store says durable winners are on.
 type DurableStore interface {
 	DurableWinners() bool
-	MakeDurable(ctx context.Context, q store.ReserveRequest, tok store.Token) (store.Durability, error)
+	MakeDurable(ctx context.Context, q store.ReserveRequest, res store.ReserveResult) (store.Durability, error)
 }
 
 var _ DurableStore = (*store.Store)(nil)
@@ -47,10 +47,10 @@ func newDurableCheck(s Store, m *metrics.Metrics) *durableCheck {
 // makeDurable waits for the winner's replicas; refused is true when
 // on_timeout refuse released the reservation: the buyer is told
 // STORE_UNAVAILABLE (nothing held, SPEC §4).
-func (p *Pipeline) makeDurable(ctx context.Context, q store.ReserveRequest, tok store.Token) (d Decision, refused bool) {
+func (p *Pipeline) makeDurable(ctx context.Context, q store.ReserveRequest, won store.ReserveResult) (d Decision, refused bool) {
 	dc := p.dur
 	t0 := time.Now()
-	res, err := dc.ds.MakeDurable(ctx, q, tok)
+	res, err := dc.ds.MakeDurable(ctx, q, won)
 	dc.wait.Observe(time.Since(t0).Seconds())
 	if int(res) < len(dc.results) {
 		dc.results[res].Inc()
@@ -59,7 +59,7 @@ func (p *Pipeline) makeDurable(ctx context.Context, q store.ReserveRequest, tok 
 		// Every winner of a sale can hit this while a replica is down: a
 		// line a second at most; the metric counts them all.
 		if now, last := time.Now().UnixNano(), dc.lastLog.Load(); now-last > int64(time.Second) && dc.lastLog.CompareAndSwap(last, now) {
-			p.log.Warn("winner not acknowledged by the replicas", zap.String("token", tok.String()),
+			p.log.Warn("winner not acknowledged by the replicas", zap.String("token", won.Token.String()),
 				zap.Stringer("result", res), zap.Error(err))
 		}
 	}

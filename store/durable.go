@@ -142,8 +142,7 @@ func durableKey(sk ShardKeys) string {
 // reports ok when they did; err says why not when Redis did not answer or
 // refused the marker write. expireAt bounds the marker key's life.
 func (s *Store) WaitReplicas(ctx context.Context, t Token, shards int, expireAt int64) (ok bool, acked int64, err error) {
-	d := s.dur
-	if d == nil {
+	if s.dur == nil {
 		return true, 0, nil
 	}
 	c, err := s.Client()
@@ -155,9 +154,16 @@ func (s *Store) WaitReplicas(ctx context.Context, t Token, shards int, expireAt 
 	}
 	s.probeWaitAOF(ctx, c)
 	sk := s.keys.get(t.Activity, t.SKU, shards).Shards[t.Shard]
+	return s.waitShard(ctx, c, sk, t.Field(), expireAt)
+}
+
+// waitShard writes the marker of one shard and WAITs after it, on one
+// connection to the node that holds the shard.
+func (s *Store) waitShard(ctx context.Context, c rueidis.Client, sk ShardKeys, value string, expireAt int64) (ok bool, acked int64, err error) {
+	d := s.dur
 	now := time.Now().UnixMilli()
 	exp := max(expireAt, now+int64(time.Minute/time.Millisecond))
-	set := c.B().Set().Key(durableKey(sk)).Value(t.Field()).PxatMillisecondsTimestamp(exp).Build()
+	set := c.B().Set().Key(durableKey(sk)).Value(value).PxatMillisecondsTimestamp(exp).Build()
 	var wait rueidis.Completed
 	aof := d.waitaof.Load()
 	if aof {
@@ -191,20 +197,57 @@ func (s *Store) WaitReplicas(ctx context.Context, t Token, shards int, expireAt 
 	return true, acked, nil
 }
 
+// waitDonors waits for the replicas of every other shard of the winner's
+// SKU: a reserve that used stock moved from a donor shard (res.Moves > 0)
+// depends on the steal on the donor's node too, and which donor gave is
+// not in the result. Moves are rare (a home shard ran dry), so they pay
+// for one WAIT per shard, in parallel.
+func (s *Store) waitDonors(ctx context.Context, q ReserveRequest, home int, value string) error {
+	c, err := s.Client()
+	if err != nil {
+		return err
+	}
+	k := s.keys.get(q.Activity, q.SKU, q.Shards)
+	errs := make(chan error, q.Shards)
+	for i := range k.Shards {
+		if i == home {
+			continue
+		}
+		go func(sk ShardKeys) {
+			_, _, err := s.waitShard(ctx, c, sk, value, q.ExpireAt)
+			errs <- err
+		}(k.Shards[i])
+	}
+	var first error
+	for i := 1; i < q.Shards; i++ {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 // MakeDurable is the winner's durability check, right after a reserve
-// that answered OK for q with token tok: it waits for the replicas and,
-// when they do not acknowledge in time, applies on_timeout. With refuse,
-// the reservation is released by its token (abort.lua, as for a reserve
-// whose reply never came: queue mode releases it only while still
-// queued) before the buyer is answered; a Redis that does not answer the
-// release gets it from the retrier, which also settles it before the
-// buyer's next call. The error, if any, says why the replicas did not
-// acknowledge (for logs); the Durability decides.
-func (s *Store) MakeDurable(ctx context.Context, q ReserveRequest, tok Token) (Durability, error) {
+// that answered OK for q (res): it waits for the replicas of the shard's
+// node (and, when the reserve used moved stock, of the other shards'
+// nodes) and, when they do not acknowledge in time, applies on_timeout.
+// With refuse, the reservation is released by its token (abort.lua, as
+// for a reserve whose reply never came: queue mode releases it only while
+// still queued) before the buyer is answered; a Redis that does not
+// answer the release gets it from the retrier, which also settles it
+// before the buyer's next call. The error, if any, says why the replicas
+// did not acknowledge (for logs); the Durability decides.
+func (s *Store) MakeDurable(ctx context.Context, q ReserveRequest, res ReserveResult) (Durability, error) {
 	if s.dur == nil {
 		return DurableOff, nil
 	}
+	tok := res.Token
 	ok, _, err := s.WaitReplicas(ctx, tok, q.Shards, q.ExpireAt)
+	if ok && res.Moves > 0 && q.Shards > 1 {
+		if err = s.waitDonors(ctx, q, tok.Shard, tok.Field()); err != nil {
+			ok = false
+		}
+	}
 	if ok {
 		return DurableOK, nil
 	}

@@ -41,7 +41,7 @@ func TestDurableWinnersReplicaStopped(t *testing.T) {
 
 	q := reserveReq(a, "u1", 1)
 	tok := mustReserve(t, s, a, "u1", 1, lua.OK).Token
-	if d, err := s.MakeDurable(ctx(t), q, tok); d != store.DurableOK || err != nil {
+	if d, err := s.MakeDurable(ctx(t), q, store.ReserveResult{Token: tok}); d != store.DurableOK || err != nil {
 		t.Fatalf("MakeDurable with the replica up = %v, %v; want durable", d, err)
 	}
 	// Acknowledged means received: the replica has the record now, no waiting.
@@ -53,7 +53,7 @@ func TestDurableWinnersReplicaStopped(t *testing.T) {
 	for _, u := range []string{"u2", "u3"} {
 		q := reserveReq(a, u, 1)
 		tok := mustReserve(t, s, a, u, 1, lua.OK).Token
-		d, err := s.MakeDurable(ctx(t), q, tok)
+		d, err := s.MakeDurable(ctx(t), q, store.ReserveResult{Token: tok})
 		if d != store.DurableRefused || !errors.Is(err, store.ErrNotDurable) {
 			t.Fatalf("MakeDurable(%s) with the replica stopped = %v, %v; want refused, ErrNotDurable", u, d, err)
 		}
@@ -72,7 +72,7 @@ func TestDurableWinnersReplicaStopped(t *testing.T) {
 		if err != nil || res.Code != lua.OK {
 			t.Fatalf("u2 buys again = %+v, %v", res, err)
 		}
-		d, _ := s.MakeDurable(ctx(t), q, res.Token)
+		d, _ := s.MakeDurable(ctx(t), q, store.ReserveResult{Token: res.Token})
 		return d == store.DurableOK
 	})
 	wantStatus(t, s, a, 3, 2, 0)
@@ -88,7 +88,7 @@ func TestDurableWinnersForward(t *testing.T) {
 	r.Pause(t)
 	q := reserveReq(a, "u1", 1)
 	tok := mustReserve(t, s, a, "u1", 1, lua.OK).Token
-	if d, err := s.MakeDurable(ctx(t), q, tok); d != store.DurableLate || !errors.Is(err, store.ErrNotDurable) {
+	if d, err := s.MakeDurable(ctx(t), q, store.ReserveResult{Token: tok}); d != store.DurableLate || !errors.Is(err, store.ErrNotDurable) {
 		t.Fatalf("MakeDurable = %v, %v; want forwarded, ErrNotDurable", d, err)
 	}
 	wantStatus(t, s, a, 4, 1, 0)
@@ -112,7 +112,7 @@ func TestDurableWinnersQueue(t *testing.T) {
 	if err != nil || res.Code != lua.OK {
 		t.Fatalf("queued reserve = %+v, %v", res, err)
 	}
-	if d, _ := s.MakeDurable(ctx(t), q, res.Token); d != store.DurableRefused {
+	if d, _ := s.MakeDurable(ctx(t), q, store.ReserveResult{Token: res.Token}); d != store.DurableRefused {
 		t.Fatalf("MakeDurable(queued) = %v, want refused", d)
 	}
 	if r, _, _ := s.Lookup(ctx(t), res.Token, a.Shards); r.State != store.StateReleased {
@@ -128,7 +128,7 @@ func TestDurableWinnersQueue(t *testing.T) {
 	if c, err := s.Claim(ctx(t), res.Token, a.Shards, time.Now().UnixMilli(), q.ExpireAt); err != nil || c != lua.OK {
 		t.Fatalf("claim = %v, %v", c, err)
 	}
-	if d, _ := s.MakeDurable(ctx(t), q, res.Token); d != store.DurableTaken {
+	if d, _ := s.MakeDurable(ctx(t), q, store.ReserveResult{Token: res.Token}); d != store.DurableTaken {
 		t.Fatalf("MakeDurable(claimed) = %v, want taken", d)
 	}
 	if r, _, _ := s.Lookup(ctx(t), res.Token, a.Shards); r.State != store.StatePending {
@@ -152,7 +152,7 @@ func TestDurableWinnersRequestID(t *testing.T) {
 	if err != nil || res.Code != lua.OK {
 		t.Fatalf("reserve = %+v, %v", res, err)
 	}
-	if d, _ := s.MakeDurable(ctx(t), q, res.Token); d != store.DurableRefused {
+	if d, _ := s.MakeDurable(ctx(t), q, store.ReserveResult{Token: res.Token}); d != store.DurableRefused {
 		t.Fatalf("MakeDurable = %v, want refused", d)
 	}
 	r.Resume(t)
@@ -187,7 +187,7 @@ func TestDurableWinnersOff(t *testing.T) {
 	if s.DurableWinners() {
 		t.Fatal("durable winners on without config")
 	}
-	if d, err := s.MakeDurable(ctx(t), q, tok); d != store.DurableOff || err != nil {
+	if d, err := s.MakeDurable(ctx(t), q, store.ReserveResult{Token: tok}); d != store.DurableOff || err != nil {
 		t.Fatalf("MakeDurable off = %v, %v", d, err)
 	}
 }
@@ -208,7 +208,7 @@ func TestDurableWinnersFSyncFallback(t *testing.T) {
 	if has != "" {
 		t.Skipf("this redis-server has WAITAOF; the fallback is not exercised (replicas here run without AOF)")
 	}
-	if d, err := s.MakeDurable(ctx(t), q, tok); d != store.DurableOK || err != nil {
+	if d, err := s.MakeDurable(ctx(t), q, store.ReserveResult{Token: tok}); d != store.DurableOK || err != nil {
 		t.Fatalf("MakeDurable = %v, %v", d, err)
 	}
 	if s.UsesWaitAOF() {
@@ -266,7 +266,7 @@ func TestDurableWinnersCluster(t *testing.T) {
 			u := userOn(shard, a.Shards, n)
 			q := reserveReq(a, u, 1)
 			tok := mustReserve(t, s, a, u, 1, lua.OK).Token
-			d, _ := s.MakeDurable(ctx(t), q, tok)
+			d, _ := s.MakeDurable(ctx(t), q, store.ReserveResult{Token: tok})
 			want := store.DurableOK
 			if masterOf[shard] == victim {
 				want = store.DurableRefused
@@ -285,5 +285,37 @@ func TestDurableWinnersCluster(t *testing.T) {
 		t.Fatalf("refused %d, durable %d: the shards do not span masters", refused, durable)
 	}
 	wantStatus(t, s, a, 60-int64(durable), int64(durable), 0)
+
+	// A winner whose home shard ran dry took units moved from a donor: the
+	// donor's node must have its replicas too, and which donor gave is not
+	// known, so every shard's node is waited for.
+	b := newActivity("act_dwm", int64(a.Shards), a.Shards, 1) // one unit a shard
+	mustPreheat(t, s, b)
+	home := -1
+	for i := range masterOf {
+		if masterOf[i] != victim {
+			home = i
+			break
+		}
+	}
+	first := userOn(home, b.Shards, 0)
+	q := reserveReq(b, first, 1)
+	if d, _ := s.MakeDurable(ctx(t), q, mustReserve(t, s, b, first, 1, lua.OK)); d != store.DurableOK {
+		t.Fatalf("winner on a healthy shard, no moves: %v", d)
+	}
+	mover := userOn(home, b.Shards, 1)
+	q = reserveReq(b, mover, 1)
+	res := mustReserve(t, s, b, mover, 1, lua.OK)
+	if res.Moves == 0 {
+		t.Fatalf("the second buyer of a one-unit shard moved nothing: %+v", res)
+	}
+	if d, _ := s.MakeDurable(ctx(t), q, res); d != store.DurableRefused {
+		t.Fatalf("a mover with a stopped replica among the donors' nodes = %v, want refused", d)
+	}
 	stopped.Resume(t)
+	eventually(t, 10*time.Second, "the refused mover buys after SIGCONT", func() bool {
+		res := mustReserve(t, s, b, mover, 1, lua.OK)
+		d, _ := s.MakeDurable(ctx(t), q, res)
+		return d == store.DurableOK
+	})
 }
