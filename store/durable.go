@@ -197,40 +197,40 @@ func (s *Store) waitShard(ctx context.Context, c rueidis.Client, sk ShardKeys, v
 	return true, acked, nil
 }
 
-// waitDonors waits for the replicas of every other shard of the winner's
-// SKU: a reserve that used stock moved from a donor shard (res.Moves > 0)
-// depends on the steal on the donor's node too, and which donor gave is
-// not in the result. Moves are rare (a home shard ran dry), so they pay
-// for one WAIT per shard, in parallel.
-func (s *Store) waitDonors(ctx context.Context, q ReserveRequest, home int, value string) error {
-	c, err := s.Client()
-	if err != nil {
-		return err
+// durableSteal waits for the replicas of a donor shard's node after a
+// steal took units from it (stealFrom), before a reserve deposits them on
+// the buyer's home shard: a steal the donor's replicas never received
+// would be undone by a failover while its units were deposited (and sold)
+// elsewhere — units sold twice. When they do not acknowledge in time, the
+// units stay in transit and the retrier settles the move once the donor's
+// replicas have it (or, after a failover that lost the steal, finds no
+// move and deposits nothing).
+func (s *Store) durableSteal(ctx context.Context, c rueidis.Client, k *SKUKeys, donor int, moveID string, q ReserveRequest) error {
+	ok, _, err := s.waitShard(ctx, c, k.Shards[donor], moveID, q.ExpireAt)
+	if ok {
+		return nil
 	}
-	k := s.keys.get(q.Activity, q.SKU, q.Shards)
-	errs := make(chan error, q.Shards)
-	for i := range k.Shards {
-		if i == home {
-			continue
+	s.retry.Submit("durable_move", "move\x00"+moveID, func(ctx context.Context) error {
+		c, err := s.Client()
+		if err != nil {
+			return err
 		}
-		go func(sk ShardKeys) {
-			_, _, err := s.waitShard(ctx, c, sk, value, q.ExpireAt)
-			errs <- err
-		}(k.Shards[i])
-	}
-	var first error
-	for i := 1; i < q.Shards; i++ {
-		if err := <-errs; err != nil && first == nil {
-			first = err
+		if ok, _, err := s.waitShard(ctx, c, k.Shards[donor], moveID, q.ExpireAt); !ok {
+			// Tried again later (retryable), until the replicas have it
+			// or the node is gone.
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
-	}
-	return first
+		s.settleMoveLater(k, donor, moveID, q)
+		return nil
+	})
+	return fmt.Errorf("%w: stock moved from shard %d: %w", ErrUnavailable, donor, err)
 }
 
 // MakeDurable is the winner's durability check, right after a reserve
 // that answered OK for q (res): it waits for the replicas of the shard's
-// node (and, when the reserve used moved stock, of the other shards'
-// nodes) and, when they do not acknowledge in time, applies on_timeout.
+// node and, when they do not acknowledge in time, applies on_timeout.
+// (Stock moved from a donor shard was checked onto the donor's replicas
+// before the reserve used it: durableSteal.)
 // With refuse, the reservation is released by its token (abort.lua, as
 // for a reserve whose reply never came: queue mode releases it only while
 // still queued) before the buyer is answered; a Redis that does not
@@ -243,11 +243,6 @@ func (s *Store) MakeDurable(ctx context.Context, q ReserveRequest, res ReserveRe
 	}
 	tok := res.Token
 	ok, _, err := s.WaitReplicas(ctx, tok, q.Shards, q.ExpireAt)
-	if ok && res.Moves > 0 && q.Shards > 1 {
-		if err = s.waitDonors(ctx, q, tok.Shard, tok.Field()); err != nil {
-			ok = false
-		}
-	}
 	if ok {
 		return DurableOK, nil
 	}

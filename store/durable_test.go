@@ -228,8 +228,11 @@ func TestDurableWinnersCluster(t *testing.T) {
 	}
 	cl := redistest.StartClusterWithReplicas(t, 3, 1)
 	s := openStore(t, durableConfig(cl.Addrs(), true, config.DurableRefuse))
-	a := newActivity("act_dwc", 60, 6, 1)
+	a := newActivity("act_dwc", 60, b0Shards, 1)
 	mustPreheat(t, s, a)
+	// Replicas stream from their first acknowledgement on (up to a
+	// second after the sync): wait until they have the preheat.
+	eventually(t, 10*time.Second, "preheat replicated", cl.Replicated)
 	keys := s.SKUKeys(a.ID, testSKU, a.Shards)
 	masterOf := make([]*redistest.Server, a.Shards)
 	for i, sk := range keys.Shards {
@@ -286,36 +289,64 @@ func TestDurableWinnersCluster(t *testing.T) {
 	}
 	wantStatus(t, s, a, 60-int64(durable), int64(durable), 0)
 
-	// A winner whose home shard ran dry took units moved from a donor: the
-	// donor's node must have its replicas too, and which donor gave is not
-	// known, so every shard's node is waited for.
-	b := newActivity("act_dwm", int64(a.Shards), a.Shards, 1) // one unit a shard
+	// Stock moved from a donor shard: the donor's replicas must have the
+	// steal before its units are used. Every shard off the victim's node
+	// is bought out, so a buyer homed there can only get units from the
+	// victim's shards: the steal runs, is not acknowledged, and its units
+	// stay in transit (the buyer hears STORE_UNAVAILABLE); once the
+	// replica runs, the moves settle and the buyer wins.
+	b := newActivity("act_dwm", int64(b0Shards), b0Shards, 1) // one unit a shard
 	mustPreheat(t, s, b)
-	home := -1
-	for i := range masterOf {
-		if masterOf[i] != victim {
-			home = i
-			break
+	bMaster := make([]*redistest.Server, b.Shards)
+	for i, sk := range s.SKUKeys(b.ID, testSKU, b.Shards).Shards {
+		if bMaster[i], err = cl.MasterFor(sk.Stock); err != nil {
+			t.Fatal(err)
 		}
 	}
-	first := userOn(home, b.Shards, 0)
-	q := reserveReq(b, first, 1)
-	if d, _ := s.MakeDurable(ctx(t), q, mustReserve(t, s, b, first, 1, lua.OK)); d != store.DurableOK {
-		t.Fatalf("winner on a healthy shard, no moves: %v", d)
+	if n := victimShards(bMaster, victim); n == 0 || n == b.Shards {
+		t.Fatalf("%d of %d shards of %s on %s: the test needs some on and some off it", n, b.Shards, b.ID, victim.Addr)
+	}
+	home := -1
+	for i := range bMaster {
+		if bMaster[i] != victim {
+			u := userOn(i, b.Shards, 0)
+			q := reserveReq(b, u, 1)
+			if d, _ := s.MakeDurable(ctx(t), q, mustReserve(t, s, b, u, 1, lua.OK)); d != store.DurableOK {
+				t.Fatalf("winner on a healthy shard: %v", d)
+			}
+			home = i
+		}
 	}
 	mover := userOn(home, b.Shards, 1)
-	q = reserveReq(b, mover, 1)
-	res := mustReserve(t, s, b, mover, 1, lua.OK)
-	if res.Moves == 0 {
-		t.Fatalf("the second buyer of a one-unit shard moved nothing: %+v", res)
+	if res, err := s.Reserve(ctx(t), reserveReq(b, mover, 1)); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("a buyer who needs units from the stopped replica's node = %+v, %v; want ErrUnavailable", res, err)
 	}
-	if d, _ := s.MakeDurable(ctx(t), q, res); d != store.DurableRefused {
-		t.Fatalf("a mover with a stopped replica among the donors' nodes = %v, want refused", d)
+	// Every donor (one unit each, all on the victim's node) was tried.
+	onVictim := int64(victimShards(bMaster, victim))
+	if st := status(t, s, b); !st.OK || st.InTransit != onVictim || st.Pending != int64(b.Shards)-onVictim {
+		t.Fatalf("after the unacknowledged steals: %+v, want %d units in transit", st, onVictim)
 	}
 	stopped.Resume(t)
-	eventually(t, 10*time.Second, "the refused mover buys after SIGCONT", func() bool {
-		res := mustReserve(t, s, b, mover, 1, lua.OK)
-		d, _ := s.MakeDurable(ctx(t), q, res)
-		return d == store.DurableOK
-	})
+	eventually(t, 10*time.Second, "the moves settled after SIGCONT", func() bool { return status(t, s, b).InTransit == 0 })
+	q := reserveReq(b, mover, 1)
+	res := mustReserve(t, s, b, mover, 1, lua.OK)
+	if d, err := s.MakeDurable(ctx(t), q, res); d != store.DurableOK {
+		t.Fatalf("the mover after SIGCONT: %v, %v", d, err)
+	}
+	if st := status(t, s, b); !st.OK || st.InTransit != 0 || st.Remaining+st.Pending != int64(b.Shards) {
+		t.Fatalf("at the end: %+v", st)
+	}
+}
+
+// b0Shards is the shard count of the cluster test's activities.
+const b0Shards = 6
+
+func victimShards(masterOf []*redistest.Server, victim *redistest.Server) int {
+	n := 0
+	for _, m := range masterOf {
+		if m == victim {
+			n++
+		}
+	}
+	return n
 }
