@@ -63,9 +63,10 @@ type foAnswer struct {
 func TestClusterFailover(t *testing.T) { runFailover(t, foCase{}) }
 
 // TestClusterFailoverLagging is TestClusterFailover with the killed
-// master's replica lagging: it is SIGSTOPped foLag before the kill and
-// SIGCONTed right after, so the winners of those moments are on the
-// master only. Their orders are lost to the failover (their units sold
+// master's replica lagging: foLag before the kill it is SIGSTOPped and its
+// link to the master cut (CLIENT KILL TYPE replica), and it is SIGCONTed
+// right after the kill, so the winners of those moments are on the master
+// only. Their orders are lost to the failover (their units sold
 // twice): measured and logged, not failed on — the case durable winners
 // exist for.
 func TestClusterFailoverLagging(t *testing.T) { runFailover(t, foCase{lag: foLag}) }
@@ -188,7 +189,14 @@ func runFailover(t *testing.T, fc foCase) {
 	var tLag time.Time
 	ordersAtLag := len(shop.Orders())
 	if victimReplica != nil {
+		// The replica stops reading, and its link is cut: what the
+		// master writes from now on never reaches it (a SIGSTOP alone
+		// would leave the link open, the writes waiting in its socket
+		// buffer, read on SIGCONT even after the master's death).
 		victimReplica.Pause(t)
+		if _, err := victim.Do("CLIENT", "KILL", "TYPE", "replica"); err != nil {
+			t.Fatalf("cut the replica's link: %v", err)
+		}
 		tLag = time.Now()
 		time.Sleep(fc.lag) // the fault injected: the replica lags this long
 	}
