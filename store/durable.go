@@ -304,3 +304,39 @@ func (s *Store) releaseNotDurable(ctx context.Context, q ReserveRequest, tok Tok
 	}
 	return got, err
 }
+
+// DurableWarnings names the masters that cannot acknowledge a winner:
+// fewer connected replicas than redis.durable_winners.replicas (every
+// winner on their shards would be refused, or forwarded as not durable).
+// It is asked at start, best effort: nil when durable winners are off or
+// Redis does not answer.
+func (s *Store) DurableWarnings(ctx context.Context) []string {
+	if s.dur == nil {
+		return nil
+	}
+	c, err := s.Client()
+	if err != nil {
+		return nil
+	}
+	want := s.dur.cfg.Replicas
+	var out []string
+	for addr, n := range c.Nodes() {
+		cctx, cancel := s.ctx(ctx)
+		info, err := n.Do(cctx, n.B().Info().Section("replication").Build()).ToString()
+		cancel()
+		if err != nil || !strings.Contains(info, "role:master") {
+			continue
+		}
+		got := -1
+		for _, l := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "connected_slaves:"); ok {
+				fmt.Sscan(v, &got)
+			}
+		}
+		if got >= 0 && got < want {
+			out = append(out, fmt.Sprintf("redis.durable_winners: master %s has %d connected replica(s), %d wanted: every winner on its shards will be %s after %s",
+				addr, got, want, map[bool]string{true: "refused (STORE_UNAVAILABLE)", false: "forwarded as not durable"}[s.DurableRefuses()], s.dur.cfg.Timeout))
+		}
+	}
+	return out
+}

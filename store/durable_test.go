@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -173,6 +174,14 @@ func TestDurableWinnersNoReplica(t *testing.T) {
 	ok, acked, err := s.WaitReplicas(ctx(t), tok, a.Shards, q.ExpireAt)
 	if ok || acked != 0 || !errors.Is(err, store.ErrNotDurable) {
 		t.Fatalf("WaitReplicas with no replica = %v, %d, %v", ok, acked, err)
+	}
+	w := s.DurableWarnings(ctx(t))
+	if len(w) != 1 || !strings.Contains(w[0], m.Addr+" has 0 connected replica(s), 1 wanted") {
+		t.Fatalf("warnings without a replica: %q", w)
+	}
+	redistest.StartReplica(t, m)
+	if w := s.DurableWarnings(ctx(t)); len(w) != 0 {
+		t.Fatalf("warnings with a replica: %q", w)
 	}
 }
 
