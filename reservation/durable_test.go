@@ -66,7 +66,8 @@ func TestQueueDurableWinners(t *testing.T) {
 	r := redistest.StartReplica(t, m)
 	sh := newShop(t)
 	cfg := proxyConfig(t, []string{m.Addr}, sh.srv.URL, config.ModeQueue, 10, 2, 1000)
-	cfg.Redis.DurableWinners = config.DurableWinners{Replicas: 1, Timeout: 50 * time.Millisecond, OnTimeout: config.DurableRefuse}
+	// A healthy replica must never miss the timeout, also on a loaded machine.
+	cfg.Redis.DurableWinners = config.DurableWinners{Replicas: 1, Timeout: redistest.TimeoutScale * 200 * time.Millisecond, OnTimeout: config.DurableRefuse}
 	a := &cfg.Activities[0]
 	addr, st := startDurableProxy(t, cfg)
 

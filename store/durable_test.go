@@ -12,9 +12,14 @@ import (
 	"github.com/seckill-proxy/seckill-proxy/store"
 )
 
+// durableTimeout is the tests' redis.durable_winners.timeout: every
+// refusal waits it out, and a healthy replica must never miss it, also
+// on a loaded machine.
+const durableTimeout = redistest.TimeoutScale * 200 * time.Millisecond
+
 func durableConfig(addrs []string, cluster bool, onTimeout string) config.Redis {
 	cfg := redisConfig(addrs, cluster)
-	cfg.DurableWinners = config.DurableWinners{Replicas: 1, Timeout: 50 * time.Millisecond, OnTimeout: onTimeout}
+	cfg.DurableWinners = config.DurableWinners{Replicas: 1, Timeout: durableTimeout, OnTimeout: onTimeout}
 	return cfg
 }
 

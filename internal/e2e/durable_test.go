@@ -16,12 +16,15 @@ import (
 // stock is back, nothing pending); once the replica runs again, buys win
 // again and the sale ends with exactly the stock sold.
 func TestDurableWinnersReplicaStopped(t *testing.T) {
-	const stock, stopped = 8, 30
+	const stock, stopped = 8, 12
+	// Every refusal waits the timeout out; a healthy replica must never
+	// miss it, also on a loaded machine.
+	timeout := redistest.TimeoutScale * 200 * time.Millisecond
 	m := redistest.Start(t)
 	r := redistest.StartReplica(t, m)
 	shop := e2e.StartShop(t)
 	p := e2e.StartProxy(t, e2e.Options{Redis: []string{m.Addr}, ShopURL: shop.URL,
-		RedisExtra: []string{"durable_winners: { replicas: 1, timeout: 50ms, on_timeout: refuse }"},
+		RedisExtra: []string{"durable_winners: { replicas: 1, timeout: " + timeout.String() + ", on_timeout: refuse }"},
 		Activities: []e2e.Activity{{ID: "dw", Stock: stock, Shards: 2}}}.Config(t))
 	p.Preheat(t, "dw")
 
