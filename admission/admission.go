@@ -99,10 +99,11 @@ type Pipeline struct {
 	m     *metrics.Metrics
 	log   *zap.Logger
 
-	scriptObs  prometheus.Observer
-	refusals   [numRefusals]refusalCounters
-	savedMemo  prometheus.Counter
-	savedLease prometheus.Counter
+	scriptObs      prometheus.Observer
+	refusals       [numRefusals]refusalCounters
+	savedMemo      prometheus.Counter
+	savedLease     prometheus.Counter
+	savedBuyerMemo prometheus.Counter
 
 	acts         atomic.Pointer[map[*config.Activity]*actState]
 	actsMu       sync.Mutex
@@ -161,6 +162,7 @@ func New(s Store, m *metrics.Metrics, log *zap.Logger, now func() time.Time, opt
 	}
 	p.savedMemo = m.RedisSaved.WithLabelValues("idempotency_memo")
 	p.savedLease = m.RedisSaved.WithLabelValues("admission_lease")
+	p.savedBuyerMemo = m.RedisSaved.WithLabelValues("buyer_memo")
 	for _, o := range opts {
 		o(p)
 	}
@@ -442,6 +444,8 @@ func (p *Pipeline) reserve(ctx context.Context, r *Request, sku *config.SKU, fla
 	}
 	if res.FromMemory {
 		p.refusals[rSoldOut].saved.Inc()
+	} else if res.FromMemo {
+		p.savedBuyerMemo.Inc()
 	} else {
 		p.scriptObs.Observe(time.Since(t0).Seconds())
 	}

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"time"
 
 	yaml "go.yaml.in/yaml/v3"
 )
@@ -201,3 +202,12 @@ func (a *Activity) StartMs() int64 { return a.Start.UnixMilli() }
 
 // EndMs is the end of the sale in Unix milliseconds.
 func (a *Activity) EndMs() int64 { return a.End.UnixMilli() }
+
+// PreheatMoment is when `serve` preheats the activity (start + preheat_at),
+// and false when preheat_at is not set.
+func (a *Activity) PreheatMoment() (time.Time, bool) {
+	if a.PreheatAt >= 0 {
+		return time.Time{}, false
+	}
+	return a.Start.Add(a.PreheatAt), true
+}

@@ -87,6 +87,7 @@ func TestParseDefaults(t *testing.T) {
 			Timeout:     200 * time.Millisecond,
 			ClientCache: true,
 			KeyPrefix:   "seckill",
+			BuyerMemo:   DefaultBuyerMemo,
 		},
 		TrustedProxies: []string{"127.0.0.1/32"},
 		Identity: Identity{
@@ -226,6 +227,7 @@ activities:
 			Timeout:     50 * time.Millisecond,
 			ClientCache: false,
 			KeyPrefix:   "sk",
+			BuyerMemo:   DefaultBuyerMemo,
 		},
 		TrustedProxies: []string{"10.0.0.0/8", "192.168.1.7", "::1"},
 		Identity:       Identity{User: Source{Cookie: "uid"}, Device: Source{Query: "dev"}},

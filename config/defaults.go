@@ -79,6 +79,7 @@ func (c *Config) setDefaults(m *meta) {
 	setOnce(m, &c.Redis.Timeout, 200*time.Millisecond)
 	setOnce(m, &c.Redis.ClientCache, true)
 	setOnce(m, &c.Redis.KeyPrefix, DefaultKeyPrefix)
+	setOnce(m, &c.Redis.BuyerMemo, DefaultBuyerMemo)
 	if d := &c.Redis.DurableWinners; m.has(d) {
 		// Only a written block switches durable winners on.
 		setOnce(m, &d.Replicas, 1)
@@ -171,3 +172,7 @@ func setRate(m *meta, r *Rate, rate float64, burst int) {
 	setOnce(m, &r.Rate, rate)
 	setOnce(m, &r.Burst, burst)
 }
+
+// DefaultBuyerMemo is redis.buyer_memo's default: at most ~40 MiB per
+// instance for buyers remembered at their limit.
+const DefaultBuyerMemo = 1 << 18

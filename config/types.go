@@ -116,6 +116,16 @@ type Redis struct {
 	ClientCache bool          `yaml:"client_cache"`
 	// KeyPrefix is prepended to every key (default "seckill").
 	KeyPrefix string `yaml:"key_prefix"`
+	// BuyerMemo bounds how many buyers each instance remembers at their
+	// per-user limit with a confirmed last reservation (default 262,144;
+	// 0 = none): their repeats are answered from memory while their
+	// shard's epoch, read through client-side caching, is unchanged.
+	// Needs client_cache.
+	BuyerMemo int `yaml:"buyer_memo"`
+	// FlushDelay lets the Redis connection's writer wait up to this long
+	// after a flush, while other calls are in flight, to send more calls
+	// per system call (rueidis MaxFlushDelay). 0 = flush at once.
+	FlushDelay time.Duration `yaml:"flush_delay"`
 	// DurableWinners makes a winner wait, before the shop sees it, until
 	// its reservation is on replicas (README "Durable winners").
 	DurableWinners DurableWinners `yaml:"durable_winners"`
@@ -322,6 +332,10 @@ type Activity struct {
 	Verify         Verify        `yaml:"verify"`
 	OrderIDFrom    string        `yaml:"order_id_from"` // json:/pointer | header:NAME
 	KeyTTLAfterEnd time.Duration `yaml:"key_ttl_after_end"`
+	// PreheatAt, when set, has `serve` preheat the activity at Start +
+	// PreheatAt (negative: before start), once across the fleet under a
+	// Redis lease. 0: not scheduled (preheat by hand).
+	PreheatAt time.Duration `yaml:"preheat_at"`
 	// Signature, when it names keys, requires every buy request to carry an
 	// HMAC signature from the shop's app (see docs/traffic-control.md).
 	Signature Signature `yaml:"signature"`

@@ -162,6 +162,12 @@ func (v *validator) redis(c *Config) {
 	if r.PasswordEnv != "" {
 		v.envName(&r.PasswordEnv, "redis.password_env", r.PasswordEnv, &c.Redis)
 	}
+	if r.BuyerMemo < 0 || r.BuyerMemo > 1<<24 {
+		v.errorf(v.m.line(&r.BuyerMemo, &c.Redis), "redis.buyer_memo must be between 0 and %d buyers, got %d", 1<<24, r.BuyerMemo)
+	}
+	if r.FlushDelay < 0 || r.FlushDelay > time.Millisecond {
+		v.errorf(v.m.line(&r.FlushDelay, &c.Redis), "redis.flush_delay must be between 0 and 1ms, got %s", r.FlushDelay)
+	}
 	v.durableWinners(c)
 }
 
@@ -261,6 +267,11 @@ func (v *validator) activities(c *Config) {
 		}
 		if v.ok(&a.KeyTTLAfterEnd) && a.KeyTTLAfterEnd <= 0 {
 			v.errorf(at(&a.KeyTTLAfterEnd), "%s: key_ttl_after_end must be positive, got %s", name, a.KeyTTLAfterEnd)
+		}
+		// Explicitly 0 would preheat at start: buyers of the first moment
+		// would be answered NOT_READY, which is what scheduling avoids.
+		if v.m.has(&a.PreheatAt) && v.ok(&a.PreheatAt) && a.PreheatAt >= 0 {
+			v.errorf(at(&a.PreheatAt), "%s: preheat_at must be negative (a time before start, e.g. -5m), got %s", name, a.PreheatAt)
 		}
 		if a.Verify.URL != "" {
 			if msg := httpURL(a.Verify.URL); msg != "" {

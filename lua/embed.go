@@ -20,6 +20,11 @@ var Steal string
 //go:embed confirm.lua
 var Confirm string
 
+// ConfirmBatch confirms many reservations of one SKU's shard in one call (see confirmbatch.lua).
+//
+//go:embed confirmbatch.lua
+var ConfirmBatch string
+
 // Release gives a reservation's units back (see release.lua).
 //
 //go:embed release.lua

@@ -153,8 +153,11 @@ func (s *Store) WaitReplicas(ctx context.Context, t Token, shards int, expireAt 
 		return false, 0, fmt.Errorf("%w: token %s outside %d shards", ErrBadRequest, t, shards)
 	}
 	s.probeWaitAOF(ctx, c)
-	sk := s.keys.get(t.Activity, t.SKU, shards).Shards[t.Shard]
-	return s.waitShard(ctx, c, sk, t.Field(), expireAt)
+	k, err := s.skuKeys(ctx, t.Activity, t.SKU, shards) // placed tags (placement.go)
+	if err != nil {
+		return false, 0, err
+	}
+	return s.waitShard(ctx, c, k.Shards[t.Shard], t.Field(), expireAt)
 }
 
 // waitShard writes the marker of one shard and WAITs after it, on one
@@ -264,8 +267,14 @@ func (s *Store) MakeDurable(ctx context.Context, q ReserveRequest, res ReserveRe
 // acknowledge: now if Redis answers, else through the retrier (keyed by
 // the buyer, so their next reserve settles it first).
 func (s *Store) releaseNotDurable(ctx context.Context, q ReserveRequest, tok Token) (lua.Code, error) {
-	sk := s.keys.get(q.Activity, q.SKU, q.Shards).Shards[tok.Shard]
-	keys := []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Out, sk.MovesIn}
+	k, err := s.skuKeys(ctx, q.Activity, q.SKU, q.Shards)
+	if err != nil {
+		return 0, err
+	}
+	sk := k.Shards[tok.Shard]
+	// abort.lua's keys, as abortLater builds them (the epoch tells every
+	// instance's buyer memo that the buyer's units went down).
+	keys := []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Out, sk.MovesIn, sk.Epoch}
 	if q.RequestID != "" {
 		// A repeat of the request id is then decided afresh.
 		keys = append(keys, ridKey(sk, q.User, q.RequestID))
@@ -294,7 +303,7 @@ func (s *Store) releaseNotDurable(ctx context.Context, q ReserveRequest, tok Tok
 			return fmt.Errorf("release of not durable %s: %v", tok, got)
 		}
 	}
-	err := job(ctx)
+	err = job(ctx)
 	if err != nil && Retryable(err) {
 		if s.retry.Submit("abort", buyerKey(q.Activity, q.User), job) {
 			s.log.Warn("release of a winner the replicas did not acknowledge did not reach Redis; retrying in the background",

@@ -1,6 +1,6 @@
 // Command seckill-proxy is the flash-sale admission proxy: serve, and the
 // operator's commands (validate, preheat, pause, resume, release,
-// reconcile, status). See README.md.
+// reconcile, status, preflight). See README.md.
 package main
 
 import (
@@ -27,6 +27,7 @@ const (
 Usage:
   seckill-proxy serve     -c FILE                          run the proxy
   seckill-proxy validate  -c FILE                          check a config
+  seckill-proxy preflight -c FILE [--json]                 check Redis, shop, secrets, windows before a sale
   seckill-proxy preheat   -c FILE [--activity ID] [--force] load stock into Redis
   seckill-proxy pause     -c FILE (ID | --all)             kill switch off
   seckill-proxy resume    -c FILE (ID | --all)             kill switch on
@@ -68,7 +69,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	cmds := map[string]func(*cli) error{
-		"serve": cmdServe, "validate": cmdValidate, "preheat": cmdPreheat,
+		"serve": cmdServe, "validate": cmdValidate, "preheat": cmdPreheat, "preflight": cmdPreflight,
 		"pause": cmdPause, "resume": cmdResume, "release": cmdRelease,
 		"reconcile": cmdReconcile, "status": cmdStatus,
 		"block": cmdBlock, "unblock": cmdUnblock, "eligible": cmdEligible,

@@ -19,6 +19,7 @@ import (
 	"github.com/seckill-proxy/seckill-proxy/admission"
 	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/seckill-proxy/seckill-proxy/metrics"
+	"github.com/seckill-proxy/seckill-proxy/preheat"
 	"github.com/seckill-proxy/seckill-proxy/proxy"
 	"github.com/seckill-proxy/seckill-proxy/reservation"
 	"github.com/seckill-proxy/seckill-proxy/store"
@@ -79,6 +80,10 @@ func cmdServe(c *cli) error {
 	queue := reservation.NewQueue(st, m, log.Named("queue"), reservation.QueueOptions{})
 	queue.Start(cfg)
 	defer queue.Stop()
+	// Scheduled preheats (preheat_at): every instance follows the
+	// schedule, one loads the stock under a per-activity Redis lease.
+	sched := preheat.New(st, current, log.Named("preheat"), preheat.Options{Registerer: m.Registry})
+	go sched.Run(ctx)
 	// Local snapshots (flags, sold-out marks, blocklists, eligibility) and
 	// the fleet roll call (limits.fleet), left on the way out.
 	piped := make(chan struct{})
@@ -115,6 +120,7 @@ func cmdServe(c *cli) error {
 			log.Warn("this setting changed in the file but takes effect only on restart", zap.String("setting", f))
 		}
 		queue.Start(next)
+		sched.Kick()
 		for _, w := range secretWarnings(next) { // a rotation's new key may not be in the environment yet
 			log.Warn(w)
 		}
