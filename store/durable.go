@@ -115,7 +115,9 @@ func (s *Store) probeWaitAOF(ctx context.Context, c rueidis.Client) {
 	if d == nil || !d.cfg.FSync || d.probed.Load() {
 		return
 	}
-	arr, err := c.Do(ctx, c.B().CommandInfo().CommandName("WAITAOF").Build()).ToArray()
+	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	arr, err := c.Do(cctx, c.B().CommandInfo().CommandName("WAITAOF").Build()).ToArray()
 	if err != nil {
 		return // asked again on the next winner
 	}
