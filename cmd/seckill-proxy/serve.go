@@ -91,6 +91,13 @@ func cmdServe(c *cli) error {
 	for _, w := range secretWarnings(cfg) {
 		log.Warn(w)
 	}
+	if st.DurableWinners() {
+		go func() {
+			for _, w := range st.DurableWarnings(ctx) {
+				log.Warn(w)
+			}
+		}()
+	}
 	log.Info("serving", zap.String("listen", ln.Addr().String()), zap.String("admin", aln.Addr().String()),
 		zap.Int("activities", len(cfg.Activities)), zap.String("upstream", cfg.Upstream.URL))
 
