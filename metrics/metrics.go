@@ -57,6 +57,8 @@ type Metrics struct {
 	// AuthFailures counts buys whose identity could not be verified, by
 	// reason (missing, malformed, expired, ..., no_keys).
 	AuthFailures *prometheus.CounterVec
+	// Gauges are read from Redis by a background collector (gauges.go).
+	Gauges *Gauges
 }
 
 // latencyBuckets span 50µs (a local refusal) to 10s (a stuck shop).
@@ -120,6 +122,7 @@ func New() *Metrics {
 		}),
 	}
 	r.MustRegister(m.SessionLookups, m.SessionCache, m.SessionLatency)
+	m.Gauges = newGauges(r)
 	m.FleetInstances.Set(1)
 	r.MustRegister(m.AuthFailures, m.FleetInstances, m.RedisRetries, m.Outcomes, m.Rejections, m.BuyLatency, m.ScriptLatency, m.UpstreamLatency,
 		m.Settlements, m.RedisSaved, m.StockMoves, m.Passthrough, m.QueueBacklog, m.ReconcileAlerts,
