@@ -1,16 +1,14 @@
 package admin_test
 
 import (
+	"bufio"
 	"bytes"
-	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"image/png"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
-	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,52 +29,178 @@ func chromiumBin() string {
 	return ""
 }
 
-// headless runs Chromium on url with a virtual-time budget of wait and
-// returns what it printed. Virtual time stands still while a fetch is
-// pending, so the page's 1 s timers fire as fast as its polls return: the
-// test's server holds each poll for pollDelay to space them in real time.
-func headless(t *testing.T, bin, url string, wait time.Duration, extra ...string) []byte {
+// browser is headless Chromium driven over --remote-debugging-pipe (the
+// DevTools protocol as NUL-terminated JSON on fds 3 and 4): one page,
+// evaluated in real time, no extra dependency.
+type browser struct {
+	t       *testing.T
+	w       *os.File
+	r       *bufio.Reader
+	id      int
+	session string
+	stderr  bytes.Buffer
+}
+
+func startBrowser(t *testing.T, bin string) *browser {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*wait+20*time.Second)
-	defer cancel()
-	size := "--window-size=1280,1000"
-	if len(extra) > 0 && strings.HasPrefix(extra[0], "--screenshot") {
-		size = "--window-size=1280,620" // the charts, not the empty page below
-	}
-	args := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-		"--disable-extensions", "--hide-scrollbars", "--user-data-dir=" + t.TempDir(), size,
-		"--virtual-time-budget=" + strconv.Itoa(int(wait.Milliseconds()))}, extra...)
-	cmd := exec.CommandContext(ctx, bin, append(args, url)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	toChrome, ourEnd, err := os.Pipe() // chrome reads fd 3
 	if err != nil {
-		t.Fatalf("%s: %v\n%s", bin, err, lastLines(stderr.String(), 20))
+		t.Fatal(err)
 	}
-	return out
+	fromChrome, chromeEnd, err := os.Pipe() // chrome writes fd 4
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--headless", "--remote-debugging-pipe", "--no-sandbox", "--disable-gpu",
+		"--disable-dev-shm-usage", "--no-first-run", "--disable-extensions", "--hide-scrollbars",
+		"--user-data-dir="+t.TempDir(), "about:blank")
+	b := &browser{t: t, w: ourEnd, r: bufio.NewReader(fromChrome)}
+	cmd.Stderr = &b.stderr
+	cmd.ExtraFiles = []*os.File{toChrome, chromeEnd}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("%s: %v", bin, err)
+	}
+	toChrome.Close()
+	chromeEnd.Close()
+	t.Cleanup(func() {
+		ourEnd.Close()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		fromChrome.Close()
+	})
+	return b
 }
 
-func lastLines(s string, n int) string {
-	l := strings.Split(strings.TrimSpace(s), "\n")
-	if len(l) > n {
-		l = l[len(l)-n:]
+// call sends one DevTools command and waits (at most 15 s) for its answer;
+// events in between are skipped.
+func (b *browser) call(session, method string, params any, out any) {
+	b.t.Helper()
+	b.id++
+	msg := map[string]any{"id": b.id, "method": method, "params": params}
+	if session != "" {
+		msg["sessionId"] = session
 	}
-	return strings.Join(l, "\n")
+	raw, _ := json.Marshal(msg)
+	if _, err := b.w.Write(append(raw, 0)); err != nil {
+		b.t.Fatalf("devtools %s: %v\n%s", method, err, b.stderr.String())
+	}
+	type reply struct {
+		ID     int             `json:"id"`
+		Result json.RawMessage `json:"result"`
+		Error  *struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	got := make(chan reply, 1)
+	go func() {
+		for {
+			line, err := b.r.ReadBytes(0)
+			if err != nil {
+				got <- reply{ID: -1}
+				return
+			}
+			var r reply
+			if json.Unmarshal(line[:len(line)-1], &r) == nil && r.ID == b.id {
+				got <- r
+				return
+			}
+		}
+	}()
+	select {
+	case r := <-got:
+		if r.ID < 0 {
+			b.t.Fatalf("devtools %s: browser gone\n%s", method, b.stderr.String())
+		}
+		if r.Error != nil {
+			b.t.Fatalf("devtools %s: %s", method, r.Error.Message)
+		}
+		if out != nil {
+			if err := json.Unmarshal(r.Result, out); err != nil {
+				b.t.Fatalf("devtools %s: %v in %s", method, err, r.Result)
+			}
+		}
+	case <-time.After(15 * time.Second):
+		b.t.Fatalf("devtools %s: no answer in 15 s", method)
+	}
 }
 
-var (
-	reScript   = regexp.MustCompile(`(?s)<script>.*?</script>`)
-	reTicks    = regexp.MustCompile(`id="ticks">(\d+)<`)
-	reChart    = regexp.MustCompile(`(?s)<svg class="chart" data-chart="(\w+)" data-activity="([^"]*)".*?</svg>`)
-	reSeries   = regexp.MustCompile(`<polyline data-series="([^"]+)" data-points="(\d+)"`)
-	reSKURow   = regexp.MustCompile(`<tr><td>([^<]+)</td><td>(\d+)</td><td>(\d+)</td>`)
-	reButtonOp = regexp.MustCompile(`<button data-op="(pause|resume)">`)
-)
+// open makes a 1280×width page at url.
+func (b *browser) open(url string, width, height int) {
+	var tgt struct {
+		TargetID string `json:"targetId"`
+	}
+	b.call("", "Target.createTarget", map[string]any{"url": "about:blank"}, &tgt)
+	var att struct {
+		SessionID string `json:"sessionId"`
+	}
+	b.call("", "Target.attachToTarget", map[string]any{"targetId": tgt.TargetID, "flatten": true}, &att)
+	b.session = att.SessionID
+	b.call(b.session, "Emulation.setDeviceMetricsOverride", map[string]any{"width": width, "height": height, "deviceScaleFactor": 1, "mobile": false}, nil)
+	b.call(b.session, "Page.navigate", map[string]any{"url": url}, nil)
+}
+
+// eval runs a JS expression in the page and decodes its value into out.
+func (b *browser) eval(expr string, out any) {
+	b.t.Helper()
+	var res struct {
+		Result struct {
+			Value json.RawMessage `json:"value"`
+		} `json:"result"`
+		ExceptionDetails *struct {
+			Text string `json:"text"`
+		} `json:"exceptionDetails"`
+	}
+	b.call(b.session, "Runtime.evaluate", map[string]any{"expression": expr, "returnByValue": true, "awaitPromise": true}, &res)
+	if res.ExceptionDetails != nil {
+		b.t.Fatalf("eval %q: %s", expr, res.ExceptionDetails.Text)
+	}
+	if out != nil && len(res.Result.Value) > 0 {
+		if err := json.Unmarshal(res.Result.Value, out); err != nil {
+			b.t.Fatalf("eval %q: %v in %s", expr, err, res.Result.Value)
+		}
+	}
+}
+
+// until evaluates a boolean expression every 100 ms until it is true.
+func (b *browser) until(within time.Duration, what, expr string) {
+	b.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		var ok bool
+		b.eval(expr, &ok)
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			var page string
+			b.eval(`document.body ? document.body.innerText : ''`, &page)
+			b.t.Fatalf("page never showed %s within %v; it shows:\n%s", what, within, page)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// What the page drew, read from its DOM.
+const readPage = `(() => {
+  const out = {ticks: +document.getElementById('ticks').textContent, charts: {}, rows: {}, buttons: []};
+  for (const svg of document.querySelectorAll('svg.chart')) {
+    const k = svg.dataset.chart + '/' + svg.dataset.activity; out.charts[k] = {};
+    for (const p of svg.querySelectorAll('polyline')) out.charts[k][p.dataset.series] = +p.dataset.points;
+  }
+  for (const tr of document.querySelectorAll('table.skus tr')) {
+    const td = [...tr.querySelectorAll('td')].map(x => x.textContent);
+    if (td.length) out.rows[td[0]] = [+td[1], +td[2]];
+  }
+  for (const b of document.querySelectorAll('.act button')) out.buttons.push(b.dataset.op);
+  return out;
+})()`
 
 // The live dashboard in headless Chromium, against a proxy under load:
 // after a few seconds of polling it has drawn, per activity, the stock of
 // every SKU, the answers/s by code and the buy p99 as lines of several
-// points, the shop's latency, and it shows the pause/resume buttons.
+// points, and the shop's latency; its Pause button does nothing without
+// the admin token or with a wrong one, pauses with the right one (Redis'
+// flag and the page's state badge), and Resume resumes.
 // SECKILL_DASHBOARD_PNG=path also saves a screenshot (docs/dashboard.png).
 func TestDashboardRendersInChromium(t *testing.T) {
 	bin := chromiumBin()
@@ -90,8 +214,8 @@ func TestDashboardRendersInChromium(t *testing.T) {
 	f := newFixtureWith(t, token, []e2e.Activity{{ID: act, Shards: 4, SKUs: []config.SKU{{ID: "phone", Stock: 20000}, {ID: "case", Stock: 40}}}})
 	f.admin(t, "POST", "/admin/preheat?activity="+act, 200, nil)
 
-	// Load: a few buyers a millisecond apart, every one a new user, on
-	// both SKUs (the small one sells out: SOLD_OUT answers).
+	// Load: a few buyers a few milliseconds apart, every one a new user,
+	// on both SKUs (the small one sells out: SOLD_OUT answers).
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var sent atomic.Int64
@@ -117,33 +241,17 @@ func TestDashboardRendersInChromium(t *testing.T) {
 	}
 	defer func() { close(stop); wg.Wait() }()
 
-	// The page's polls, a second apart in real time as in a browser.
-	const pollDelay = 800 * time.Millisecond
-	paced := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/dashboard.json" {
-			time.Sleep(pollDelay)
-		}
-		f.adm.Config.Handler.ServeHTTP(w, r)
-	}))
-	defer paced.Close()
+	b := startBrowser(t, bin)
+	b.open(f.adm.URL+"/", 1280, 620)
+	b.until(15*time.Second, "5 polls", `!!document.getElementById('ticks') && +document.getElementById('ticks').textContent >= 5`)
 
-	dom := string(headless(t, bin, paced.URL+"/", 5*time.Second, "--dump-dom"))
-	dom = reScript.ReplaceAllString(dom, "") // what rendered, not the code that draws it
-	m := reTicks.FindStringSubmatch(dom)
-	if m == nil {
-		t.Fatalf("no #ticks in the page:\n%s", lastLines(dom, 30))
+	var page struct {
+		Ticks   int                       `json:"ticks"`
+		Charts  map[string]map[string]int `json:"charts"`
+		Rows    map[string][2]int         `json:"rows"`
+		Buttons []string                  `json:"buttons"`
 	}
-	if n, _ := strconv.Atoi(m[1]); n < 3 {
-		t.Fatalf("page polled %d times in 5 s, want at least 3 (every second)", n)
-	}
-	charts := map[string]map[string]int{} // kind/activity -> series -> points
-	for _, c := range reChart.FindAllStringSubmatch(dom, -1) {
-		key := c[1] + "/" + c[2]
-		charts[key] = map[string]int{}
-		for _, s := range reSeries.FindAllStringSubmatch(c[0], -1) {
-			charts[key][s[1]], _ = strconv.Atoi(s[2])
-		}
-	}
+	b.eval(readPage, &page)
 	want := map[string][]string{
 		"stock/" + act:   {"phone", "case"},
 		"answers/" + act: {"ADMITTED", "SOLD_OUT"},
@@ -151,9 +259,9 @@ func TestDashboardRendersInChromium(t *testing.T) {
 		"shop/":          {"p99", "p50"},
 	}
 	for key, names := range want {
-		got, ok := charts[key]
+		got, ok := page.Charts[key]
 		if !ok {
-			t.Errorf("chart %s not drawn (charts: %v)", key, charts)
+			t.Errorf("chart %s not drawn (charts: %v)", key, page.Charts)
 			continue
 		}
 		for _, n := range names {
@@ -162,29 +270,23 @@ func TestDashboardRendersInChromium(t *testing.T) {
 			}
 		}
 	}
-	rows := map[string][2]int{}
-	for _, r := range reSKURow.FindAllStringSubmatch(dom, -1) {
-		i, _ := strconv.Atoi(r[2])
-		rem, _ := strconv.Atoi(r[3])
-		rows[r[1]] = [2]int{i, rem}
-	}
-	if r := rows["phone"]; r[0] != 20000 || r[1] >= 20000 {
+	if r := page.Rows["phone"]; r[0] != 20000 || r[1] >= 20000 {
 		t.Errorf("phone row: initial %d remaining %d, want 20000 and fewer (sent %d buys)", r[0], r[1], sent.Load())
 	}
-	if r := rows["case"]; r[0] != 40 || r[1] != 0 {
+	if r := page.Rows["case"]; r[0] != 40 || r[1] != 0 {
 		t.Errorf("case row: initial %d remaining %d, want 40 sold out", r[0], r[1])
 	}
-	if ops := reButtonOp.FindAllStringSubmatch(dom, -1); len(ops) != 2 {
-		t.Errorf("pause/resume buttons: %v", ops)
-	}
-	if !strings.Contains(dom, `id="token"`) {
-		t.Error("no admin token field")
+	if strings.Join(page.Buttons, ",") != "pause,resume" {
+		t.Errorf("buttons: %v", page.Buttons)
 	}
 
 	if path := os.Getenv("SECKILL_DASHBOARD_PNG"); path != "" {
-		shot := t.TempDir() + "/dashboard.png"
-		headless(t, bin, paced.URL+"/", 10*time.Second, "--screenshot="+shot)
-		raw, err := os.ReadFile(shot)
+		b.until(15*time.Second, "10 polls", `+document.getElementById('ticks').textContent >= 10`)
+		var shot struct {
+			Data string `json:"data"`
+		}
+		b.call(b.session, "Page.captureScreenshot", map[string]any{"format": "png"}, &shot)
+		raw, err := base64.StdEncoding.DecodeString(shot.Data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -196,4 +298,35 @@ func TestDashboardRendersInChromium(t *testing.T) {
 		}
 		t.Logf("screenshot saved to %s (%d bytes)", path, len(raw))
 	}
+
+	// The buttons, behind the admin token.
+	click := func(op, tok string) {
+		b.eval(`(() => { document.getElementById('msg').textContent = '';
+			document.getElementById('token').value = `+jsString(tok)+`;
+			document.querySelector('#act-flash button[data-op=`+op+`]').click(); })()`, nil)
+	}
+	msgIs := func(s string) string {
+		return `document.getElementById('msg').textContent.includes(` + jsString(s) + `)`
+	}
+	click("pause", "")
+	b.until(5*time.Second, "a request for the token", msgIs("type the admin token first"))
+	click("pause", "wrong")
+	b.until(5*time.Second, "401", msgIs("pause flash: 401"))
+	if f.flags(t, act).Paused {
+		t.Fatal("paused by a wrong token")
+	}
+	click("pause", token)
+	b.until(5*time.Second, "pause done", msgIs("pause flash: done"))
+	if !f.flags(t, act).Paused {
+		t.Fatal("Pause with the admin token did not pause")
+	}
+	b.until(5*time.Second, "the paused badge", `document.querySelector('#act-flash .state').textContent === 'paused'`)
+	click("resume", token)
+	b.until(5*time.Second, "resume done", msgIs("resume flash: done"))
+	if f.flags(t, act).Paused {
+		t.Fatal("Resume did not resume")
+	}
+	b.until(5*time.Second, "the open badge", `document.querySelector('#act-flash .state').textContent === 'open'`)
 }
+
+func jsString(s string) string { b, _ := json.Marshal(s); return string(b) }
