@@ -1,4 +1,4 @@
-// Package grafana holds no code: its test keeps seckill-proxy.json a valid
+// Package grafana holds no code: its test keeps seckill.json a valid
 // Grafana dashboard whose queries name only metrics the proxy exports.
 package grafana
 
@@ -40,14 +40,14 @@ type panel struct {
 
 func load(t *testing.T) dashboard {
 	t.Helper()
-	raw, err := os.ReadFile("seckill-proxy.json")
+	raw, err := os.ReadFile("seckill.json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var d dashboard
 	dec := json.NewDecoder(strings.NewReader(string(raw)))
 	if err := dec.Decode(&d); err != nil {
-		t.Fatalf("seckill-proxy.json: %v", err)
+		t.Fatalf("seckill.json: %v", err)
 	}
 	return d
 }
