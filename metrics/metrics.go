@@ -64,6 +64,8 @@ type Metrics struct {
 	// taken: a queue worker had claimed it first, deferred: a redelivered
 	// entry left for its next delivery).
 	DurableWinners *prometheus.CounterVec
+	// Gauges are read from Redis by a background collector (gauges.go).
+	Gauges *Gauges
 }
 
 // latencyBuckets span 50µs (a local refusal) to 10s (a stuck shop).
@@ -131,6 +133,7 @@ func New() *Metrics {
 	}
 	r.MustRegister(m.DurableWinners)
 	r.MustRegister(m.SessionLookups, m.SessionCache, m.SessionLatency)
+	m.Gauges = newGauges(r)
 	m.FleetInstances.Set(1)
 	r.MustRegister(m.AuthFailures, m.FleetInstances, m.RedisRetries, m.Outcomes, m.Rejections, m.BuyLatency, m.ScriptLatency, m.UpstreamLatency,
 		m.Settlements, m.RedisSaved, m.StockMoves, m.Passthrough, m.QueueBacklog, m.ReconcileAlerts,
