@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"text/tabwriter"
 
 	"github.com/seckill-proxy/seckill-proxy/config"
@@ -54,9 +55,13 @@ func printShadowReport(c *cli, a *config.Activity, rep store.ShadowReport) {
 	w := c.stdout
 	fmt.Fprintf(w, "shadow report of %s (stock and decisions under %s): %d buys\n", a.ID, config.ShadowID(a.ID), rep.Total)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nproxy would have answered\tbuys\tshop accepted (2xx)\t")
+	fmt.Fprintln(tw, "\nproxy would have answered\tbuys\trefused, yet the shop answered 2xx\t")
 	for _, k := range sortedKeys(rep.Decisions) {
-		fmt.Fprintf(tw, "  %s\t%d\t%d\t\n", k, rep.Decisions[k], rep.RefusedButAccepted[k])
+		acc := strconv.FormatInt(rep.RefusedButAccepted[k], 10)
+		if k == "ADMITTED" {
+			acc = "-"
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t\n", k, rep.Decisions[k], acc)
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "buys the proxy would have refused that the shop accepted: %d\n", rep.RefusedButAcceptedTotal)
