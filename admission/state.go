@@ -168,7 +168,8 @@ func (p *Pipeline) Apply(cfg *config.Config) {
 	}
 	p.limMu.Unlock()
 	for i := range cfg.Activities {
-		p.stateFor(&cfg.Activities[i]).used.Store(time.Now().Unix())
+		// A shadow activity's buys are decided against its shadow copy.
+		p.stateFor(cfg.Activities[i].ShadowOrSelf()).used.Store(time.Now().Unix())
 	}
 }
 

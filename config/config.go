@@ -49,6 +49,7 @@ func Parse(path string, data []byte) (*Config, error) {
 	if errs := append(d.errs, v.errs...); len(errs) > 0 {
 		return nil, fileErrors(path, errs)
 	}
+	c.PrepareShadows()
 	return c, nil
 }
 

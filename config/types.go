@@ -335,7 +335,7 @@ type Activity struct {
 	MaxQty         int64         `yaml:"max_qty"` // largest qty in one request; default per_user_limit
 	Shards         int           `yaml:"shards"`
 	AdmissionRate  Rate          `yaml:"admission_rate"`
-	Mode           string        `yaml:"mode"` // sync | queue
+	Mode           string        `yaml:"mode"` // sync | queue | shadow
 	Queue          Queue         `yaml:"queue"`
 	PendingTimeout time.Duration `yaml:"pending_timeout"`
 	Verify         Verify        `yaml:"verify"`
@@ -351,6 +351,13 @@ type Activity struct {
 	// EligibleOnly lets only users on the activity's eligibility list (held
 	// in Redis, changed by admin calls and `seckill-proxy eligible`) buy.
 	EligibleOnly bool `yaml:"eligible_only"`
+	// ShadowHeaders (mode: shadow only) adds X-Seckill-Shadow: <code> to
+	// each buy forwarded to the shop: what the proxy would have answered.
+	ShadowHeaders bool `yaml:"shadow_headers"`
+
+	// shadow is the copy a shadow activity's buys are decided against
+	// (its own keys), built once per config (see shadow.go).
+	shadow *Activity
 }
 
 // Signature is the optional request signature from the shop's app:
@@ -375,4 +382,7 @@ func (s *Signature) Enabled() bool { return len(s.Keys) > 0 }
 const (
 	ModeSync  = "sync"
 	ModeQueue = "queue"
+	// ModeShadow forwards every buy to the shop unchanged and records what
+	// the funnel would have decided (see shadow.go).
+	ModeShadow = "shadow"
 )

@@ -250,8 +250,11 @@ func (v *validator) activities(c *Config) {
 			v.errorf(at(&a.Shards), "%s: shards must be between 1 and 1024, got %d", name, a.Shards)
 		}
 		v.rate(&a.AdmissionRate, name+": admission_rate", a)
-		if v.ok(&a.Mode) && a.Mode != ModeSync && a.Mode != ModeQueue {
-			v.errorf(at(&a.Mode), "%s: mode must be %q or %q, got %q", name, ModeSync, ModeQueue, a.Mode)
+		if v.ok(&a.Mode) && a.Mode != ModeSync && a.Mode != ModeQueue && a.Mode != ModeShadow {
+			v.errorf(at(&a.Mode), "%s: mode must be %q, %q or %q, got %q", name, ModeSync, ModeQueue, ModeShadow, a.Mode)
+		}
+		if v.ok(&a.ShadowHeaders) && v.ok(&a.Mode) && a.ShadowHeaders && a.Mode != ModeShadow {
+			v.errorf(at(&a.ShadowHeaders), "%s: shadow_headers applies only to mode: shadow (mode is %q)", name, a.Mode)
 		}
 		if v.ok(&a.Queue.Workers) && a.Queue.Workers < 1 {
 			v.errorf(v.m.line(&a.Queue.Workers, &a.Queue, a), "%s: queue.workers must be at least 1, got %d", name, a.Queue.Workers)

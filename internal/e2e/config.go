@@ -56,6 +56,7 @@ type Activity struct {
 	// AdmissionRate is the admission_rate as YAML flow; default far above any test's load.
 	AdmissionRate string
 	Mode          string // default sync
+	ShadowHeaders bool   // shadow_headers (mode: shadow)
 	// CaseSensitive and PassMethods are the route's case_sensitive and pass_methods.
 	CaseSensitive bool
 	PassMethods   []string
@@ -197,6 +198,9 @@ func (o Options) YAML(t testing.TB) string {
 		}
 		if a.EligibleOnly {
 			w("    eligible_only: true")
+		}
+		if a.ShadowHeaders {
+			w("    shadow_headers: true")
 		}
 		if !a.NoVerify {
 			w("    verify:")

@@ -119,7 +119,8 @@ func (p *Proxy) Preheat(t testing.TB, id string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := p.Store.Preheat(ctx, p.Activity(t, id), false, time.Now()); err != nil {
+	// A shadow activity's stock is its shadow copy's.
+	if _, err := p.Store.Preheat(ctx, p.Activity(t, id).ShadowOrSelf(), false, time.Now()); err != nil {
 		t.Fatalf("preheat %s: %v", id, err)
 	}
 }
@@ -134,7 +135,7 @@ func (p *Proxy) Status(t testing.TB, id string) store.ActivityStatus {
 	if err := p.Server.WaitConfirms(ctx); err != nil {
 		t.Fatalf("confirms: %v", err)
 	}
-	s, err := p.Store.Status(ctx, p.Activity(t, id))
+	s, err := p.Store.Status(ctx, p.Activity(t, id).ShadowOrSelf())
 	if err != nil {
 		t.Fatalf("status %s: %v", id, err)
 	}
