@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -313,4 +314,73 @@ func TestFairStartRefusalsAnsweredAtOnce(t *testing.T) {
 	wg.Wait()
 	wantWin(t, first)
 	f.p.WantStock(t, "now", 9, 0, 1)
+}
+
+// The same measurement on the real clock, for BENCHMARKS.md: the real
+// sleeper and timers, buyers sent at the real moments (fast at start+1ms,
+// slow at start+300ms), nothing stepped. Opt-in (SECKILL_FAIR_REAL=1): it
+// waits through real windows and its arrival times depend on the machine.
+func TestFairStartRealClock(t *testing.T) {
+	if os.Getenv("SECKILL_FAIR_REAL") == "" {
+		t.Skip("set SECKILL_FAIR_REAL=1 to run (BENCHMARKS.md, fair start)")
+	}
+	const races = 10
+	r := e2e.StartRedis(t)
+	shop := e2e.StartShop(t)
+	t0 := time.Now().Add(2 * time.Second).Truncate(100 * time.Millisecond)
+	var acts []e2e.Activity
+	for i := range races + 1 {
+		a := e2e.Activity{ID: fmt.Sprintf("real%d", i), Stock: 100, Start: t0.Add(time.Duration(i) * 2 * time.Second),
+			FairStart: 500 * time.Millisecond, FairStartSpread: 500 * time.Millisecond}
+		if i == races {
+			a.ID, a.FairStart, a.FairStartSpread = "realplain", 0, 0
+		}
+		a.End = a.Start.Add(time.Hour)
+		acts = append(acts, a)
+	}
+	cfg := e2e.Options{Redis: r.Addrs, ShopURL: shop.URL, RedisTimeout: 2 * time.Second, Activities: acts}.Config(t)
+	p := e2e.StartProxy(t, cfg)
+	c := &fasthttp.Client{MaxConnsPerHost: 4096}
+	for _, a := range acts {
+		p.Preheat(t, a.ID)
+	}
+	var sum int
+	for i, a := range acts {
+		var mu sync.Mutex
+		wins := map[string]int{}
+		var late atomic.Int64 // buys that reached the proxy after the window
+		var wg sync.WaitGroup
+		send := func(group string, at time.Time) {
+			for j := range 500 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					time.Sleep(time.Until(at))
+					res := e2e.Do(c, p.Addr, e2e.Req{URI: "/api/seckill/" + a.ID + "/" + e2e.SKU + "/buy",
+						Header: [][2]string{{"X-User-Id", fmt.Sprintf("%s-%s-%d", a.ID, group, j)}}, Timeout: 30 * time.Second})
+					mu.Lock()
+					defer mu.Unlock()
+					switch res.Code {
+					case "WIN":
+						wins[group]++
+					case "SOLD_OUT":
+					default:
+						t.Errorf("%s: %d %s (err %v)", group, res.Status, res.Body, res.Err)
+					}
+				}()
+			}
+		}
+		send("fast", a.Start.Add(time.Millisecond))
+		send("slow", a.Start.Add(300*time.Millisecond))
+		if a.FairStart > 0 {
+			time.Sleep(time.Until(a.Start.Add(a.FairStart - 20*time.Millisecond)))
+			late.Store(1000 - int64(p.Gauge(p.Metrics.FairHeld)))
+		}
+		wg.Wait()
+		t.Logf("%s (fair_start %s): fast %d, slow %d; not held at window end: %d", a.ID, a.FairStart, wins["fast"], wins["slow"], late.Load())
+		if i < races {
+			sum += wins["fast"]
+		}
+	}
+	t.Logf("fair_start 500ms, mean of %d races: fast %.1f", races, float64(sum)/races)
 }
