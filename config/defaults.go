@@ -31,9 +31,21 @@ const (
 	// DefaultSessionCacheSize bounds cached session answers; each costs
 	// about 200 bytes (README: "Session identity").
 	DefaultSessionCacheSize = 50_000
+	// DefaultDurableTimeout is how long a winner waits for its replicas
+	// (redis.durable_winners.timeout).
+	DefaultDurableTimeout = 50 * time.Millisecond
 	// PendingMargin is what pending_timeout must exceed twice
 	// upstream.timeout by (see validatePending).
 	PendingMargin = 2 * time.Second
+)
+
+// DefaultExceptionsMax is reconcile.exceptions_max's default: entries kept
+// per activity in its stream of reconcile exceptions (a few hundred bytes
+// each). MinExceptionsMax and MaxExceptionsMax bound it.
+const (
+	DefaultExceptionsMax = 10_000
+	MinExceptionsMax     = 100
+	MaxExceptionsMax     = 1_000_000
 )
 
 // DefaultSigningKeyID is the key id (k=) of the one key that
@@ -78,6 +90,12 @@ func (c *Config) setDefaults(m *meta) {
 	setOnce(m, &c.Redis.ClientCache, true)
 	setOnce(m, &c.Redis.KeyPrefix, DefaultKeyPrefix)
 	setOnce(m, &c.Redis.BuyerMemo, DefaultBuyerMemo)
+	if d := &c.Redis.DurableWinners; m.has(d) {
+		// Only a written block switches durable winners on.
+		setOnce(m, &d.Replicas, 1)
+		setOnce(m, &d.Timeout, DefaultDurableTimeout)
+		setOnce(m, &d.OnTimeout, DurableRefuse)
+	}
 	if len(c.Redis.Addrs) > 1 {
 		// Several seeds only make sense for a cluster; a single-node client
 		// would silently use the first and ignore the rest.
@@ -85,6 +103,7 @@ func (c *Config) setDefaults(m *meta) {
 	}
 
 	setOnce(m, &c.TrustedProxies, []string{"127.0.0.1/32"})
+	setOnce(m, &c.Reconcile.ExceptionsMax, DefaultExceptionsMax)
 
 	// A source is defaulted as a whole: `user: {cookie: uid}` must not also
 	// inherit the default header and end up with two sources.

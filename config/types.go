@@ -22,6 +22,15 @@ type Config struct {
 	Limits         Limits            `yaml:"limits"`
 	Messages       map[string]string `yaml:"messages"`
 	Activities     []Activity        `yaml:"activities"`
+	Reconcile      Reconcile         `yaml:"reconcile"`
+}
+
+// Reconcile configures what the reconciler keeps for people.
+type Reconcile struct {
+	// ExceptionsMax bounds each activity's stream of reconcile exceptions
+	// (XADD MAXLEN ~ N: Redis trims whole stream nodes, so the stream may
+	// hold up to about 100 entries more). Read at start by serve.
+	ExceptionsMax int `yaml:"exceptions_max"`
 }
 
 // Admin is the admin listener: metrics, health, pprof, dashboard, admin API.
@@ -131,7 +140,42 @@ type Redis struct {
 	// after a flush, while other calls are in flight, to send more calls
 	// per system call (rueidis MaxFlushDelay). 0 = flush at once.
 	FlushDelay time.Duration `yaml:"flush_delay"`
+	// DurableWinners makes a winner wait, before the shop sees it, until
+	// its reservation is on replicas (README "Durable winners").
+	DurableWinners DurableWinners `yaml:"durable_winners"`
 }
+
+// DurableWinners is redis.durable_winners: after a winning reserve, WAIT
+// (or WAITAOF) on the node that holds the buyer's shard, so a failover
+// right after cannot lose a reservation the shop already has.
+type DurableWinners struct {
+	// Replicas is how many replicas must acknowledge the reservation;
+	// 0 (the default, with no durable_winners block) switches it off.
+	Replicas int `yaml:"replicas"`
+	// Timeout is the longest a winner waits for them (whole milliseconds).
+	Timeout time.Duration `yaml:"timeout"`
+	// OnTimeout is refuse (release the unit, answer STORE_UNAVAILABLE) or
+	// forward (go on and count it).
+	OnTimeout string `yaml:"on_timeout"`
+	// FSync waits for the replicas' AOF fsync (WAITAOF 0 N) where the
+	// servers have it (Redis 7.2+), WAIT otherwise.
+	FSync bool `yaml:"fsync"`
+}
+
+// Enabled reports whether winners wait for replicas.
+func (d *DurableWinners) Enabled() bool { return d.Replicas > 0 }
+
+// OnTimeout values of redis.durable_winners.
+const (
+	DurableRefuse  = "refuse"
+	DurableForward = "forward"
+)
+
+// Bounds of redis.durable_winners.
+const (
+	MaxDurableReplicas = 16
+	MaxDurableTimeout  = 5 * time.Second
+)
 
 // Source names where one value of a request comes from. Exactly one of
 // Header, Cookie and Query is set.

@@ -63,6 +63,13 @@ type Metrics struct {
 	// released (went on to admission) or gone (the buyer had disconnected:
 	// nothing reserved).
 	FairReleases *prometheus.CounterVec
+	// DurableWinners counts winners' durability checks
+	// (redis.durable_winners), by path (buy: the buyer's request; queue:
+	// a queue worker before sending) and result (durable, forwarded:
+	// not acknowledged in time and sent anyway, refused: released,
+	// taken: a queue worker had claimed it first, deferred: a redelivered
+	// entry left for its next delivery).
+	DurableWinners *prometheus.CounterVec
 }
 
 // latencyBuckets span 50µs (a local refusal) to 10s (a stuck shop).
@@ -124,7 +131,11 @@ func New() *Metrics {
 		FleetInstances: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "seckill_fleet_instances", Help: "Live proxy instances sharing the per-IP, per-device and per-user limits (1 with limits.fleet: false).",
 		}),
+		DurableWinners: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_durable_winners_total", Help: "Winners' waits for replicas (redis.durable_winners), by path (buy, queue) and result (durable, forwarded, refused, taken, deferred).",
+		}, []string{"path", "result"}),
 	}
+	r.MustRegister(m.DurableWinners)
 	r.MustRegister(m.SessionLookups, m.SessionCache, m.SessionLatency)
 	m.FairHeld = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "seckill_fair_start_held", Help: "Buys held in fair_start windows on this instance, waiting for their random release.",

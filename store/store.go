@@ -67,6 +67,9 @@ type Store struct {
 	abort, settleMove, deposit *rueidis.Lua
 	retry                      *Retrier
 	memo                       *buyerMemo // nil without client-side caching or with redis.buyer_memo 0
+	deadlines                  deadlines
+	// dur is redis.durable_winners (durable.go); nil when off.
+	dur *durable
 }
 
 // Open builds a Store for cfg. It never fails because Redis is down: it
@@ -111,6 +114,7 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 		settleMove:    rueidis.NewLuaScript(lua.SettleMove),
 		deposit:       rueidis.NewLuaScript(lua.Deposit),
 		retry:         NewRetrier(log.Named("retry"), retryQueueMax, max(10*cfg.Timeout, 2*time.Second)),
+		dur:           newDurable(cfg.DurableWinners),
 	}
 	s.opt.OnInvalidations = func(keys []rueidis.RedisMessage) {
 		if keys == nil {
@@ -259,7 +263,43 @@ func wrap(err error) error {
 }
 
 func (s *Store) ctx(parent context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(parent, s.timeout)
+	if parent.Done() != nil {
+		return context.WithTimeout(parent, s.timeout)
+	}
+	return s.deadlines.get(s.timeout)
+}
+
+// deadlines hands out shared contexts for calls with no parent to cancel
+// them (every buy's Redis calls): each one's deadline is its call's
+// redis.timeout rounded up to the next millisecond, so the calls started
+// within a millisecond share one context and one timer instead of a timer
+// each (issue 10: context.WithTimeout was a visible share of the buy path).
+// A shared context is never cancelled early; it expires by its timer.
+type deadlines struct {
+	cur atomic.Pointer[deadlineCtx]
+}
+
+type deadlineCtx struct {
+	at  int64 // unix ns
+	ctx context.Context
+	// cancel is kept only so the context's resources go with its timer.
+	cancel context.CancelFunc
+}
+
+const deadlineGrain = int64(time.Millisecond)
+
+func noCancel() {}
+
+func (d *deadlines) get(timeout time.Duration) (context.Context, context.CancelFunc) {
+	want := time.Now().UnixNano() + int64(timeout)
+	if b := d.cur.Load(); b != nil && b.at >= want && b.at-want < deadlineGrain {
+		return b.ctx, noCancel
+	}
+	at := (want/deadlineGrain + 1) * deadlineGrain
+	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, at))
+	b := &deadlineCtx{at: at, ctx: ctx, cancel: cancel}
+	d.cur.Store(b)
+	return ctx, noCancel
 }
 
 // ints parses a script reply that is an array of integers.

@@ -65,7 +65,7 @@ func cmdServe(c *cli) error {
 	}
 	cur.cfg = cfg
 	current := func() *config.Config { cur.Lock(); defer cur.Unlock(); return cur.cfg }
-	rec := reservation.NewReconciler(st, m, log.Named("reconciler"))
+	rec := reservation.NewReconciler(st, m, log.Named("reconciler")).WithExceptionsMax(cfg.Reconcile.ExceptionsMax)
 	admin.MountAll(adm, st, rec, m, current)
 	adminSrv := &http.Server{Handler: adm, ReadHeaderTimeout: 10 * time.Second}
 
@@ -90,6 +90,13 @@ func cmdServe(c *cli) error {
 	go func() { defer close(piped); pipe.Run(ctx) }()
 	for _, w := range secretWarnings(cfg) {
 		log.Warn(w)
+	}
+	if st.DurableWinners() {
+		go func() {
+			for _, w := range st.DurableWarnings(ctx) {
+				log.Warn(w)
+			}
+		}()
 	}
 	log.Info("serving", zap.String("listen", ln.Addr().String()), zap.String("admin", aln.Addr().String()),
 		zap.Int("activities", len(cfg.Activities)), zap.String("upstream", cfg.Upstream.URL))

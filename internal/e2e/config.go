@@ -89,6 +89,8 @@ type Options struct {
 	UpstreamExtra []string
 	// Server is the body of `server:` as YAML flow; default none.
 	Server string
+	// RedisExtra are more `redis:` keys, one "key: value" a line.
+	RedisExtra []string
 }
 
 // YAML renders o as a config file. Listen ports are free ports of this
@@ -120,6 +122,9 @@ func (o Options) YAML(t testing.TB) string {
 	w("  cluster: %v", o.Cluster)
 	w("  timeout: %s", orDur(o.RedisTimeout, redistest.TimeoutScale*200*time.Millisecond))
 	w("  key_prefix: %s", or(o.KeyPrefix, "seckill"))
+	for _, l := range o.RedisExtra {
+		w("  %s", l)
+	}
 	w("identity:")
 	w("  user: %s", or(o.User, "{ header: X-User-Id }"))
 	if o.Limits != "" {
