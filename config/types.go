@@ -113,6 +113,11 @@ type Server struct {
 	WriteTimeout time.Duration `yaml:"write_timeout"`
 	// IdleTimeout closes keep-alive connections idle this long.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// FairStartMaxHeld bounds the buys this instance holds at once during
+	// activities' fair_start windows (all activities together, default
+	// 100,000); one more is answered 503 BUSY. Each held buy keeps its
+	// connection, so max_conns bounds them too.
+	FairStartMaxHeld int `yaml:"fair_start_max_held"`
 }
 
 // Redis says how to reach the store.
@@ -358,6 +363,15 @@ type Activity struct {
 	// shadow is the copy a shadow activity's buys are decided against
 	// (its own keys), built once per config (see shadow.go).
 	shadow *Activity
+
+	// FairStart, when positive, holds the buys that arrive in
+	// [start, start+fair_start) and lets them on, after the window, in a
+	// uniformly random order: each draws a release moment uniformly in
+	// [start+fair_start, start+fair_start+fair_start_spread). 0: off.
+	FairStart time.Duration `yaml:"fair_start"`
+	// FairStartSpread is how long the held buys are let on over (default
+	// fair_start): it also meters them into Redis.
+	FairStartSpread time.Duration `yaml:"fair_start_spread"`
 }
 
 // Signature is the optional request signature from the shop's app:

@@ -136,6 +136,9 @@ func (v *validator) upstream(c *Config) {
 	if v.ok(&sv.MaxConnsPerIP) && sv.MaxConnsPerIP < 0 {
 		v.errorf(v.m.line(&sv.MaxConnsPerIP, &c.Server), "server.max_conns_per_ip must be 0 (no bound) or more, got %d", sv.MaxConnsPerIP)
 	}
+	if v.ok(&sv.FairStartMaxHeld) && (sv.FairStartMaxHeld < 1 || sv.FairStartMaxHeld > MaxFairStartHeld) {
+		v.errorf(v.m.line(&sv.FairStartMaxHeld, &c.Server), "server.fair_start_max_held must be between 1 and %d, got %d", MaxFairStartHeld, sv.FairStartMaxHeld)
+	}
 	for _, d := range []struct {
 		p    *time.Duration
 		name string
@@ -239,6 +242,7 @@ func (v *validator) activities(c *Config) {
 		}
 
 		v.window(a, name)
+		v.fairStart(a, name)
 		v.skus(a, name)
 
 		if v.ok(&a.PerUserLimit) && a.PerUserLimit < 1 {
@@ -354,6 +358,24 @@ func (v *validator) window(a *Activity, name string) {
 	}
 	if startOK && endOK && v.ok(&a.Start) && v.ok(&a.End) && !a.End.After(a.Start) {
 		v.errorf(v.m.line(&a.End), "%s: end (%s) must be after start (%s)", name, a.End.Format(time.RFC3339), a.Start.Format(time.RFC3339))
+	}
+}
+
+// fairStart checks fair_start and fair_start_spread (README: "Fair start").
+func (v *validator) fairStart(a *Activity, name string) {
+	at := func(p any) int { return v.m.line(p, a) }
+	if !v.ok(&a.FairStart) || !v.ok(&a.FairStartSpread) {
+		return
+	}
+	switch {
+	case a.FairStart < 0 || a.FairStart > MaxFairStart:
+		v.errorf(at(&a.FairStart), "%s: fair_start must be between 0 (off) and %s, got %s", name, MaxFairStart, a.FairStart)
+	case a.FairStart == 0 && v.m.has(&a.FairStartSpread):
+		v.errorf(at(&a.FairStartSpread), "%s: fair_start_spread needs fair_start (a positive window)", name)
+	case a.FairStart > 0 && (a.FairStartSpread < MinFairStartSpread || a.FairStartSpread > MaxFairStart):
+		v.errorf(at(&a.FairStartSpread), "%s: fair_start_spread must be between %s and %s, got %s", name, MinFairStartSpread, MaxFairStart, a.FairStartSpread)
+	case a.FairStart > 0 && v.ok(&a.Start) && v.ok(&a.End) && a.End.After(a.Start) && !a.End.After(a.FairStartEnd().Add(a.FairStartSpread)):
+		v.errorf(at(&a.FairStart), "%s: fair_start + fair_start_spread (%s) must end before the activity ends (%s after start)", name, a.FairStart+a.FairStartSpread, a.End.Sub(a.Start))
 	}
 }
 

@@ -301,6 +301,11 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, st *state, m match) {
 	rp := requestPool.Get().(*admission.Request)
 	*rp = req
 	defer func() { *rp = admission.Request{}; requestPool.Put(rp) }()
+	if a.FairStart > 0 {
+		// A buy held in the fair_start window is dropped if its buyer
+		// has gone by its release (admission peeks at the socket).
+		rp.Conn = ctx.Conn()
+	}
 	// Never the RequestCtx: it must not escape the handler, and as a parent
 	// context it would cost a goroutine per Redis call (STYLE.md).
 	d := s.decide.Decide(context.Background(), rp)

@@ -62,9 +62,25 @@ func (p *Proxy) Counter(vec *prometheus.CounterVec, labels ...string) float64 {
 	return m.GetCounter().GetValue()
 }
 
+// Gauge reads a gauge.
+func (p *Proxy) Gauge(g prometheus.Gauge) float64 {
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		return -1
+	}
+	return m.GetGauge().GetValue()
+}
+
 // StartProxy opens the store, builds admission and the proxy for cfg, and
 // serves on cfg.Listen until the test ends.
 func StartProxy(t testing.TB, cfg *config.Config) *Proxy {
+	t.Helper()
+	return StartProxyClock(t, cfg, time.Now)
+}
+
+// StartProxyClock is StartProxy with admission's server clock now (the
+// activity window, fair_start holds, rate limits): a test may move it.
+func StartProxyClock(t testing.TB, cfg *config.Config, now func() time.Time) *Proxy {
 	t.Helper()
 	log := zap.NewNop()
 	st, err := store.Open(cfg.Redis, log)
@@ -73,7 +89,7 @@ func StartProxy(t testing.TB, cfg *config.Config) *Proxy {
 	}
 	m := metrics.New()
 	// Wired as serve wires it: local limits applied, snapshots refreshed.
-	pipe := admission.New(st, m, log, time.Now)
+	pipe := admission.New(st, m, log, now)
 	pipe.Apply(cfg)
 	runCtx, stopRun := context.WithCancel(context.Background())
 	ran := make(chan struct{})
