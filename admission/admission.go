@@ -7,6 +7,7 @@ package admission
 import (
 	"context"
 	"errors"
+	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -50,6 +51,11 @@ type Request struct {
 	// after the local stages, has turned it into the shop's user id.
 	Session  string
 	Identify Identifier
+
+	// Conn is the buyer's connection, set by the proxy for activities with
+	// a fair_start window: a buy held there whose buyer has gone by its
+	// release reserves nothing. Never read from or written to.
+	Conn net.Conn
 
 	// Signature fields, filled by the proxy only for activities that
 	// require a signature (config: signature.keys).
@@ -123,10 +129,14 @@ type Pipeline struct {
 	instanceID   string
 	refreshEvery time.Duration
 	running      atomic.Bool
+	// dur is redis.durable_winners (durable.go); nil when off.
+	dur *durableCheck
 	// memo remembers recent script answers by request id, and nonces seen,
 	// on this instance. It is a ristretto cache: a dropped or evicted entry
 	// only means the request goes on to Redis, which decides the same.
 	memo *ristretto.Cache[string, Decision]
+	// fair holds buys in fair_start windows (fairstart.go).
+	fair *fairPen
 }
 
 // Option tunes a Pipeline.
@@ -155,7 +165,9 @@ func New(s Store, m *metrics.Metrics, log *zap.Logger, now func() time.Time, opt
 	p := &Pipeline{store: s, now: now, m: m, log: log, scriptObs: m.ScriptLatency.WithLabelValues("reserve"),
 		limiterKeys: 1 << 17, refreshEvery: RefreshEvery, fleetEvery: FleetBeatEvery, fleetStale: FleetStale}
 	p.fleetN.Store(1)
+	p.fair = newFairPen(now, m.FairHeld, m.FairReleases)
 	p.ts, _ = s.(TrafficStore)
+	p.dur = newDurableCheck(s, m)
 	for i := range p.refusals {
 		rk := refusalKinds[i]
 		p.refusals[i] = refusalCounters{
@@ -185,6 +197,7 @@ func New(s Store, m *metrics.Metrics, log *zap.Logger, now func() time.Time, opt
 // Close releases the pipeline's background resources (the memo's
 // goroutines). Decide must not be called after Close.
 func (p *Pipeline) Close() {
+	p.fair.close()
 	if p.memo != nil {
 		p.memo.Close()
 	}
@@ -219,6 +232,9 @@ const (
 	rStoreDown
 	rUnauthenticated
 	rAuthDown
+	rFairFull
+	rFairGone
+	rNotDurable
 	numRefusals
 )
 
@@ -252,6 +268,12 @@ var refusalKinds = [numRefusals]struct {
 	// A session look-up asks the shop, not Redis: no Redis call was made.
 	rUnauthenticated: {Unauthenticated, "identity", "UNAUTHENTICATED", true},
 	rAuthDown:        {AuthUnavailable, "identity", "AUTH_UNAVAILABLE", true},
+	// Fair start: the pen of held buys is full, or a held buyer had gone.
+	rFairFull: {Busy, "fair_start", "BUSY", true},
+	rFairGone: {Busy, "fair_start", "gone", true},
+	// A winner the replicas did not acknowledge in time, released
+	// (redis.durable_winners on_timeout: refuse).
+	rNotDurable: {StoreUnavailable, "redis", "not_durable", false},
 }
 
 type refusalCounters struct {
@@ -391,6 +413,15 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 			return p.refuse(rLimitUser, wait)
 		}
 	}
+	// Fair start: inside the window, held here (after every refusal that
+	// needs no stock, before the admission rate and Redis) until a random
+	// moment after it. After the window: this one comparison.
+	if a.FairStart > 0 && now.Before(a.FairStartEnd()) {
+		if d, done := p.holdFair(ctx, r); done {
+			return d
+		}
+		now = p.now()
+	}
 	// 4. Fleet admission rate, from the local lease (nothing to admit
 	// when sold out).
 	if !soldOut {
@@ -446,11 +477,12 @@ func (p *Pipeline) claimNonce(ctx context.Context, st *actState, r *Request) (De
 func (p *Pipeline) reserve(ctx context.Context, r *Request, sku *config.SKU, flags store.Flags, now time.Time) Decision {
 	a := r.Activity
 	t0 := time.Now()
-	res, err := p.store.Reserve(ctx, store.ReserveRequest{
+	q := store.ReserveRequest{
 		Activity: a.ID, SKU: r.SKU, User: r.User, Qty: r.Qty, Limit: a.PerUserLimit,
 		Shards: flags.Shards, Queue: a.Mode == config.ModeQueue, NowMs: now.UnixMilli(), ExpireAt: store.ExpireAt(a),
 		RequestID: r.RequestID, MaxBacklog: a.Queue.MaxBacklog, Stock: sku.Stock,
-	})
+	}
+	res, err := p.store.Reserve(ctx, q)
 	if err != nil {
 		return p.storeDown(err)
 	}
@@ -467,6 +499,11 @@ func (p *Pipeline) reserve(ctx context.Context, r *Request, sku *config.SKU, fla
 	d := Decision{Token: res.Token, OrderID: res.OrderID, Shards: flags.Shards, Replay: res.Replay}
 	switch res.Code {
 	case lua.OK:
+		if p.dur != nil {
+			if refused, no := p.makeDurable(ctx, q, res); no {
+				return refused
+			}
+		}
 		d.Code = Admitted
 		if a.Mode == config.ModeQueue {
 			d.Code = Queued

@@ -73,7 +73,7 @@ func (v *validator) bundleRoute(a *Activity, name string) {
 		}
 	}
 	if v.ok(&a.Mode) && a.Mode != ModeSync {
-		v.errorf(at(&b.Path), "%s: bundle_route needs mode %q (queue mode takes no bundles), got mode %q", name, ModeSync, a.Mode)
+		v.errorf(at(&b.Path), "%s: bundle_route needs mode %q (queue and shadow modes take no bundles), got mode %q", name, ModeSync, a.Mode)
 	}
 }
 

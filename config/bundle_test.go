@@ -34,6 +34,7 @@ func TestBundleRouteErrors(t *testing.T) {
 		{"items_from bad pointer", okAct + "    bundle_route: {path: \"/b/{activity}\", items_from: \"json:items\"}\n", []wantErr{{8, "bundle_route.items_from"}}},
 		{"same as buy route", okAct + "    bundle_route: {path: \"/api/seckill/{activity}/{sku}/buy\"}\n", []wantErr{{8, "cannot capture {sku}"}}},
 		{"queue mode", okAct + "    mode: queue\n    bundle_route: {path: \"/b/{activity}\"}\n", []wantErr{{9, "bundle_route needs mode \"sync\""}}},
+		{"shadow mode", okAct + "    mode: shadow\n    bundle_route: {path: \"/b/{activity}\"}\n", []wantErr{{9, "bundle_route needs mode \"sync\""}}},
 		{"clash without activity", okAct + "    bundle_route: {path: /bundle}\n  - id: a2\n" + window + skus1 + "    bundle_route: {path: /bundle}\n",
 			[]wantErr{{13, `bundle_route POST /bundle is already used by activity "a1"`}}},
 	}

@@ -31,6 +31,9 @@ const (
 	// DefaultSessionCacheSize bounds cached session answers; each costs
 	// about 200 bytes (README: "Session identity").
 	DefaultSessionCacheSize = 50_000
+	// DefaultDurableTimeout is how long a winner waits for its replicas
+	// (redis.durable_winners.timeout).
+	DefaultDurableTimeout = 50 * time.Millisecond
 	// PendingMargin is what pending_timeout must exceed twice
 	// upstream.timeout by (see validatePending).
 	PendingMargin = 2 * time.Second
@@ -81,12 +84,19 @@ func (c *Config) setDefaults(m *meta) {
 	setOnce(m, &c.Server.ReadTimeout, 30*time.Second)
 	setOnce(m, &c.Server.WriteTimeout, 30*time.Second)
 	setOnce(m, &c.Server.IdleTimeout, 90*time.Second)
+	setOnce(m, &c.Server.FairStartMaxHeld, DefaultFairStartMaxHeld)
 
 	setOnce(m, &c.Redis.Addrs, []string{DefaultRedisAddr})
 	setOnce(m, &c.Redis.Timeout, 200*time.Millisecond)
 	setOnce(m, &c.Redis.ClientCache, true)
 	setOnce(m, &c.Redis.KeyPrefix, DefaultKeyPrefix)
 	setOnce(m, &c.Redis.BuyerMemo, DefaultBuyerMemo)
+	if d := &c.Redis.DurableWinners; m.has(d) {
+		// Only a written block switches durable winners on.
+		setOnce(m, &d.Replicas, 1)
+		setOnce(m, &d.Timeout, DefaultDurableTimeout)
+		setOnce(m, &d.OnTimeout, DurableRefuse)
+	}
 	if len(c.Redis.Addrs) > 1 {
 		// Several seeds only make sense for a cluster; a single-node client
 		// would silently use the first and ignore the rest.
@@ -156,6 +166,7 @@ func (c *Config) setDefaults(m *meta) {
 		setOnce(m, &a.PendingTimeout, 10*time.Minute)
 		setOnce(m, &a.OrderIDFrom, DefaultOrderIDFrom)
 		setOnce(m, &a.KeyTTLAfterEnd, 24*time.Hour)
+		setOnce(m, &a.FairStartSpread, a.FairStart)
 		if m.has(&a.Signature) {
 			// Only a configured signature block gets defaults: an activity
 			// without one stays exactly as written (and unsigned).
@@ -178,3 +189,15 @@ func setRate(m *meta, r *Rate, rate float64, burst int) {
 // DefaultBuyerMemo is redis.buyer_memo's default: at most ~40 MiB per
 // instance for buyers remembered at their limit.
 const DefaultBuyerMemo = 1 << 18
+
+// DefaultFairStartMaxHeld is server.fair_start_max_held's default: buys
+// one instance holds at once in fair_start windows.
+const DefaultFairStartMaxHeld = 100_000
+
+// Fair start bounds: a longer hold than MaxFairStart keeps buyers waiting
+// with no answer past what clients and balancers usually allow.
+const (
+	MaxFairStart       = 10 * time.Second
+	MinFairStartSpread = 10 * time.Millisecond
+	MaxFairStartHeld   = 10_000_000
+)

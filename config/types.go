@@ -113,6 +113,11 @@ type Server struct {
 	WriteTimeout time.Duration `yaml:"write_timeout"`
 	// IdleTimeout closes keep-alive connections idle this long.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// FairStartMaxHeld bounds the buys this instance holds at once during
+	// activities' fair_start windows (all activities together, default
+	// 100,000); one more is answered 503 BUSY. Each held buy keeps its
+	// connection, so max_conns bounds them too.
+	FairStartMaxHeld int `yaml:"fair_start_max_held"`
 }
 
 // Redis says how to reach the store.
@@ -135,7 +140,42 @@ type Redis struct {
 	// after a flush, while other calls are in flight, to send more calls
 	// per system call (rueidis MaxFlushDelay). 0 = flush at once.
 	FlushDelay time.Duration `yaml:"flush_delay"`
+	// DurableWinners makes a winner wait, before the shop sees it, until
+	// its reservation is on replicas (README "Durable winners").
+	DurableWinners DurableWinners `yaml:"durable_winners"`
 }
+
+// DurableWinners is redis.durable_winners: after a winning reserve, WAIT
+// (or WAITAOF) on the node that holds the buyer's shard, so a failover
+// right after cannot lose a reservation the shop already has.
+type DurableWinners struct {
+	// Replicas is how many replicas must acknowledge the reservation;
+	// 0 (the default, with no durable_winners block) switches it off.
+	Replicas int `yaml:"replicas"`
+	// Timeout is the longest a winner waits for them (whole milliseconds).
+	Timeout time.Duration `yaml:"timeout"`
+	// OnTimeout is refuse (release the unit, answer STORE_UNAVAILABLE) or
+	// forward (go on and count it).
+	OnTimeout string `yaml:"on_timeout"`
+	// FSync waits for the replicas' AOF fsync (WAITAOF 0 N) where the
+	// servers have it (Redis 7.2+), WAIT otherwise.
+	FSync bool `yaml:"fsync"`
+}
+
+// Enabled reports whether winners wait for replicas.
+func (d *DurableWinners) Enabled() bool { return d.Replicas > 0 }
+
+// OnTimeout values of redis.durable_winners.
+const (
+	DurableRefuse  = "refuse"
+	DurableForward = "forward"
+)
+
+// Bounds of redis.durable_winners.
+const (
+	MaxDurableReplicas = 16
+	MaxDurableTimeout  = 5 * time.Second
+)
 
 // Source names where one value of a request comes from. Exactly one of
 // Header, Cookie and Query is set.
@@ -303,7 +343,7 @@ type Activity struct {
 	MaxQty         int64         `yaml:"max_qty"` // largest qty in one request; default per_user_limit
 	Shards         int           `yaml:"shards"`
 	AdmissionRate  Rate          `yaml:"admission_rate"`
-	Mode           string        `yaml:"mode"` // sync | queue
+	Mode           string        `yaml:"mode"` // sync | queue | shadow
 	Queue          Queue         `yaml:"queue"`
 	PendingTimeout time.Duration `yaml:"pending_timeout"`
 	Verify         Verify        `yaml:"verify"`
@@ -319,6 +359,22 @@ type Activity struct {
 	// EligibleOnly lets only users on the activity's eligibility list (held
 	// in Redis, changed by admin calls and `seckill-proxy eligible`) buy.
 	EligibleOnly bool `yaml:"eligible_only"`
+	// ShadowHeaders (mode: shadow only) adds X-Seckill-Shadow: <code> to
+	// each buy forwarded to the shop: what the proxy would have answered.
+	ShadowHeaders bool `yaml:"shadow_headers"`
+
+	// shadow is the copy a shadow activity's buys are decided against
+	// (its own keys), built once per config (see shadow.go).
+	shadow *Activity
+
+	// FairStart, when positive, holds the buys that arrive in
+	// [start, start+fair_start) and lets them on, after the window, in a
+	// uniformly random order: each draws a release moment uniformly in
+	// [start+fair_start, start+fair_start+fair_start_spread). 0: off.
+	FairStart time.Duration `yaml:"fair_start"`
+	// FairStartSpread is how long the held buys are let on over (default
+	// fair_start): it also meters them into Redis.
+	FairStartSpread time.Duration `yaml:"fair_start_spread"`
 }
 
 // Signature is the optional request signature from the shop's app:
@@ -343,4 +399,7 @@ func (s *Signature) Enabled() bool { return len(s.Keys) > 0 }
 const (
 	ModeSync  = "sync"
 	ModeQueue = "queue"
+	// ModeShadow forwards every buy to the shop unchanged and records what
+	// the funnel would have decided (see shadow.go).
+	ModeShadow = "shadow"
 )

@@ -68,6 +68,8 @@ type Store struct {
 	retry                      *Retrier
 	memo                       *buyerMemo // nil without client-side caching or with redis.buyer_memo 0
 	deadlines                  deadlines
+	// dur is redis.durable_winners (durable.go); nil when off.
+	dur *durable
 }
 
 // Open builds a Store for cfg. It never fails because Redis is down: it
@@ -112,6 +114,7 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 		settleMove:    rueidis.NewLuaScript(lua.SettleMove),
 		deposit:       rueidis.NewLuaScript(lua.Deposit),
 		retry:         NewRetrier(log.Named("retry"), retryQueueMax, max(10*cfg.Timeout, 2*time.Second)),
+		dur:           newDurable(cfg.DurableWinners),
 	}
 	s.opt.OnInvalidations = func(keys []rueidis.RedisMessage) {
 		if keys == nil {
