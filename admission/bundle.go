@@ -13,6 +13,7 @@ import (
 // BundleStore is what bundles need of Redis; *store.Store implements it.
 type BundleStore interface {
 	ReserveBundle(ctx context.Context, q store.BundleRequest) (store.BundleResult, error)
+	MakeDurableBundle(ctx context.Context, q store.BundleRequest, tok store.Token) (store.Durability, error)
 }
 
 var _ BundleStore = (*store.Store)(nil)
@@ -67,10 +68,11 @@ func (p *Pipeline) reserveBundle(ctx context.Context, r *Request, flags store.Fl
 		return p.storeDown(store.ErrUnavailable)
 	}
 	t0 := time.Now()
-	res, err := bs.ReserveBundle(ctx, store.BundleRequest{
+	q := store.BundleRequest{
 		Activity: a.ID, User: r.User, Items: r.Items, Limit: a.PerUserLimit, Shards: flags.Shards,
 		NowMs: now.UnixMilli(), ExpireAt: store.ExpireAt(a),
-	})
+	}
+	res, err := bs.ReserveBundle(ctx, q)
 	if err != nil {
 		return p.storeDown(err)
 	}
@@ -85,6 +87,11 @@ func (p *Pipeline) reserveBundle(ctx context.Context, r *Request, flags store.Fl
 	d := Decision{Token: res.Token, OrderID: res.OrderID, Shards: flags.Shards}
 	switch res.Code {
 	case lua.OK:
+		if p.dur != nil {
+			if refused, no := p.makeDurableBundle(ctx, bs, q, res.Token); no {
+				return refused
+			}
+		}
 		d.Code = Admitted
 	case lua.Empty:
 		d.Code, d.Short = SoldOut, res.Short
@@ -99,4 +106,25 @@ func (p *Pipeline) reserveBundle(ctx context.Context, r *Request, flags store.Fl
 		return p.storeDown(store.ErrInvalidResponse)
 	}
 	return d
+}
+
+// makeDurableBundle is makeDurable for a bundle that won (durable.go).
+func (p *Pipeline) makeDurableBundle(ctx context.Context, bs BundleStore, q store.BundleRequest, tok store.Token) (Decision, bool) {
+	dc := p.dur
+	t0 := time.Now()
+	res, err := bs.MakeDurableBundle(ctx, q, tok)
+	dc.wait.Observe(time.Since(t0).Seconds())
+	if int(res) < len(dc.results) {
+		dc.results[res].Inc()
+	}
+	if err != nil {
+		if now, last := time.Now().UnixNano(), dc.lastLog.Load(); now-last > int64(time.Second) && dc.lastLog.CompareAndSwap(last, now) {
+			p.log.Warn("bundle winner not acknowledged by the replicas", zap.String("token", tok.String()),
+				zap.Stringer("result", res), zap.Error(err))
+		}
+	}
+	if res == store.DurableRefused {
+		return p.refuse(rNotDurable, retryAfterDefault), true
+	}
+	return Decision{}, false
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -420,4 +421,41 @@ func (s *Store) bundleRelease(ctx context.Context, t Token, shards int, reason s
 		return 0, err
 	}
 	return lua.Code(r[0]), nil
+}
+
+// MakeDurableBundle is MakeDurable for a bundle that won (tok): it waits
+// for the replicas of the home shard's node (units moved from donors were
+// checked onto theirs by stealFrom) and, when they do not acknowledge in
+// time and on_timeout is refuse, releases the whole bundle before the
+// buyer is answered (through the retrier, keyed by the buyer, when Redis
+// does not answer the release).
+func (s *Store) MakeDurableBundle(ctx context.Context, q BundleRequest, tok Token) (Durability, error) {
+	if s.dur == nil {
+		return DurableOff, nil
+	}
+	ok, _, err := s.WaitReplicas(ctx, tok, q.Shards, q.ExpireAt)
+	if ok {
+		return DurableOK, nil
+	}
+	if !s.DurableRefuses() {
+		return DurableLate, err
+	}
+	job := func(ctx context.Context) error {
+		code, err := s.bundleRelease(ctx, tok, q.Shards, durableReason, time.Now().UnixMilli(), true, nil)
+		if err != nil {
+			return err
+		}
+		switch code {
+		case lua.OK, lua.Same, lua.Confirmed:
+			return nil
+		}
+		return fmt.Errorf("release of not durable bundle %s: %v", tok, code)
+	}
+	if rerr := job(ctx); rerr != nil {
+		if Retryable(rerr) && s.retry.Submit("abort", buyerKey(q.Activity, q.User), job) {
+			return DurableRefused, err
+		}
+		return DurableRefused, errors.Join(err, rerr)
+	}
+	return DurableRefused, err
 }

@@ -445,3 +445,46 @@ func TestBundleStallLeavesNothingHeld(t *testing.T) {
 		})
 	}
 }
+
+// Durable winners (issue 11 §2) hold for bundles: a bundle the replica
+// acknowledged is on it whole; with the replica stopped and on_timeout
+// refuse, the bundle is released whole before the buyer hears.
+func TestBundleDurableWinners(t *testing.T) {
+	m := redistest.Start(t)
+	r := redistest.StartReplica(t, m)
+	s := openStore(t, durableConfig([]string{m.Addr}, false, config.DurableRefuse))
+	a := bundleActivity("act_bdw", 2, 3, config.SKU{ID: "a", Stock: 5}, config.SKU{ID: "b", Stock: 5})
+	mustPreheat(t, s, a)
+
+	q := bundleReq(a, "u1", item("a", 1), item("b", 2))
+	b, err := s.ReserveBundle(ctx(t), q)
+	if err != nil || b.Code != lua.OK {
+		t.Fatalf("bundle = %+v, %v", b, err)
+	}
+	if d, err := s.MakeDurableBundle(ctx(t), q, b.Token); d != store.DurableOK || err != nil {
+		t.Fatalf("MakeDurableBundle with the replica up = %v, %v", d, err)
+	}
+	if !replicaHas(t, r, s, a, b.Token) {
+		t.Fatal("a durable bundle is not on the replica")
+	}
+
+	r.Pause(t)
+	q = bundleReq(a, "u2", item("a", 1), item("b", 1))
+	b, err = s.ReserveBundle(ctx(t), q)
+	if err != nil || b.Code != lua.OK {
+		t.Fatalf("bundle = %+v, %v", b, err)
+	}
+	d, err := s.MakeDurableBundle(ctx(t), q, b.Token)
+	if d != store.DurableRefused || !errors.Is(err, store.ErrNotDurable) {
+		t.Fatalf("MakeDurableBundle with the replica stopped = %v, %v; want refused", d, err)
+	}
+	res, ok, err := s.Lookup(ctx(t), b.Token, a.Shards)
+	if err != nil || !ok || res.State != store.StateReleased || res.Reason != "not_durable" {
+		t.Fatalf("refused bundle = %+v, %v, %v; want released, not_durable", res, ok, err)
+	}
+	st := skuStatus(t, s, a)
+	if st["a"].Pending != 1 || st["b"].Pending != 2 {
+		t.Fatalf("status %+v: the refused bundle still holds units", st)
+	}
+	r.Resume(t)
+}
