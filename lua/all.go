@@ -7,23 +7,25 @@ package lua
 // in step with the //go:embed list.
 func All() map[string]string {
 	return map[string]string{
-		"reserve":              Reserve,
-		"steal":                Steal,
-		"confirm":              Confirm,
-		"confirmbatch":         ConfirmBatch,
-		"release":              Release,
-		"claim":                Claim,
-		"deposit":              Deposit,
-		"abort":                Abort,
-		"settlemove":           SettleMove,
-		"fenced_confirm":       FencedConfirm,
-		"fenced_release":       FencedRelease,
-		"fenced_deposit":       FencedDeposit,
-		"fence":                Fence + "\nreturn {1}\n", // store's fence-only form
-		"lease":                Lease,
-		"qgroup":               QueueGroup,
-		"bucket":               Bucket,
-		"fleet":                Fleet,
+		"reserve":        Reserve,
+		"steal":          Steal,
+		"confirm":        Confirm,
+		"confirmbatch":   ConfirmBatch,
+		"release":        Release,
+		"claim":          Claim,
+		"deposit":        Deposit,
+		"abort":          Abort,
+		"settlemove":     SettleMove,
+		"fenced_confirm": FencedConfirm,
+		"fenced_release": FencedRelease,
+		"fenced_deposit": FencedDeposit,
+		"fence":          Fence + "\nreturn {1}\n", // store's fence-only form
+		"lease":          Lease,
+		"qgroup":         QueueGroup,
+		"bucket":         Bucket,
+		"fleet":          Fleet,
+
+		// Bundles (issue 13 §3).
 		"bundle":               Bundle,
 		"bundlerelease":        BundleRelease,
 		"bundleconfirm":        BundleConfirm,
