@@ -45,6 +45,8 @@ test-cluster: redis
 # On demand, not part of `test`: a spike against a 3-master, 3-replica
 # cluster while the master holding the most stock shards is SIGKILLed
 # (internal/e2e/failover_test.go; figures in BENCHMARKS.md "Cluster failover").
+# Three variants, ~1 min: plain, with the victim's replica lagging, and the
+# lagging one with redis.durable_winners (must lose no order).
 test-failover: redis
 	$(GO) test -tags failover -count=1 -run Failover -v ./internal/e2e/
 

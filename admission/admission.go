@@ -7,6 +7,7 @@ package admission
 import (
 	"context"
 	"errors"
+	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -51,6 +52,11 @@ type Request struct {
 	Session  string
 	Identify Identifier
 
+	// Conn is the buyer's connection, set by the proxy for activities with
+	// a fair_start window: a buy held there whose buyer has gone by its
+	// release reserves nothing. Never read from or written to.
+	Conn net.Conn
+
 	// Signature fields, filled by the proxy only for activities that
 	// require a signature (config: signature.keys).
 	Method, Path string
@@ -58,6 +64,10 @@ type Request struct {
 	SigTimestamp string
 	SigNonce     string
 	Signature    string
+
+	// Items, when not nil, make the request a bundle (issue 13 §3): every
+	// item reserved all or none, SKU is store.BundleSKU and Qty the total.
+	Items []store.BundleItem
 }
 
 // Decision is the outcome of admission.
@@ -74,6 +84,8 @@ type Decision struct {
 	// Replay is the shop's answer to the first copy of a repeated request
 	// id, for AlreadyPurchased when it was kept: the proxy answers with it.
 	Replay *store.Replay
+	// Short is the SKU a bundle could not get enough of (SoldOut).
+	Short string
 }
 
 // retryAfterDefault is what buyers are told to wait on a retryable refusal
@@ -99,10 +111,11 @@ type Pipeline struct {
 	m     *metrics.Metrics
 	log   *zap.Logger
 
-	scriptObs  prometheus.Observer
-	refusals   [numRefusals]refusalCounters
-	savedMemo  prometheus.Counter
-	savedLease prometheus.Counter
+	scriptObs      prometheus.Observer
+	refusals       [numRefusals]refusalCounters
+	savedMemo      prometheus.Counter
+	savedLease     prometheus.Counter
+	savedBuyerMemo prometheus.Counter
 
 	acts         atomic.Pointer[map[*config.Activity]*actState]
 	actsMu       sync.Mutex
@@ -116,10 +129,14 @@ type Pipeline struct {
 	instanceID   string
 	refreshEvery time.Duration
 	running      atomic.Bool
+	// dur is redis.durable_winners (durable.go); nil when off.
+	dur *durableCheck
 	// memo remembers recent script answers by request id, and nonces seen,
 	// on this instance. It is a ristretto cache: a dropped or evicted entry
 	// only means the request goes on to Redis, which decides the same.
 	memo *ristretto.Cache[string, Decision]
+	// fair holds buys in fair_start windows (fairstart.go).
+	fair *fairPen
 }
 
 // Option tunes a Pipeline.
@@ -148,7 +165,9 @@ func New(s Store, m *metrics.Metrics, log *zap.Logger, now func() time.Time, opt
 	p := &Pipeline{store: s, now: now, m: m, log: log, scriptObs: m.ScriptLatency.WithLabelValues("reserve"),
 		limiterKeys: 1 << 17, refreshEvery: RefreshEvery, fleetEvery: FleetBeatEvery, fleetStale: FleetStale}
 	p.fleetN.Store(1)
+	p.fair = newFairPen(now, m.FairHeld, m.FairReleases)
 	p.ts, _ = s.(TrafficStore)
+	p.dur = newDurableCheck(s, m)
 	for i := range p.refusals {
 		rk := refusalKinds[i]
 		p.refusals[i] = refusalCounters{
@@ -158,6 +177,7 @@ func New(s Store, m *metrics.Metrics, log *zap.Logger, now func() time.Time, opt
 	}
 	p.savedMemo = m.RedisSaved.WithLabelValues("idempotency_memo")
 	p.savedLease = m.RedisSaved.WithLabelValues("admission_lease")
+	p.savedBuyerMemo = m.RedisSaved.WithLabelValues("buyer_memo")
 	for _, o := range opts {
 		o(p)
 	}
@@ -177,6 +197,7 @@ func New(s Store, m *metrics.Metrics, log *zap.Logger, now func() time.Time, opt
 // Close releases the pipeline's background resources (the memo's
 // goroutines). Decide must not be called after Close.
 func (p *Pipeline) Close() {
+	p.fair.close()
 	if p.memo != nil {
 		p.memo.Close()
 	}
@@ -211,6 +232,9 @@ const (
 	rStoreDown
 	rUnauthenticated
 	rAuthDown
+	rFairFull
+	rFairGone
+	rNotDurable
 	numRefusals
 )
 
@@ -244,6 +268,12 @@ var refusalKinds = [numRefusals]struct {
 	// A session look-up asks the shop, not Redis: no Redis call was made.
 	rUnauthenticated: {Unauthenticated, "identity", "UNAUTHENTICATED", true},
 	rAuthDown:        {AuthUnavailable, "identity", "AUTH_UNAVAILABLE", true},
+	// Fair start: the pen of held buys is full, or a held buyer had gone.
+	rFairFull: {Busy, "fair_start", "BUSY", true},
+	rFairGone: {Busy, "fair_start", "gone", true},
+	// A winner the replicas did not acknowledge in time, released
+	// (redis.durable_winners on_timeout: refuse).
+	rNotDurable: {StoreUnavailable, "redis", "not_durable", false},
 }
 
 type refusalCounters struct {
@@ -262,12 +292,18 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 	if !now.Before(a.End) {
 		return p.refuse(rEnded, 0)
 	}
-	sku := a.SKU(r.SKU)
-	if sku == nil {
-		return p.refuse(rUnknownItem, 0)
-	}
-	if r.Qty < 1 || r.Qty > a.MaxQty {
-		return p.refuse(rBadQty, 0)
+	var sku *config.SKU
+	if r.Items != nil {
+		if d, bad := p.checkBundle(r); bad {
+			return d
+		}
+	} else {
+		if sku = a.SKU(r.SKU); sku == nil {
+			return p.refuse(rUnknownItem, 0)
+		}
+		if r.Qty < 1 || r.Qty > a.MaxQty {
+			return p.refuse(rBadQty, 0)
+		}
 	}
 	// 2. Activity state from the local snapshot.
 	st := p.stateFor(a)
@@ -298,6 +334,11 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 	// answers a fresh id SOLD_OUT and reads the record of a possible
 	// repeat; every other buy of a sold-out SKU is answered here.
 	soldOut := false
+	if fresh && r.Items != nil {
+		if d, out := p.bundleSoldOut(st, r); out {
+			return d
+		}
+	}
 	if fresh {
 		if k := st.skus[r.SKU]; k != nil && k.soldOut.Load() {
 			if r.RequestID == "" {
@@ -372,6 +413,15 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 			return p.refuse(rLimitUser, wait)
 		}
 	}
+	// Fair start: inside the window, held here (after every refusal that
+	// needs no stock, before the admission rate and Redis) until a random
+	// moment after it. After the window: this one comparison.
+	if a.FairStart > 0 && now.Before(a.FairStartEnd()) {
+		if d, done := p.holdFair(ctx, r); done {
+			return d
+		}
+		now = p.now()
+	}
 	// 4. Fleet admission rate, from the local lease (nothing to admit
 	// when sold out).
 	if !soldOut {
@@ -391,6 +441,9 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 		if d, done := p.claimNonce(ctx, st, r); done {
 			return d
 		}
+	}
+	if r.Items != nil {
+		return p.reserveBundle(ctx, r, flags, now)
 	}
 	return p.reserve(ctx, r, sku, flags, now)
 }
@@ -424,16 +477,19 @@ func (p *Pipeline) claimNonce(ctx context.Context, st *actState, r *Request) (De
 func (p *Pipeline) reserve(ctx context.Context, r *Request, sku *config.SKU, flags store.Flags, now time.Time) Decision {
 	a := r.Activity
 	t0 := time.Now()
-	res, err := p.store.Reserve(ctx, store.ReserveRequest{
+	q := store.ReserveRequest{
 		Activity: a.ID, SKU: r.SKU, User: r.User, Qty: r.Qty, Limit: a.PerUserLimit,
 		Shards: flags.Shards, Queue: a.Mode == config.ModeQueue, NowMs: now.UnixMilli(), ExpireAt: store.ExpireAt(a),
 		RequestID: r.RequestID, MaxBacklog: a.Queue.MaxBacklog, Stock: sku.Stock,
-	})
+	}
+	res, err := p.store.Reserve(ctx, q)
 	if err != nil {
 		return p.storeDown(err)
 	}
 	if res.FromMemory {
 		p.refusals[rSoldOut].saved.Inc()
+	} else if res.FromMemo {
+		p.savedBuyerMemo.Inc()
 	} else {
 		p.scriptObs.Observe(time.Since(t0).Seconds())
 	}
@@ -443,6 +499,11 @@ func (p *Pipeline) reserve(ctx context.Context, r *Request, sku *config.SKU, fla
 	d := Decision{Token: res.Token, OrderID: res.OrderID, Shards: flags.Shards, Replay: res.Replay}
 	switch res.Code {
 	case lua.OK:
+		if p.dur != nil {
+			if refused, no := p.makeDurable(ctx, q, res); no {
+				return refused
+			}
+		}
 		d.Code = Admitted
 		if a.Mode == config.ModeQueue {
 			d.Code = Queued

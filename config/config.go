@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"time"
 
 	yaml "go.yaml.in/yaml/v3"
 )
@@ -48,6 +49,7 @@ func Parse(path string, data []byte) (*Config, error) {
 	if errs := append(d.errs, v.errs...); len(errs) > 0 {
 		return nil, fileErrors(path, errs)
 	}
+	c.PrepareShadows()
 	return c, nil
 }
 
@@ -201,3 +203,16 @@ func (a *Activity) StartMs() int64 { return a.Start.UnixMilli() }
 
 // EndMs is the end of the sale in Unix milliseconds.
 func (a *Activity) EndMs() int64 { return a.End.UnixMilli() }
+
+// FairStartEnd is when the activity's fair_start window closes (Start when
+// it has none).
+func (a *Activity) FairStartEnd() time.Time { return a.Start.Add(a.FairStart) }
+
+// PreheatMoment is when `serve` preheats the activity (start + preheat_at),
+// and false when preheat_at is not set.
+func (a *Activity) PreheatMoment() (time.Time, bool) {
+	if a.PreheatAt >= 0 {
+		return time.Time{}, false
+	}
+	return a.Start.Add(a.PreheatAt), true
+}

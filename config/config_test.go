@@ -83,14 +83,16 @@ func TestParseDefaults(t *testing.T) {
 			Overflow:         OverflowQueue, // unused without max_inflight
 			MinInflight:      1,
 		},
-		Server: Server{MaxConns: DefaultServerMaxConns, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second},
+		Server: Server{MaxConns: DefaultServerMaxConns, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second, FairStartMaxHeld: DefaultFairStartMaxHeld},
 		Redis: Redis{
 			Addrs:       []string{"127.0.0.1:6379"},
 			Timeout:     200 * time.Millisecond,
 			ClientCache: true,
 			KeyPrefix:   "seckill",
+			BuyerMemo:   DefaultBuyerMemo,
 		},
 		TrustedProxies: []string{"127.0.0.1/32"},
+		Reconcile:      Reconcile{ExceptionsMax: DefaultExceptionsMax},
 		Identity: Identity{
 			User:      Source{Header: "X-User-Id"},
 			Device:    Source{Header: "X-Device-Id"},
@@ -220,7 +222,7 @@ activities:
 		Upstream: Upstream{URL: "https://shop.example/base", Timeout: 1500 * time.Millisecond, MaxConns: 7, SigningSecretEnv: "SIG",
 			PassTimeout: 9 * time.Second, IdleTimeout: 2 * time.Second, ReplayMaxBytes: 0, ReleaseStatuses: []string{"4xx", "502", "3xx"},
 			Overflow: OverflowQueue, MinInflight: 1},
-		Server: Server{MaxConns: 100, MaxConnsPerIP: 4, ReadTimeout: 5 * time.Second, WriteTimeout: 6 * time.Second, IdleTimeout: 7 * time.Second},
+		Server: Server{MaxConns: 100, MaxConnsPerIP: 4, ReadTimeout: 5 * time.Second, WriteTimeout: 6 * time.Second, IdleTimeout: 7 * time.Second, FairStartMaxHeld: DefaultFairStartMaxHeld},
 		Redis: Redis{
 			Addrs:       []string{"r1:6379", "r2:6379"},
 			Cluster:     true, // implied by two addresses
@@ -229,8 +231,10 @@ activities:
 			Timeout:     50 * time.Millisecond,
 			ClientCache: false,
 			KeyPrefix:   "sk",
+			BuyerMemo:   DefaultBuyerMemo,
 		},
 		TrustedProxies: []string{"10.0.0.0/8", "192.168.1.7", "::1"},
+		Reconcile:      Reconcile{ExceptionsMax: DefaultExceptionsMax},
 		Identity:       Identity{User: Source{Cookie: "uid"}, Device: Source{Query: "dev"}},
 		Limits: Limits{
 			PerIP:      Rate{Rate: 1.5, Burst: 20},
@@ -404,7 +408,7 @@ func TestAllErrorsAtOnce(t *testing.T) {
 	give := okAct + "    shards: 0\n    mode: fast\nlisten: nope\n"
 	checkErrors(t, give, []wantErr{
 		{8, "shards must be between 1 and 1024"},
-		{9, `mode must be "sync" or "queue"`},
+		{9, `mode must be "sync", "queue" or "shadow"`},
 		{10, `listen: want host:port`},
 	})
 	if got := len(strings.Split(mustErr(t, give), "\n")); got != 3 {
@@ -472,6 +476,8 @@ func TestValidation(t *testing.T) {
 		{"redis bad addr", okAct + "redis:\n  addrs:\n    - a:1\n    - nohost\n", []wantErr{{11, `redis.addrs: want host:port, got "nohost"`}}},
 		{"redis timeout", okAct + "redis: {timeout: -1s}\n", []wantErr{{8, "redis.timeout must be positive"}}},
 		{"key prefix braces", okAct + "redis: {key_prefix: \"{sk}\"}\n", []wantErr{{8, "redis.key_prefix"}}},
+		{"exceptions max low", okAct + "reconcile:\n  exceptions_max: 10\n", []wantErr{{9, "reconcile.exceptions_max must be between 100 and 1000000"}}},
+		{"exceptions max high", okAct + "reconcile: {exceptions_max: 2000000}\n", []wantErr{{8, "reconcile.exceptions_max"}}},
 		{"trusted proxy", okAct + "trusted_proxies:\n  - 10.0.0.0/8\n  - nope\n", []wantErr{{10, `trusted_proxies: "nope" is neither`}}},
 		{"identity two sources", okAct + "identity:\n  user: {header: A, cookie: b}\n", []wantErr{{9, "identity.user: set exactly one"}}},
 		{"identity no source", okAct + "identity:\n  device: {}\n", []wantErr{{9, "identity.device: set one of"}}},
@@ -506,7 +512,7 @@ func TestValidation(t *testing.T) {
 		{"shards zero", okAct + "    shards: 0\n", []wantErr{{8, "shards must be between 1 and 1024"}}},
 		{"shards too many", okAct + "    shards: 1025\n", []wantErr{{8, "shards must be between 1 and 1024"}}},
 		{"admission rate", okAct + "    admission_rate: {rate: 0, burst: 0}\n", []wantErr{{8, "admission_rate.rate must be positive"}, {8, "admission_rate.burst must be at least 1"}}},
-		{"mode", okAct + "    mode: async\n", []wantErr{{8, `mode must be "sync" or "queue", got "async"`}}},
+		{"mode", okAct + "    mode: async\n", []wantErr{{8, `mode must be "sync", "queue" or "shadow", got "async"`}}},
 		{"queue workers", okAct + "    queue:\n      workers: 0\n", []wantErr{{9, "queue.workers must be at least 1"}}},
 		{"queue rate", okAct + "    queue: {rate: -1}\n", []wantErr{{8, "queue.rate must be positive"}}},
 		{"queue max_backlog", okAct + "    queue:\n      max_backlog: 0\n", []wantErr{{9, "queue.max_backlog must be positive"}}},

@@ -39,9 +39,21 @@ const (
 	MaxOverflowWait = 30 * time.Second
 	// MaxInflightBound bounds upstream.max_inflight.
 	MaxInflightBound = 100_000
+	// DefaultDurableTimeout is how long a winner waits for its replicas
+	// (redis.durable_winners.timeout).
+	DefaultDurableTimeout = 50 * time.Millisecond
 	// PendingMargin is what pending_timeout must exceed twice
 	// upstream.timeout by (see validatePending).
 	PendingMargin = 2 * time.Second
+)
+
+// DefaultExceptionsMax is reconcile.exceptions_max's default: entries kept
+// per activity in its stream of reconcile exceptions (a few hundred bytes
+// each). MinExceptionsMax and MaxExceptionsMax bound it.
+const (
+	DefaultExceptionsMax = 10_000
+	MinExceptionsMax     = 100
+	MaxExceptionsMax     = 1_000_000
 )
 
 // DefaultSigningKeyID is the key id (k=) of the one key that
@@ -61,6 +73,7 @@ func setOnce[T any](m *meta, p *T, v T) {
 // defaults live, so SPEC §3 and the code are compared in one read.
 func (c *Config) setDefaults(m *meta) {
 	setOnce(m, &c.Listen, DefaultListen)
+	c.bundleDefaults(m)
 	setOnce(m, &c.PublicPrefix, DefaultPublicPrefix)
 	setOnce(m, &c.Admin.Listen, DefaultAdminListen)
 	setOnce(m, &c.Admin.TokenEnv, DefaultAdminTokenEnv)
@@ -86,11 +99,19 @@ func (c *Config) setDefaults(m *meta) {
 	setOnce(m, &c.Server.ReadTimeout, 30*time.Second)
 	setOnce(m, &c.Server.WriteTimeout, 30*time.Second)
 	setOnce(m, &c.Server.IdleTimeout, 90*time.Second)
+	setOnce(m, &c.Server.FairStartMaxHeld, DefaultFairStartMaxHeld)
 
 	setOnce(m, &c.Redis.Addrs, []string{DefaultRedisAddr})
 	setOnce(m, &c.Redis.Timeout, 200*time.Millisecond)
 	setOnce(m, &c.Redis.ClientCache, true)
 	setOnce(m, &c.Redis.KeyPrefix, DefaultKeyPrefix)
+	setOnce(m, &c.Redis.BuyerMemo, DefaultBuyerMemo)
+	if d := &c.Redis.DurableWinners; m.has(d) {
+		// Only a written block switches durable winners on.
+		setOnce(m, &d.Replicas, 1)
+		setOnce(m, &d.Timeout, DefaultDurableTimeout)
+		setOnce(m, &d.OnTimeout, DurableRefuse)
+	}
 	if len(c.Redis.Addrs) > 1 {
 		// Several seeds only make sense for a cluster; a single-node client
 		// would silently use the first and ignore the rest.
@@ -98,6 +119,7 @@ func (c *Config) setDefaults(m *meta) {
 	}
 
 	setOnce(m, &c.TrustedProxies, []string{"127.0.0.1/32"})
+	setOnce(m, &c.Reconcile.ExceptionsMax, DefaultExceptionsMax)
 
 	// A source is defaulted as a whole: `user: {cookie: uid}` must not also
 	// inherit the default header and end up with two sources.
@@ -159,6 +181,7 @@ func (c *Config) setDefaults(m *meta) {
 		setOnce(m, &a.PendingTimeout, 10*time.Minute)
 		setOnce(m, &a.OrderIDFrom, DefaultOrderIDFrom)
 		setOnce(m, &a.KeyTTLAfterEnd, 24*time.Hour)
+		setOnce(m, &a.FairStartSpread, a.FairStart)
 		if m.has(&a.Signature) {
 			// Only a configured signature block gets defaults: an activity
 			// without one stays exactly as written (and unsigned).
@@ -177,3 +200,19 @@ func setRate(m *meta, r *Rate, rate float64, burst int) {
 	setOnce(m, &r.Rate, rate)
 	setOnce(m, &r.Burst, burst)
 }
+
+// DefaultBuyerMemo is redis.buyer_memo's default: at most ~40 MiB per
+// instance for buyers remembered at their limit.
+const DefaultBuyerMemo = 1 << 18
+
+// DefaultFairStartMaxHeld is server.fair_start_max_held's default: buys
+// one instance holds at once in fair_start windows.
+const DefaultFairStartMaxHeld = 100_000
+
+// Fair start bounds: a longer hold than MaxFairStart keeps buyers waiting
+// with no answer past what clients and balancers usually allow.
+const (
+	MaxFairStart       = 10 * time.Second
+	MinFairStartSpread = 10 * time.Millisecond
+	MaxFairStartHeld   = 10_000_000
+)

@@ -22,6 +22,15 @@ type Config struct {
 	Limits         Limits            `yaml:"limits"`
 	Messages       map[string]string `yaml:"messages"`
 	Activities     []Activity        `yaml:"activities"`
+	Reconcile      Reconcile         `yaml:"reconcile"`
+}
+
+// Reconcile configures what the reconciler keeps for people.
+type Reconcile struct {
+	// ExceptionsMax bounds each activity's stream of reconcile exceptions
+	// (XADD MAXLEN ~ N: Redis trims whole stream nodes, so the stream may
+	// hold up to about 100 entries more). Read at start by serve.
+	ExceptionsMax int `yaml:"exceptions_max"`
 }
 
 // Admin is the admin listener: metrics, health, pprof, dashboard, admin API.
@@ -150,6 +159,11 @@ type Server struct {
 	WriteTimeout time.Duration `yaml:"write_timeout"`
 	// IdleTimeout closes keep-alive connections idle this long.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// FairStartMaxHeld bounds the buys this instance holds at once during
+	// activities' fair_start windows (all activities together, default
+	// 100,000); one more is answered 503 BUSY. Each held buy keeps its
+	// connection, so max_conns bounds them too.
+	FairStartMaxHeld int `yaml:"fair_start_max_held"`
 }
 
 // Redis says how to reach the store.
@@ -162,7 +176,52 @@ type Redis struct {
 	ClientCache bool          `yaml:"client_cache"`
 	// KeyPrefix is prepended to every key (default "seckill").
 	KeyPrefix string `yaml:"key_prefix"`
+	// BuyerMemo bounds how many buyers each instance remembers at their
+	// per-user limit with a confirmed last reservation (default 262,144;
+	// 0 = none): their repeats are answered from memory while their
+	// shard's epoch, read through client-side caching, is unchanged.
+	// Needs client_cache.
+	BuyerMemo int `yaml:"buyer_memo"`
+	// FlushDelay lets the Redis connection's writer wait up to this long
+	// after a flush, while other calls are in flight, to send more calls
+	// per system call (rueidis MaxFlushDelay). 0 = flush at once.
+	FlushDelay time.Duration `yaml:"flush_delay"`
+	// DurableWinners makes a winner wait, before the shop sees it, until
+	// its reservation is on replicas (README "Durable winners").
+	DurableWinners DurableWinners `yaml:"durable_winners"`
 }
+
+// DurableWinners is redis.durable_winners: after a winning reserve, WAIT
+// (or WAITAOF) on the node that holds the buyer's shard, so a failover
+// right after cannot lose a reservation the shop already has.
+type DurableWinners struct {
+	// Replicas is how many replicas must acknowledge the reservation;
+	// 0 (the default, with no durable_winners block) switches it off.
+	Replicas int `yaml:"replicas"`
+	// Timeout is the longest a winner waits for them (whole milliseconds).
+	Timeout time.Duration `yaml:"timeout"`
+	// OnTimeout is refuse (release the unit, answer STORE_UNAVAILABLE) or
+	// forward (go on and count it).
+	OnTimeout string `yaml:"on_timeout"`
+	// FSync waits for the replicas' AOF fsync (WAITAOF 0 N) where the
+	// servers have it (Redis 7.2+), WAIT otherwise.
+	FSync bool `yaml:"fsync"`
+}
+
+// Enabled reports whether winners wait for replicas.
+func (d *DurableWinners) Enabled() bool { return d.Replicas > 0 }
+
+// OnTimeout values of redis.durable_winners.
+const (
+	DurableRefuse  = "refuse"
+	DurableForward = "forward"
+)
+
+// Bounds of redis.durable_winners.
+const (
+	MaxDurableReplicas = 16
+	MaxDurableTimeout  = 5 * time.Second
+)
 
 // Source names where one value of a request comes from. Exactly one of
 // Header, Cookie and Query is set.
@@ -318,8 +377,11 @@ type Verify struct {
 
 // Activity is one flash sale.
 type Activity struct {
-	ID             string        `yaml:"id"`
-	Route          Route         `yaml:"route"`
+	ID    string `yaml:"id"`
+	Route Route  `yaml:"route"`
+	// BundleRoute, when its path is set, takes bundles: several SKUs of
+	// the activity reserved all or none (see config/bundle.go).
+	BundleRoute    BundleRoute   `yaml:"bundle_route"`
 	Start          time.Time     `yaml:"start"`
 	End            time.Time     `yaml:"end"`
 	SKUs           []SKU         `yaml:"skus"`
@@ -327,18 +389,38 @@ type Activity struct {
 	MaxQty         int64         `yaml:"max_qty"` // largest qty in one request; default per_user_limit
 	Shards         int           `yaml:"shards"`
 	AdmissionRate  Rate          `yaml:"admission_rate"`
-	Mode           string        `yaml:"mode"` // sync | queue
+	Mode           string        `yaml:"mode"` // sync | queue | shadow
 	Queue          Queue         `yaml:"queue"`
 	PendingTimeout time.Duration `yaml:"pending_timeout"`
 	Verify         Verify        `yaml:"verify"`
 	OrderIDFrom    string        `yaml:"order_id_from"` // json:/pointer | header:NAME
 	KeyTTLAfterEnd time.Duration `yaml:"key_ttl_after_end"`
+	// PreheatAt, when set, has `serve` preheat the activity at Start +
+	// PreheatAt (negative: before start), once across the fleet under a
+	// Redis lease. 0: not scheduled (preheat by hand).
+	PreheatAt time.Duration `yaml:"preheat_at"`
 	// Signature, when it names keys, requires every buy request to carry an
 	// HMAC signature from the shop's app (see docs/traffic-control.md).
 	Signature Signature `yaml:"signature"`
 	// EligibleOnly lets only users on the activity's eligibility list (held
 	// in Redis, changed by admin calls and `seckill-proxy eligible`) buy.
 	EligibleOnly bool `yaml:"eligible_only"`
+	// ShadowHeaders (mode: shadow only) adds X-Seckill-Shadow: <code> to
+	// each buy forwarded to the shop: what the proxy would have answered.
+	ShadowHeaders bool `yaml:"shadow_headers"`
+
+	// shadow is the copy a shadow activity's buys are decided against
+	// (its own keys), built once per config (see shadow.go).
+	shadow *Activity
+
+	// FairStart, when positive, holds the buys that arrive in
+	// [start, start+fair_start) and lets them on, after the window, in a
+	// uniformly random order: each draws a release moment uniformly in
+	// [start+fair_start, start+fair_start+fair_start_spread). 0: off.
+	FairStart time.Duration `yaml:"fair_start"`
+	// FairStartSpread is how long the held buys are let on over (default
+	// fair_start): it also meters them into Redis.
+	FairStartSpread time.Duration `yaml:"fair_start_spread"`
 }
 
 // Signature is the optional request signature from the shop's app:
@@ -363,4 +445,7 @@ func (s *Signature) Enabled() bool { return len(s.Keys) > 0 }
 const (
 	ModeSync  = "sync"
 	ModeQueue = "queue"
+	// ModeShadow forwards every buy to the shop unchanged and records what
+	// the funnel would have decided (see shadow.go).
+	ModeShadow = "shadow"
 )

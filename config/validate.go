@@ -67,6 +67,9 @@ func (v *validator) config(c *Config) {
 	v.envName(&c.Admin.TokenEnv, "admin.token_env", c.Admin.TokenEnv, &c.Admin)
 	v.upstream(c)
 	v.redis(c)
+	if n := c.Reconcile.ExceptionsMax; v.ok(&c.Reconcile.ExceptionsMax) && (n < MinExceptionsMax || n > MaxExceptionsMax) {
+		v.errorf(v.m.line(&c.Reconcile.ExceptionsMax, &c.Reconcile), "reconcile.exceptions_max must be between %d and %d entries, got %d", MinExceptionsMax, MaxExceptionsMax, n)
+	}
 	for i, s := range c.TrustedProxies {
 		if _, ok := parsePrefix(s); !ok {
 			v.errorf(v.m.line(&c.TrustedProxies[i], &c.TrustedProxies), "trusted_proxies: %q is neither a CIDR nor an IP address", s)
@@ -92,6 +95,7 @@ func (v *validator) config(c *Config) {
 		}
 	}
 	v.activities(c)
+	v.bundleRouteClashes(c)
 }
 
 func (v *validator) upstream(c *Config) {
@@ -134,6 +138,9 @@ func (v *validator) upstream(c *Config) {
 	if v.ok(&sv.MaxConnsPerIP) && sv.MaxConnsPerIP < 0 {
 		v.errorf(v.m.line(&sv.MaxConnsPerIP, &c.Server), "server.max_conns_per_ip must be 0 (no bound) or more, got %d", sv.MaxConnsPerIP)
 	}
+	if v.ok(&sv.FairStartMaxHeld) && (sv.FairStartMaxHeld < 1 || sv.FairStartMaxHeld > MaxFairStartHeld) {
+		v.errorf(v.m.line(&sv.FairStartMaxHeld, &c.Server), "server.fair_start_max_held must be between 1 and %d, got %d", MaxFairStartHeld, sv.FairStartMaxHeld)
+	}
 	for _, d := range []struct {
 		p    *time.Duration
 		name string
@@ -162,6 +169,36 @@ func (v *validator) redis(c *Config) {
 	}
 	if r.PasswordEnv != "" {
 		v.envName(&r.PasswordEnv, "redis.password_env", r.PasswordEnv, &c.Redis)
+	}
+	if r.BuyerMemo < 0 || r.BuyerMemo > 1<<24 {
+		v.errorf(v.m.line(&r.BuyerMemo, &c.Redis), "redis.buyer_memo must be between 0 and %d buyers, got %d", 1<<24, r.BuyerMemo)
+	}
+	if r.FlushDelay < 0 || r.FlushDelay > time.Millisecond {
+		v.errorf(v.m.line(&r.FlushDelay, &c.Redis), "redis.flush_delay must be between 0 and 1ms, got %s", r.FlushDelay)
+	}
+	v.durableWinners(c)
+}
+
+// durableWinners checks redis.durable_winners (README "Durable winners").
+func (v *validator) durableWinners(c *Config) {
+	d := &c.Redis.DurableWinners
+	if !v.m.has(d) {
+		return
+	}
+	at := func(p any) int { return v.m.line(p, d, &c.Redis) }
+	if v.ok(&d.Replicas) && (d.Replicas < 0 || d.Replicas > MaxDurableReplicas) {
+		v.errorf(at(&d.Replicas), "redis.durable_winners.replicas must be 0 (off) to %d, got %d", MaxDurableReplicas, d.Replicas)
+	}
+	if v.ok(&d.Timeout) {
+		switch {
+		case d.Timeout < time.Millisecond || d.Timeout > MaxDurableTimeout:
+			v.errorf(at(&d.Timeout), "redis.durable_winners.timeout must be 1ms to %s, got %s", MaxDurableTimeout, d.Timeout)
+		case d.Timeout%time.Millisecond != 0:
+			v.errorf(at(&d.Timeout), "redis.durable_winners.timeout must be whole milliseconds (WAIT counts in ms), got %s", d.Timeout)
+		}
+	}
+	if v.ok(&d.OnTimeout) && d.OnTimeout != DurableRefuse && d.OnTimeout != DurableForward {
+		v.errorf(at(&d.OnTimeout), "redis.durable_winners.on_timeout must be %q or %q, got %q", DurableRefuse, DurableForward, d.OnTimeout)
 	}
 }
 
@@ -206,7 +243,9 @@ func (v *validator) activities(c *Config) {
 			}
 		}
 
+		v.bundleRoute(a, name)
 		v.window(a, name)
+		v.fairStart(a, name)
 		v.skus(a, name)
 
 		if v.ok(&a.PerUserLimit) && a.PerUserLimit < 1 {
@@ -218,8 +257,11 @@ func (v *validator) activities(c *Config) {
 			v.errorf(at(&a.Shards), "%s: shards must be between 1 and 1024, got %d", name, a.Shards)
 		}
 		v.rate(&a.AdmissionRate, name+": admission_rate", a)
-		if v.ok(&a.Mode) && a.Mode != ModeSync && a.Mode != ModeQueue {
-			v.errorf(at(&a.Mode), "%s: mode must be %q or %q, got %q", name, ModeSync, ModeQueue, a.Mode)
+		if v.ok(&a.Mode) && a.Mode != ModeSync && a.Mode != ModeQueue && a.Mode != ModeShadow {
+			v.errorf(at(&a.Mode), "%s: mode must be %q, %q or %q, got %q", name, ModeSync, ModeQueue, ModeShadow, a.Mode)
+		}
+		if v.ok(&a.ShadowHeaders) && v.ok(&a.Mode) && a.ShadowHeaders && a.Mode != ModeShadow {
+			v.errorf(at(&a.ShadowHeaders), "%s: shadow_headers applies only to mode: shadow (mode is %q)", name, a.Mode)
 		}
 		if v.ok(&a.Queue.Workers) && a.Queue.Workers < 1 {
 			v.errorf(v.m.line(&a.Queue.Workers, &a.Queue, a), "%s: queue.workers must be at least 1, got %d", name, a.Queue.Workers)
@@ -238,6 +280,11 @@ func (v *validator) activities(c *Config) {
 		}
 		if v.ok(&a.KeyTTLAfterEnd) && a.KeyTTLAfterEnd <= 0 {
 			v.errorf(at(&a.KeyTTLAfterEnd), "%s: key_ttl_after_end must be positive, got %s", name, a.KeyTTLAfterEnd)
+		}
+		// Explicitly 0 would preheat at start: buyers of the first moment
+		// would be answered NOT_READY, which is what scheduling avoids.
+		if v.m.has(&a.PreheatAt) && v.ok(&a.PreheatAt) && a.PreheatAt >= 0 {
+			v.errorf(at(&a.PreheatAt), "%s: preheat_at must be negative (a time before start, e.g. -5m), got %s", name, a.PreheatAt)
 		}
 		if a.Verify.URL != "" {
 			if msg := httpURL(a.Verify.URL); msg != "" {
@@ -314,6 +361,24 @@ func (v *validator) window(a *Activity, name string) {
 	}
 	if startOK && endOK && v.ok(&a.Start) && v.ok(&a.End) && !a.End.After(a.Start) {
 		v.errorf(v.m.line(&a.End), "%s: end (%s) must be after start (%s)", name, a.End.Format(time.RFC3339), a.Start.Format(time.RFC3339))
+	}
+}
+
+// fairStart checks fair_start and fair_start_spread (README: "Fair start").
+func (v *validator) fairStart(a *Activity, name string) {
+	at := func(p any) int { return v.m.line(p, a) }
+	if !v.ok(&a.FairStart) || !v.ok(&a.FairStartSpread) {
+		return
+	}
+	switch {
+	case a.FairStart < 0 || a.FairStart > MaxFairStart:
+		v.errorf(at(&a.FairStart), "%s: fair_start must be between 0 (off) and %s, got %s", name, MaxFairStart, a.FairStart)
+	case a.FairStart == 0 && v.m.has(&a.FairStartSpread):
+		v.errorf(at(&a.FairStartSpread), "%s: fair_start_spread needs fair_start (a positive window)", name)
+	case a.FairStart > 0 && (a.FairStartSpread < MinFairStartSpread || a.FairStartSpread > MaxFairStart):
+		v.errorf(at(&a.FairStartSpread), "%s: fair_start_spread must be between %s and %s, got %s", name, MinFairStartSpread, MaxFairStart, a.FairStartSpread)
+	case a.FairStart > 0 && v.ok(&a.Start) && v.ok(&a.End) && a.End.After(a.Start) && !a.End.After(a.FairStartEnd().Add(a.FairStartSpread)):
+		v.errorf(at(&a.FairStart), "%s: fair_start + fair_start_spread (%s) must end before the activity ends (%s after start)", name, a.FairStart+a.FairStartSpread, a.End.Sub(a.Start))
 	}
 }
 

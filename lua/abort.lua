@@ -8,7 +8,9 @@
 -- belong to an older preheat of the stock.
 --
 -- KEYS[1] stock  KEYS[2] users  KEYS[3] res  KEYS[4] pending  KEYS[5] out
--- KEYS[6] movesin  KEYS[7] rid (optional: the aborted request's request id
+-- KEYS[6] movesin  KEYS[7] epoch (incremented when a buyer's units go down;
+--         see reserve.lua KEYS[8])
+-- KEYS[8] rid (optional: the aborted request's request id
 --         record, deleted when it names this token, so a repeat is decided afresh)
 -- ARGV[1] token id  ARGV[2] user  ARGV[3] reason  ARGV[4] now ms
 -- ARGV[5] units moved in ("0" = none)  ARGV[6] move id ("" = none)
@@ -32,7 +34,7 @@ if ARGV[6] ~= '' and redis.call('EXISTS', KEYS[1]) == 1
   if redis.call('HINCRBY', KEYS[1], 'r', k) > 0 then redis.call('DEL', KEYS[5]) end
   if redis.call('SCARD', KEYS[6]) == 1 then redis.call('PEXPIREAT', KEYS[6], ARGV[8]) end
 end
-local rid = KEYS[7]
+local rid = KEYS[8]
 if rid then
   local seen = redis.call('GET', rid)
   if seen and string.match(seen, '^%d+|([^|]*)') == ARGV[1] then redis.call('DEL', rid) end
@@ -71,5 +73,6 @@ if held then
   else
     redis.call('HSET', KEYS[2], user, u .. '|' .. last)
   end
+  if redis.call('EXISTS', KEYS[7]) == 1 then redis.call('INCR', KEYS[7]) end
 end
 return {1}

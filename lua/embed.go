@@ -20,6 +20,11 @@ var Steal string
 //go:embed confirm.lua
 var Confirm string
 
+// ConfirmBatch confirms many reservations of one SKU's shard in one call (see confirmbatch.lua).
+//
+//go:embed confirmbatch.lua
+var ConfirmBatch string
+
 // Release gives a reservation's units back (see release.lua).
 //
 //go:embed release.lua
@@ -81,6 +86,29 @@ var Bucket string
 //
 //go:embed fleet.lua
 var Fleet string
+
+// Bundle reserves every item of a bundle (several SKUs) for one buyer on
+// the buyer's home shard, all or none (see bundle.lua).
+//
+//go:embed bundle.lua
+var Bundle string
+
+// BundleRelease gives every item of a bundle reservation back, or settles
+// a bundle call whose reply never came (see bundlerelease.lua).
+//
+//go:embed bundlerelease.lua
+var BundleRelease string
+
+// BundleConfirm confirms every item of a bundle reservation (see bundleconfirm.lua).
+//
+//go:embed bundleconfirm.lua
+var BundleConfirm string
+
+// Fenced variants of the bundle transitions (see Fence).
+var (
+	FencedBundleConfirm = Fence + BundleConfirm
+	FencedBundleRelease = Fence + BundleRelease
+)
 
 // Inflight is one instance's share of an activity's in-flight budget to
 // the shop, leased from the fleet's (see inflight.lua).

@@ -24,13 +24,14 @@ const (
 	kOut     = "t:{a:s:0}:out"
 	kMovesIn = "t:{a:s:0}:movesin"
 	kMoves   = "t:{a:s:0}:moves"
+	kEpoch   = "t:{a:s:0}:epoch"
 )
 
 var (
-	reserveKeys = []string{kStock, kUsers, kRes, kPending, kLog, kOut, kMovesIn}
+	reserveKeys = []string{kStock, kUsers, kRes, kPending, kLog, kOut, kMovesIn, kEpoch}
 	stealKeys   = []string{kStock, kMoves, kOut}
 	confirmKeys = []string{kStock, kRes, kPending}
-	releaseKeys = []string{kStock, kUsers, kRes, kPending, kOut}
+	releaseKeys = []string{kStock, kUsers, kRes, kPending, kOut, kEpoch}
 	depositKeys = []string{kStock, kOut, kMovesIn}
 )
 
@@ -340,14 +341,21 @@ func TestReserve(t *testing.T) {
 			name:  "purchased with order id",
 			setup: [][]string{stock(4, 5, 0, 1, 0), {"HSET", kUsers, "u1", "1|T0"}, {"HSET", kRes, "T0", "c|u1|1|900|O-9|"}},
 			give:  func(f *fx) []string { return f.reserveArgs("u1", 1, 1, "T1", false, 0, "") },
-			want:  []string{"4", "T0", "O-9"},
+			want:  []string{"4", "T0", "O-9", "", "1", ""},
 			check: func(f *fx) { f.wantHash(kStock, map[string]string{"r": "4", "c": "1"}) },
+		},
+		{
+			// The buyer memo's reply: units and the shard's epoch.
+			name:  "purchased at the limit gives units and epoch",
+			setup: [][]string{stock(4, 6, 0, 2, 0), {"SET", kEpoch, "17000000"}, {"HSET", kUsers, "u1", "2|T1"}, {"HSET", kRes, "T0", "c|u1|1|900|O-8|", "T1", "c|u1|1|900|O-9|"}},
+			give:  func(f *fx) []string { return f.reserveArgs("u1", 1, 2, "T2", false, 0, "") },
+			want:  []string{"4", "T1", "O-9", "", "2", "17000000"},
 		},
 		{
 			name:  "purchased without order id",
 			setup: [][]string{stock(4, 5, 0, 1, 0), {"HSET", kUsers, "u1", "1|T0"}, {"HSET", kRes, "T0", "c|u1|1|900||"}},
 			give:  func(f *fx) []string { return f.reserveArgs("u1", 1, 1, "T1", false, 0, "") },
-			want:  []string{"4", "T0", ""},
+			want:  []string{"4", "T0", "", "", "1", ""},
 		},
 		{
 			name: "not ready",
@@ -412,7 +420,7 @@ func TestReserve(t *testing.T) {
 			name:  "aborted token id of a repeat buyer writes nothing",
 			setup: [][]string{stock(3, 3, 0, 1, 0), {"HSET", kUsers, "u1", "1|T0"}, {"HSET", kRes, "T0", "c|u1|1|900|o9|", "T1", "x|u1|0|900||store_timeout|900"}},
 			give:  func(f *fx) []string { return f.reserveArgs("u1", 1, 1, "T1", false, 0, "") },
-			want:  []string{"4", "T0", "o9"},
+			want:  []string{"4", "T0", "o9", "", "1", ""},
 			check: func(f *fx) {
 				f.wantHash(kStock, map[string]string{"r": "3", "p": "0", "c": "1"})
 				f.wantHash(kUsers, map[string]string{"u1": "1|T0"})
@@ -908,7 +916,7 @@ func TestDeposit(t *testing.T) {
 func TestAbort(t *testing.T) {
 	f := newFx(t)
 	const kRid = "t:{a:s:0}:rid:u1|r1"
-	keys := []string{kStock, kUsers, kRes, kPending, kOut, kMovesIn, kRid}
+	keys := []string{kStock, kUsers, kRes, kPending, kOut, kMovesIn, kEpoch, kRid}
 	tests := []struct {
 		name      string
 		setup     [][]string
@@ -1044,15 +1052,19 @@ func TestScriptSHA(t *testing.T) {
 		src  string
 		want string
 	}{
-		{name: "reserve", src: lua.Reserve, want: "27c06f2d850325b7c416fae924a9837d889c6f53"},
+		{name: "reserve", src: lua.Reserve, want: "1aaba029c5c1e415f4cf9646e0bf647112a11c48"},
 		{name: "steal", src: lua.Steal, want: "ecd78a0a5d969304c4db0022c31d3c3e554a6970"},
 		{name: "confirm", src: lua.Confirm, want: "c3919655a6b88d9c4b1943f5a116b57181b3a33c"},
-		{name: "release", src: lua.Release, want: "5b097f67da2c1620e184fad0de66505844f61348"},
+		{name: "release", src: lua.Release, want: "5f5f6228201a4721f419abac45be7f61c7a6ea6e"},
+		{name: "confirmbatch", src: lua.ConfirmBatch, want: "b1abfda3e760f4a8897c43978f2e65559f390701"},
 		{name: "claim", src: lua.Claim, want: "b0620c8ed6c0c18611fe9d2275d6af9ee4c6523b"},
 		{name: "deposit", src: lua.Deposit, want: "90af21c9259a27ce2fd67f111d5e01d92baa5081"},
-		{name: "abort", src: lua.Abort, want: "c048a9dff7431666de5ae614355cee8d5d5b12b2"},
+		{name: "abort", src: lua.Abort, want: "cc7d6b5c56ed8b75da8815a66701500553041cb8"},
 		{name: "settlemove", src: lua.SettleMove, want: "d18a52fc394960a482388ca298c0cc0b63ab4e27"},
 		{name: "fleet", src: lua.Fleet, want: "ba92c253300e8a8d4e53ed053e50fea443aa81c7"},
+		{name: "bundle", src: lua.Bundle, want: "63221fb2b1f8c265688dccc5850d3e04f406c310"},
+		{name: "bundlerelease", src: lua.BundleRelease, want: "6f7a54955176d0c579b0aca4dc1f549b7d5be3ec"},
+		{name: "bundleconfirm", src: lua.BundleConfirm, want: "f2e4893e32a4c119be0df8fbb6593c6a28f3d1c8"},
 		{name: "inflight", src: lua.Inflight, want: "fdb195e6a728ae701bed333f29abee511ffbd408"},
 		{name: "spill", src: lua.Spill, want: "a5707561a500ede0b30f8088433f60b960ba2dac"},
 	}
@@ -1130,5 +1142,48 @@ func TestFleetScript(t *testing.T) {
 	}
 	if ttl := f.int("PTTL", key); ttl <= 0 || ttl > 10000 {
 		t.Fatalf("key ttl %d ms, want (0, 10000]", ttl)
+	}
+}
+
+// TestEpochMovesWhenUnitsGoDown: every script that lowers a buyer's units
+// increments the shard's epoch (the buyer memo's validity, reserve.lua
+// KEYS[8]); a script that changes nothing, or a shard without an epoch
+// (preheated before it existed), leaves it as it is.
+func TestEpochMovesWhenUnitsGoDown(t *testing.T) {
+	f := newFx(t)
+	confirmed := [][]string{stock(4, 5, 0, 1, 0), {"SET", kEpoch, "100"}, {"HSET", kUsers, "u1", "1|T1"}, {"HSET", kRes, "T1", "c|u1|1|900|O1|"}}
+	pending := [][]string{stock(4, 5, 1, 0, 0), {"SET", kEpoch, "100"}, {"HSET", kUsers, "u1", "1|T1"}, {"HSET", kRes, "T1", "p|u1|1|900||"}, {"ZADD", kPending, "900", "T1"}}
+	epoch := func() string {
+		v, err := f.do("GET", kEpoch).ToString()
+		if rueidis.IsRedisNil(err) {
+			return "(none)"
+		}
+		return v
+	}
+	abortArgs := []string{"T1", "u1", "store_timeout", "1000", "0", "", "0", strconv.FormatInt(f.exp, 10), "0"}
+	abortKeys := []string{kStock, kUsers, kRes, kPending, kOut, kMovesIn, kEpoch}
+	for _, tt := range []struct {
+		name  string
+		setup [][]string
+		run   func()
+		want  string
+	}{
+		{"release of a confirmed one", confirmed, func() { f.run(lua.Release, releaseKeys, []string{"T1", "refund", "2000", "0"}) }, "101"},
+		{"pending-only release refused", confirmed, func() { f.run(lua.Release, releaseKeys, []string{"T1", "shop", "2000", "1"}) }, "100"},
+		{"release of a pending one", pending, func() { f.run(lua.Release, releaseKeys, []string{"T1", "shop", "2000", "1"}) }, "101"},
+		{"abort of a late reservation", pending, func() { f.run(lua.Abort, abortKeys, abortArgs) }, "101"},
+		{"abort that leaves a tombstone", [][]string{stock(5, 5, 0, 0, 0), {"SET", kEpoch, "100"}}, func() { f.run(lua.Abort, abortKeys, abortArgs) }, "100"},
+		{"no epoch: none is created", append(append([][]string{}, confirmed...), []string{"DEL", kEpoch}), func() {
+			f.run(lua.Release, releaseKeys, []string{"T1", "refund", "2000", "0"})
+		}, "(none)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f.t = t
+			f.reset(tt.setup)
+			tt.run()
+			if got := epoch(); got != tt.want {
+				t.Errorf("epoch = %s, want %s", got, tt.want)
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@
 -- Never lifts remaining above what the shard's invariant allows.
 --
 -- KEYS[1] stock  KEYS[2] users  KEYS[3] res  KEYS[4] pending  KEYS[5] out
+-- KEYS[6] epoch  (incremented when a buyer's units go down; see reserve.lua KEYS[8])
 -- ARGV[1] token id  ARGV[2] reason  ARGV[3] now ms (kept on the record as the
 --         release time: "x|<user>|<qty>|<ms>|<order id>|<reason>|<released ms>")
 -- ARGV[4] "1" = only release a pending reservation (the shop said no, or verify
@@ -54,5 +55,6 @@ if held then
   else
     redis.call('HSET', KEYS[2], user, u .. '|' .. last)
   end
+  if redis.call('EXISTS', KEYS[6]) == 1 then redis.call('INCR', KEYS[6]) end
 end
 return {1, r}

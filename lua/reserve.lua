@@ -15,9 +15,13 @@
 --                 the sequence number tells a buyer's place in the queue
 -- KEYS[6] out     string, exists while r == 0 (read through client-side caching)
 -- KEYS[7] movesin set   move ids already deposited here
--- KEYS[8] rid     string (optional) the buyer's request id -> "<code>|<token id>",
+-- KEYS[8] epoch   string, an integer set at preheat, incremented by every
+--                 script that lowers a buyer's units (release.lua, abort.lua);
+--                 only read, for a buyer at their limit whose last
+--                 reservation is confirmed (see PURCHASED below)
+-- KEYS[9] rid     string (optional) the buyer's request id -> "<code>|<token id>",
 --                 so a repeated X-Request-Id never reserves twice
--- KEYS[9] ridbits string (with KEYS[8]) a bitset of this SKU's shard: the bit
+-- KEYS[10] ridbits string (with KEYS[9]) a bitset of this SKU's shard: the bit
 --                 of every request id this script wrote a record for, read by
 --                 every instance through client-side caching once the SKU is
 --                 sold out, so a fresh request id is answered SOLD_OUT from
@@ -27,7 +31,7 @@
 -- ARGV[8] units to deposit  ARGV[9] move id ("" = no deposit)
 -- ARGV[10] queue mode: the most entries the stream may hold (its share of
 --          queue.max_backlog); never trimmed  ARGV[11] token (full, for the stream)
--- ARGV[12] request id record ttl ms (read with KEYS[8]; always sent)
+-- ARGV[12] request id record ttl ms (read with KEYS[9]; always sent)
 -- ARGV[13] stock generation of the deposited units (steal.lua's reply):
 --          units of an older preheat are not deposited (see store.Preheat)
 -- ARGV[14] the request id's hash (uint32), ARGV[15] bits of a new bitset;
@@ -40,14 +44,18 @@
 --   {1, remaining}            OK: reserved, pending marker and record written
 --   {2, remaining}            EMPTY: home shard has fewer than qty units
 --   {3, token id}             PENDING: limit reached, last reservation still pending
---   {4, token id, order id}   PURCHASED: limit reached, last reservation confirmed
+--   {4, token id, order id}   PURCHASED: limit reached, last reservation confirmed;
+--   {4, token id, order id, "", units, epoch}  the same to a buyer with no
+--                             request id: their units and KEYS[8] ("" when
+--                             absent), so the caller may answer their repeats
+--                             from memory while the epoch stays the same
 --   {5}                       NOT_READY: shard was never preheated (or expired);
 --                             a buyer at their limit (no request id, no deposit)
 --                             is answered by their last reservation first
 --   {7, token id}             RELEASED: a repeated request id whose reservation was released
 --   {12, backlog}             BACKLOG: queue mode, the stream holds ARGV[10] entries or more
 --   {14}                      ABORTED: abort.lua settled this token id first; nothing taken
--- A repeated request id (KEYS[8] exists) answers by the current state of the
+-- A repeated request id (KEYS[9] exists) answers by the current state of the
 -- reservation its first copy got: pending or queued {3, ..}, confirmed {4, ..}, released {7, ..}.
 -- Token ids are random: a record before the reserve is abort.lua's tombstone.
 -- It is looked for before the first write (issue 10: not on the answers
@@ -56,9 +64,9 @@
 -- up on it).
 local qty = tonumber(ARGV[2])
 local move = ARGV[9] or ''
-local rid = KEYS[8]
+local rid = KEYS[9]
 -- lastAnswer is the answer to a buyer at their limit: their last reservation.
-local function lastAnswer(last)
+local function lastAnswer(last, units)
   local rec = redis.call('HGET', KEYS[3], last)
   local st = rec and string.sub(rec, 1, 1)
   if st == 'p' or st == 'q' then
@@ -66,6 +74,9 @@ local function lastAnswer(last)
   end
   local oid = ''
   if rec then oid = string.match(rec, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)') or '' end
+  if st == 'c' and not rid then
+    return {4, last, oid, '', units, redis.call('GET', KEYS[8]) or ''}
+  end
   return {4, last, oid}
 end
 -- A buyer at their limit, with no request id and nothing to deposit, is
@@ -75,7 +86,8 @@ if not rid and move == '' then
   held, heldRead = redis.call('HGET', KEYS[2], ARGV[1]), true
   if held then
     local u, last = string.match(held, '^(%d+)|(.*)$')
-    if tonumber(u) + qty > tonumber(ARGV[3]) then return lastAnswer(last) end
+    u = tonumber(u)
+    if u + qty > tonumber(ARGV[3]) then return lastAnswer(last, u) end
   end
 end
 local r = redis.call('HGET', KEYS[1], 'r')
@@ -98,15 +110,15 @@ if move ~= '' and redis.call('SADD', KEYS[7], move) == 1 then
   if redis.call('SCARD', KEYS[7]) == 1 then redis.call('PEXPIREAT', KEYS[7], ARGV[6]) end
 end
 
--- markRid sets the request id's bit (see KEYS[9]).
+-- markRid sets the request id's bit (see KEYS[10]).
 local function markRid()
-  local bits = redis.call('STRLEN', KEYS[9]) * 8
+  local bits = redis.call('STRLEN', KEYS[10]) * 8
   if bits == 0 then
     bits = tonumber(ARGV[15])
-    redis.call('SETBIT', KEYS[9], bits - 1, 0)
-    redis.call('PEXPIREAT', KEYS[9], ARGV[6])
+    redis.call('SETBIT', KEYS[10], bits - 1, 0)
+    redis.call('PEXPIREAT', KEYS[10], ARGV[6])
   end
-  redis.call('SETBIT', KEYS[9], tonumber(ARGV[14]) % bits, 1)
+  redis.call('SETBIT', KEYS[10], tonumber(ARGV[14]) % bits, 1)
 end
 if rid then
   local seen = redis.call('GET', rid)
@@ -141,7 +153,7 @@ if held then
       redis.call('SET', rid, '3|' .. last, 'PX', ARGV[12])
       markRid()
     end
-    return lastAnswer(last)
+    return lastAnswer(last, units)
   end
 end
 
@@ -152,7 +164,18 @@ if ARGV[7] == '1' then
   local backlog = redis.call('XLEN', KEYS[5])
   if backlog >= tonumber(ARGV[10]) then return {12, backlog} end
 end
-if not tombChecked and redis.call('HEXISTS', KEYS[3], ARGV[4]) == 1 then return {14} end
+if ARGV[7] == '1' then
+  if not tombChecked and redis.call('HEXISTS', KEYS[3], ARGV[4]) == 1 then return {14} end
+else
+  -- Sync mode: the record is written first, only if there is none (a
+  -- tombstone): one call for the check and the write (issue 10).
+  local rec = 'p|' .. ARGV[1] .. '|' .. qty .. '|' .. ARGV[5] .. '||'
+  if tombChecked then
+    redis.call('HSET', KEYS[3], ARGV[4], rec)
+  elseif redis.call('HSETNX', KEYS[3], ARGV[4], rec) == 0 then
+    return {14}
+  end
+end
 
 r = redis.call('HINCRBY', KEYS[1], 'r', -qty)
 redis.call('HINCRBY', KEYS[1], 'p', qty)
@@ -165,7 +188,6 @@ if ARGV[7] == '1' then
   if type(id) == 'table' then id = redis.call('XADD', KEYS[5], '*', 't', ARGV[11]) end
   redis.call('HSET', KEYS[3], ARGV[4], 'q|' .. ARGV[1] .. '|' .. qty .. '|' .. ARGV[5] .. '||' .. id)
 else
-  redis.call('HSET', KEYS[3], ARGV[4], 'p|' .. ARGV[1] .. '|' .. qty .. '|' .. ARGV[5] .. '||')
   redis.call('ZADD', KEYS[4], ARGV[5], ARGV[4])
 end
 if rid then

@@ -69,6 +69,21 @@ type Metrics struct {
 	// full too: 503 BUSY, released), unknown (Redis did not answer the
 	// spill: 504 UPSTREAM_TIMEOUT with the token).
 	Overflow *prometheus.CounterVec
+	// FairHeld is how many buys this instance holds in fair_start windows.
+	FairHeld prometheus.Gauge
+	// FairReleases counts held buys let on after their window, by outcome:
+	// released (went on to admission) or gone (the buyer had disconnected:
+	// nothing reserved).
+	FairReleases *prometheus.CounterVec
+	// DurableWinners counts winners' durability checks
+	// (redis.durable_winners), by path (buy: the buyer's request; queue:
+	// a queue worker before sending) and result (durable, forwarded:
+	// not acknowledged in time and sent anyway, refused: released,
+	// taken: a queue worker had claimed it first, deferred: a redelivered
+	// entry left for its next delivery).
+	DurableWinners *prometheus.CounterVec
+	// Gauges are read from Redis by a background collector (gauges.go).
+	Gauges *Gauges
 }
 
 // latencyBuckets span 50µs (a local refusal) to 10s (a stuck shop).
@@ -137,11 +152,23 @@ func New() *Metrics {
 			Name: "seckill_upstream_inflight_limit", Help: "The fleet's limit of winners in flight to the shop, by activity (moves with upstream.adaptive).",
 		}, []string{"activity"}),
 		Overflow: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "seckill_upstream_overflow_total", Help: "Winners that found the shop's in-flight budget full, by activity and outcome (waited, queued, busy, backlog, unknown).",
+			Name: "seckill_upstream_overflow_total", Help: "Winners that found the shop's in-flight budget full, by activity and outcome (waited, queued, busy, backlog, down, unknown).",
 		}, []string{"activity", "outcome"}),
+		DurableWinners: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_durable_winners_total", Help: "Winners' waits for replicas (redis.durable_winners), by path (buy, queue) and result (durable, forwarded, refused, taken, deferred).",
+		}, []string{"path", "result"}),
 	}
 	r.MustRegister(m.Inflight, m.InflightLimit, m.Overflow)
+	r.MustRegister(m.DurableWinners)
 	r.MustRegister(m.SessionLookups, m.SessionCache, m.SessionLatency)
+	m.Gauges = newGauges(r)
+	m.FairHeld = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "seckill_fair_start_held", Help: "Buys held in fair_start windows on this instance, waiting for their random release.",
+	})
+	m.FairReleases = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "seckill_fair_start_releases_total", Help: "Held fair_start buys let on, by outcome (released, gone: the buyer had disconnected).",
+	}, []string{"outcome"})
+	r.MustRegister(m.FairHeld, m.FairReleases)
 	m.FleetInstances.Set(1)
 	r.MustRegister(m.AuthFailures, m.FleetInstances, m.RedisRetries, m.Outcomes, m.Rejections, m.BuyLatency, m.ScriptLatency, m.UpstreamLatency,
 		m.Settlements, m.RedisSaved, m.StockMoves, m.Passthrough, m.QueueBacklog, m.ReconcileAlerts,

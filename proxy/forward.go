@@ -157,6 +157,7 @@ func (s *Server) forwardWinner(ctx *fasthttp.RequestCtx, st *state, r *admission
 	h.Set("X-Seckill-Sku", r.SKU)
 	h.Set("X-Seckill-Qty", qty)
 	h.Set("X-Seckill-User", r.User)
+	items := bundleHeaders(h, r)
 	up.prepare(ctx)
 	// v2 signs the request line as it goes out: the canonical path after
 	// rewrite and the base path, the query as fasthttp writes it (the buy
@@ -164,7 +165,7 @@ func (s *Server) forwardWinner(ctx *fasthttp.RequestCtx, st *state, r *admission
 	uri := ctx.Request.URI()
 	uri.DisablePathNormalizing = true
 	h.Set("X-Seckill-Signature", up.keys.Sign(time.Now().UnixMilli(), signing.Request{Token: tok, Activity: a.ID, SKU: r.SKU,
-		Qty: qty, User: r.User, Method: string(h.Method()), Target: string(uri.RequestURI())}))
+		Qty: qty, User: r.User, Method: string(h.Method()), Target: string(uri.RequestURI()), Items: items}))
 
 	t0 := time.Now()
 	err := up.buy.DoTimeout(&ctx.Request, &ctx.Response, up.timeout)
@@ -192,7 +193,7 @@ func (s *Server) forwardWinner(ctx *fasthttp.RequestCtx, st *state, r *admission
 		} else {
 			// Nothing the answer says waits for the confirm: it runs
 			// while the answer is written (issue 10).
-			s.confirmAfter(tok, oid, func(c context.Context) (lua.Code, error) {
+			s.confirmAfter(tok, oid, store.ConfirmItem{Token: d.Token, Shards: d.Shards, OrderID: oid}, func(c context.Context) (lua.Code, error) {
 				return s.book.Confirm(c, d.Token, d.Shards, oid)
 			})
 		}
@@ -262,6 +263,9 @@ type confirms struct {
 	slots   chan struct{}
 	running atomic.Int64 // polled by wait: a WaitGroup may not be waited on while winners keep adding
 
+	queue   chan confirmJob // batched confirms (a confirmer Book)
+	workers atomic.Int32
+
 	mu        sync.Mutex
 	cur, prev map[string]*runningConfirm // token -> its confirm; prev is dropped on rotation
 	rotated   time.Time
@@ -298,7 +302,27 @@ type runningConfirm struct {
 	ok atomic.Bool
 }
 
-func newConfirms() confirms { return confirms{slots: make(chan struct{}, maxConfirmsInFlight)} }
+func newConfirms() confirms {
+	return confirms{slots: make(chan struct{}, maxConfirmsInFlight), queue: make(chan confirmJob, maxConfirmsInFlight)}
+}
+
+// confirmer confirms many reservations in one call per shard (the store);
+// a Book without it confirms each winner in a goroutine of its own.
+type confirmer interface {
+	ConfirmMany(ctx context.Context, items []store.ConfirmItem) ([]lua.Code, []error)
+}
+
+// confirmJob is one winner's confirm waiting for a batch.
+type confirmJob struct {
+	tok    string
+	item   store.ConfirmItem
+	rc     *runningConfirm
+	single func(context.Context) (lua.Code, error) // the one-token confirm, for the retrier
+}
+
+// confirmWorkers bounds the batches in flight at once: while they wait
+// for Redis the next winners' confirms gather into the next batches.
+const confirmWorkers = 2
 
 // confirmAfter settles a winner's confirm in the background, the buyer's
 // answer written meanwhile. The guarantee is today's: the confirm is
@@ -306,7 +330,10 @@ func newConfirms() confirms { return confirms{slots: make(chan struct{}, maxConf
 // killed between the answer and the confirm leaves a pending reservation,
 // which the reconciler settles with verify.url — the same window as a kill
 // between the shop's answer and the confirm. Shutdown waits for them.
-func (s *Server) confirmAfter(tok, oid string, f func(context.Context) (lua.Code, error)) {
+// With a store that confirms in batches, the confirms that gather while
+// one batch is in flight go in one script call per shard (issue 10).
+func (s *Server) confirmAfter(tok, oid string, item store.ConfirmItem, f func(context.Context) (lua.Code, error)) {
+	cm, batched := s.book.(confirmer)
 	select {
 	case s.confirms.slots <- struct{}{}:
 	default:
@@ -316,16 +343,97 @@ func (s *Server) confirmAfter(tok, oid string, f func(context.Context) (lua.Code
 	rc := &runningConfirm{done: make(chan struct{}), orderID: oid}
 	s.confirms.remember(tok, rc)
 	s.confirms.running.Add(1)
+	if batched {
+		s.confirms.queue <- confirmJob{tok: tok, item: item, rc: rc, single: f} // a slot was free: never blocks
+		s.confirms.spawn(s, cm)
+		return
+	}
 	go func() {
-		defer s.confirms.running.Add(-1)
 		s.settle("confirm", func(c context.Context) (lua.Code, error) {
 			code, err := f(c)
 			rc.ok.Store(err == nil && (code == lua.OK || code == lua.Same))
 			return code, err
 		}, tok)
-		close(rc.done)
-		<-s.confirms.slots
+		s.confirms.finish(rc)
 	}()
+}
+
+// finish marks one confirm done.
+func (c *confirms) finish(rc *runningConfirm) {
+	close(rc.done)
+	<-c.slots
+	c.running.Add(-1)
+}
+
+// spawn starts a batch worker unless confirmWorkers already run.
+func (c *confirms) spawn(s *Server, cm confirmer) {
+	for {
+		n := c.workers.Load()
+		if n >= confirmWorkers {
+			return
+		}
+		if c.workers.CompareAndSwap(n, n+1) {
+			go c.work(s, cm)
+			return
+		}
+	}
+}
+
+// work confirms batches until the queue is empty, then exits (re-checking
+// after it stopped counting itself, so no job waits for a worker).
+func (c *confirms) work(s *Server, cm confirmer) {
+	batch := make([]confirmJob, 0, 64)
+	items := make([]store.ConfirmItem, 0, 64)
+	for {
+		select {
+		case j := <-c.queue:
+			batch, items = append(batch[:0], j), append(items[:0], j.item)
+		fill:
+			for len(batch) < store.MaxConfirmBatch {
+				select {
+				case j := <-c.queue:
+					batch, items = append(batch, j), append(items, j.item)
+				default:
+					break fill
+				}
+			}
+			s.confirmBatch(cm, batch, items)
+		default:
+			c.workers.Add(-1)
+			if len(c.queue) == 0 {
+				return
+			}
+			n := c.workers.Load()
+			if n >= confirmWorkers || !c.workers.CompareAndSwap(n, n+1) {
+				return // another worker has it
+			}
+		}
+	}
+}
+
+// confirmBatch runs one batch; a confirm Redis did not answer goes on
+// alone through settle's retrier, as an unbatched one would.
+func (s *Server) confirmBatch(cm confirmer, batch []confirmJob, items []store.ConfirmItem) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	codes, errs := cm.ConfirmMany(ctx, items)
+	cancel()
+	for i, j := range batch {
+		code, err := codes[i], errs[i]
+		j.rc.ok.Store(err == nil && (code == lua.OK || code == lua.Same))
+		f := j.single
+		if err != nil {
+			rc := j.rc // a retry that lands later still says so
+			f = func(c context.Context) (lua.Code, error) {
+				code, err := j.single(c)
+				if err == nil && (code == lua.OK || code == lua.Same) {
+					rc.ok.Store(true)
+				}
+				return code, err
+			}
+		}
+		s.settledOrRetry("confirm", f, j.tok, code, err)
+		s.confirms.finish(j.rc)
+	}
 }
 
 // settledAs turns a PENDING answer about a token whose confirm this
@@ -395,6 +503,12 @@ func (s *Server) settle(kind string, f func(context.Context) (lua.Code, error), 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	code, err := f(ctx)
+	s.settledOrRetry(kind, f, tok, code, err)
+}
+
+// settledOrRetry records the first attempt's result of f, or hands f to
+// the store's retrier when Redis did not answer it.
+func (s *Server) settledOrRetry(kind string, f func(context.Context) (lua.Code, error), tok string, code lua.Code, err error) {
 	if err != nil && store.Retryable(err) {
 		if rb, ok := s.book.(interface{ Retrier() *store.Retrier }); ok {
 			queued := rb.Retrier().Submit(kind, tok, func(c context.Context) error {

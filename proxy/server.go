@@ -64,6 +64,8 @@ type Server struct {
 	confirms confirms
 	// inflight is the shop's in-flight budgets (upstream.max_inflight).
 	inflight *inflight.Fleet
+	// shadow records shadow-mode decisions (shadow.go).
+	shadow shadowLog
 }
 
 // state is everything derived from one config, swapped whole on reload.
@@ -94,7 +96,7 @@ type outcomeCounters struct {
 
 // New builds a Server for cfg.
 func New(cfg *config.Config, d Deciders, b Book, m *metrics.Metrics, log *zap.Logger) (*Server, error) {
-	s := &Server{decide: d, book: b, m: m, log: log, obs: newObservers(m), refused: newRouteRefusals(m), confirms: newConfirms()}
+	s := &Server{decide: d, book: b, m: m, log: log, obs: newObservers(m), refused: newRouteRefusals(m), confirms: newConfirms(), shadow: newShadowLog()}
 	if is, ok := b.(inflight.Store); ok {
 		s.inflight = inflight.NewFleet(is, m.Inflight, m.InflightLimit, log.Named("inflight"), "")
 	}
@@ -220,6 +222,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if werr := s.confirms.wait(ctx); err == nil {
 		err = werr
 	}
+	if werr := s.WaitShadow(ctx); err == nil {
+		err = werr
+	}
 	if s.inflight != nil {
 		s.inflight.Close() // slots not in use go back to the fleet now, not at lease expiry
 	}
@@ -282,6 +287,10 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, st *state, m match) {
 		s.answer(ctx, st, nil, &answer{code: admission.UnknownItem})
 		return
 	}
+	if a.Shadow() != nil {
+		s.shadowBuy(ctx, st, m, a)
+		return
+	}
 	ans := answer{activity: a.ID}
 	req, code := s.parse(ctx, st, a, m)
 	if code != admission.Admitted {
@@ -298,17 +307,27 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, st *state, m match) {
 		st.outcome[a.ID].latency.Observe(time.Since(t0).Seconds())
 		return
 	}
-	ans.sku = req.SKU
+	if req.Items == nil {
+		ans.sku = req.SKU
+	}
 	// The request goes to admission behind an interface, so it would escape
 	// to the heap: take it from a pool instead (nothing keeps it past Decide
 	// and forwardWinner, both done before this handler returns).
 	rp := requestPool.Get().(*admission.Request)
 	*rp = req
 	defer func() { *rp = admission.Request{}; requestPool.Put(rp) }()
+	if a.FairStart > 0 {
+		// A buy held in the fair_start window is dropped if its buyer
+		// has gone by its release (admission peeks at the socket).
+		rp.Conn = ctx.Conn()
+	}
 	// Never the RequestCtx: it must not escape the handler, and as a parent
 	// context it would cost a goroutine per Redis call (STYLE.md).
 	d := s.decide.Decide(context.Background(), rp)
 	ans.code, ans.retryAfter = d.Code, d.RetryAfter
+	if d.Short != "" {
+		ans.sku = d.Short // a bundle's SOLD_OUT names the SKU that was short
+	}
 	if d.Token.ID != "" && (rp.Verified || a.Signature.Enabled() || ownReservation(d.Code)) {
 		// SPEC §9 / issue 9 §4: a reservation this very request did not
 		// make is shown only to a verified buyer; anyone can send someone
@@ -373,29 +392,35 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, 
 	} else if code := st.readBuyer(ctx, &body, &req); code != admission.Admitted {
 		return admission.Request{}, code
 	}
-	sx := st.skuFrom[a]
-	sku, err := sx.get(ctx, m.sku, &body)
-	if err != nil || !validID(sku) {
-		return admission.Request{}, admission.BadRequest
-	}
-	if k := a.SKU(string(sku)); k != nil {
-		req.SKU = k.ID // the config's string: no per-request allocation kept
+	if m.r.bundle {
+		if code := parseItems(ctx, &body, a, &req); code != admission.Admitted {
+			return admission.Request{}, code
+		}
 	} else {
-		return admission.Request{}, admission.UnknownItem
-	}
-	if qx, ok := st.qtyFrom[a]; ok {
-		q, err := qx.get(ctx, m.sku, &body)
-		if err != nil {
+		sx := st.skuFrom[a]
+		sku, err := sx.get(ctx, m.sku, &body)
+		if err != nil || !validID(sku) {
 			return admission.Request{}, admission.BadRequest
 		}
-		if q != nil {
-			if req.Qty = parseQty(q); req.Qty == 0 {
+		if k := a.SKU(string(sku)); k != nil {
+			req.SKU = k.ID // the config's string: no per-request allocation kept
+		} else {
+			return admission.Request{}, admission.UnknownItem
+		}
+		if qx, ok := st.qtyFrom[a]; ok {
+			q, err := qx.get(ctx, m.sku, &body)
+			if err != nil {
 				return admission.Request{}, admission.BadRequest
 			}
+			if q != nil {
+				if req.Qty = parseQty(q); req.Qty == 0 {
+					return admission.Request{}, admission.BadRequest
+				}
+			}
 		}
-	}
-	if req.Qty > a.MaxQty {
-		return admission.Request{}, admission.BadRequest
+		if req.Qty > a.MaxQty {
+			return admission.Request{}, admission.BadRequest
+		}
 	}
 	if dev, err := st.device.getID(ctx, &body); err != nil || len(dev) > 0 {
 		if err != nil || !validID(dev) {
@@ -403,7 +428,7 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, 
 		}
 		req.Device = string(dev)
 	}
-	if rid, err := st.reqID.getID(ctx, &body); err != nil || len(rid) > 0 {
+	if rid, err := st.reqID.getID(ctx, &body); req.Items == nil && (err != nil || len(rid) > 0) {
 		if err != nil || !validID(rid) {
 			return admission.Request{}, admission.BadRequest
 		}

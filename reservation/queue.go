@@ -435,6 +435,9 @@ func (aq *actQueue) handle(ctx context.Context, j job) {
 			return
 		}
 	}
+	if st.DurableWinners() && !aq.durable(ctx, tok, j, claim, ack) {
+		return
+	}
 	t0 := time.Now()
 	status, oid, err := aq.forward(ctx, tok, res)
 	done(time.Since(t0), sendOutcome(ctx, status, err))

@@ -31,7 +31,8 @@ func newActivity(id string, stock int64, shards int, limit int64) *config.Activi
 }
 
 func redisConfig(addrs []string, cluster bool) config.Redis {
-	return config.Redis{Addrs: addrs, Timeout: redistest.TimeoutScale * 200 * time.Millisecond, ClientCache: true, KeyPrefix: "seckill", Cluster: cluster}
+	return config.Redis{Addrs: addrs, Timeout: redistest.TimeoutScale * 200 * time.Millisecond, ClientCache: true, KeyPrefix: "seckill", Cluster: cluster,
+		BuyerMemo: config.DefaultBuyerMemo}
 }
 
 func openStore(t testing.TB, cfg config.Redis) *store.Store {

@@ -95,7 +95,10 @@ func (s *Store) Lookup(ctx context.Context, t Token, shards int) (Reservation, b
 	if t.Shard >= shards {
 		return Reservation{}, false, nil
 	}
-	k := s.keys.get(t.Activity, t.SKU, shards).Shards[t.Shard]
+	k, err := s.shardKeys(ctx, t.Activity, t.SKU, shards, t.Shard)
+	if err != nil {
+		return Reservation{}, false, err
+	}
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
 	rec, err := c.Do(cctx, c.B().Hget().Key(k.Res).Field(t.Field()).Build()).ToString()
@@ -131,6 +134,9 @@ func (s *Store) ConfirmReplay(ctx context.Context, t Token, shards int, orderID,
 }
 
 func (s *Store) confirmAs(ctx context.Context, t Token, shards int, orderID string, f *Fence, user, requestID string, rp *Replay) (lua.Code, error) {
+	if t.SKU == BundleSKU {
+		return s.bundleConfirm(ctx, t, shards, orderID, f) // no replays: bundles take no request id
+	}
 	// ARGV[3] is always sent (empty: no replay), so the fence's trailing
 	// KEYS and ARGV never stand where confirm.lua reads its own.
 	args := []string{t.Field(), sanitize(orderID), ""}
@@ -187,12 +193,15 @@ func (s *Store) Release(ctx context.Context, t Token, shards int, reason string,
 }
 
 func (s *Store) releaseAs(ctx context.Context, t Token, shards int, reason string, nowMs int64, pendingOnly bool, f *Fence) (lua.Code, error) {
+	if t.SKU == BundleSKU {
+		return s.bundleRelease(ctx, t, shards, reason, nowMs, pendingOnly, f)
+	}
 	only := "0"
 	if pendingOnly {
 		only = "1"
 	}
 	return s.transition(ctx, t, shards, f, s.release, s.fencedRelease,
-		func(k ShardKeys) []string { return []string{k.Stock, k.Users, k.Res, k.Pending, k.Out} },
+		func(k ShardKeys) []string { return []string{k.Stock, k.Users, k.Res, k.Pending, k.Out, k.Epoch} },
 		[]string{t.Field(), sanitize(reason), itoa(nowMs), only})
 }
 
@@ -207,7 +216,10 @@ func (s *Store) transition(ctx context.Context, t Token, shards int, f *Fence, p
 	if t.Shard >= shards {
 		return lua.Unknown, nil
 	}
-	k := s.keys.get(t.Activity, t.SKU, shards).Shards[t.Shard]
+	k, err := s.shardKeys(ctx, t.Activity, t.SKU, shards, t.Shard)
+	if err != nil {
+		return 0, err
+	}
 	keys, script := keysOf(k), plain
 	if f != nil {
 		keys, args = f.wrap(keys, args, k)
@@ -243,7 +255,10 @@ func (s *Store) StalePending(ctx context.Context, act, sku string, shards int, o
 	if err != nil {
 		return err
 	}
-	k := s.keys.get(act, sku, shards)
+	k, err := s.skuKeys(ctx, act, sku, shards)
+	if err != nil {
+		return err
+	}
 	hi := itoa(olderThanMs)
 	for i, sk := range k.Shards {
 		lo := "-inf"

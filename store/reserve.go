@@ -54,6 +54,9 @@ type ReserveResult struct {
 	// FromMemory is true when the answer came from client-side cached
 	// sold-out flags, with no script run.
 	FromMemory bool
+	// FromMemo is true when a repeat of a buyer at their limit was
+	// answered from the buyer memo (see buyerMemo), with no script run.
+	FromMemo bool
 	// Moves counts stock moves between shards this request needed.
 	Moves int
 	// Backlog (code Backlog) estimates the activity's queued entries not
@@ -84,7 +87,10 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	if err != nil {
 		return ReserveResult{}, err
 	}
-	k := s.keys.get(q.Activity, q.SKU, q.Shards)
+	k, err := s.skuKeys(ctx, q.Activity, q.SKU, q.Shards)
+	if err != nil {
+		return ReserveResult{}, err
+	}
 	home := HomeShard(q.User, q.Shards)
 	// A call of this buyer that this instance could not settle (Redis
 	// stalled) is settled first, so the buyer's retry is decided on what
@@ -105,6 +111,9 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	}
 	if allTrue(out) && q.RequestID == "" {
 		return ReserveResult{Code: lua.Empty, FromMemory: true}, nil
+	}
+	if r, ok := s.memoAnswer(cctx, c, &k.Shards[home], &q); ok {
+		return r, nil
 	}
 	id := newID()
 	tok := Token{Activity: q.Activity, SKU: q.SKU, Shard: home, ID: id}
@@ -168,6 +177,9 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 				if !ok {
 					return ReserveResult{}, ErrInvalidResponse
 				}
+				if r.epoch != "" {
+					s.remember(&q, &r, last)
+				}
 				return ReserveResult{Code: lua.Code(r.code), Token: last, OrderID: r.orderID, Replay: r.replay, Moves: res.Moves}, nil
 			case lua.NotReady:
 				return ReserveResult{Code: lua.NotReady}, nil
@@ -223,7 +235,7 @@ func (s *Store) abortLater(cause error, sk ShardKeys, tok Token, q ReserveReques
 	if !mayHaveRun(cause) && moveID == "" {
 		return
 	}
-	keys := []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Out, sk.MovesIn}
+	keys := []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Out, sk.MovesIn, sk.Epoch}
 	if rid != "" {
 		keys = append(keys, rid)
 	}
@@ -317,6 +329,10 @@ type reserveReply struct {
 	token     string
 	orderID   string
 	replay    *Replay
+	// units and epoch come with PURCHASED to a buyer without request id
+	// (see buyerMemo); epoch is "" otherwise.
+	units int64
+	epoch string
 }
 
 // runReserve runs reserve.lua; ctx carries the call's deadline.
@@ -346,13 +362,17 @@ func (s *Store) runReserve(ctx context.Context, c rueidis.Client, keys, args []s
 		}
 		r.token, err = arr[1].ToString()
 	case lua.Purchased:
-		if len(arr) != 3 && len(arr) != 4 {
+		if len(arr) != 3 && len(arr) != 4 && len(arr) != 6 {
 			return reserveReply{}, ErrInvalidResponse
 		}
 		if r.token, err = arr[1].ToString(); err == nil {
 			r.orderID, err = arr[2].ToString()
 		}
-		if err == nil && len(arr) == 4 {
+		if err == nil && len(arr) == 6 {
+			if r.units, err = arr[4].AsInt64(); err == nil {
+				r.epoch, err = arr[5].ToString()
+			}
+		} else if err == nil && len(arr) == 4 {
 			// The request id's winner, with the shop's answer kept.
 			var blob string
 			if blob, err = arr[3].ToString(); err == nil {
@@ -403,6 +423,14 @@ func (s *Store) stealFrom(ctx context.Context, c rueidis.Client, k *SKUKeys, out
 		}
 		switch {
 		case lua.Code(r[0]) == lua.OK && len(r) == 3:
+			if s.dur != nil {
+				// Durable winners: the donor's replicas have the steal
+				// before its units are used, or they stay in transit.
+				if err := s.durableSteal(ctx, c, k, d, moveID, q); err != nil {
+					failed, out[d] = err, true
+					continue
+				}
+			}
 			return r[1], moveID, r[2], nil
 		case len(r) != 2:
 			return 0, "", 0, ErrInvalidResponse
@@ -525,7 +553,11 @@ func (s *Store) SoldOut(ctx context.Context, act, sku string, shards int) (bool,
 	if err != nil {
 		return false, err
 	}
-	out, err := s.outFlags(ctx, c, s.keys.get(act, sku, shards))
+	k, err := s.skuKeys(ctx, act, sku, shards)
+	if err != nil {
+		return false, err
+	}
+	out, err := s.outFlags(ctx, c, k)
 	if err != nil {
 		return false, err
 	}

@@ -58,6 +58,7 @@ type Store struct {
 	epoch atomic.Uint64 // bumped whenever a connection's cache is dropped whole
 
 	reserve, steal, confirm, release *rueidis.Lua
+	confirmMany                      *rueidis.Lua
 	// Fenced variants for the reconciler's repairs (lua/fence.lua), and
 	// the lease script that hands out fencing tokens.
 	fencedConfirm, fencedRelease, fencedDeposit, fenceOnly, lease *rueidis.Lua
@@ -65,6 +66,10 @@ type Store struct {
 	// Settling calls whose reply never came (see abort.lua, settlemove.lua).
 	abort, settleMove, deposit *rueidis.Lua
 	retry                      *Retrier
+	memo                       *buyerMemo // nil without client-side caching or with redis.buyer_memo 0
+	deadlines                  deadlines
+	// dur is redis.durable_winners (durable.go); nil when off.
+	dur *durable
 }
 
 // Open builds a Store for cfg. It never fails because Redis is down: it
@@ -84,6 +89,7 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 			ClientName:        "seckill-proxy",
 			Dialer:            netDialer(cfg.Timeout),
 			ConnWriteTimeout:  max(cfg.Timeout*5, time.Second),
+			MaxFlushDelay:     cfg.FlushDelay,
 		},
 		timeout:     cfg.Timeout,
 		clientCache: cfg.ClientCache,
@@ -94,6 +100,7 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 		reserve:     rueidis.NewLuaScript(lua.Reserve),
 		steal:       rueidis.NewLuaScript(lua.Steal),
 		confirm:     rueidis.NewLuaScript(lua.Confirm),
+		confirmMany: rueidis.NewLuaScript(lua.ConfirmBatch),
 		release:     rueidis.NewLuaScript(lua.Release),
 
 		fencedConfirm: rueidis.NewLuaScript(lua.FencedConfirm),
@@ -107,6 +114,7 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 		settleMove:    rueidis.NewLuaScript(lua.SettleMove),
 		deposit:       rueidis.NewLuaScript(lua.Deposit),
 		retry:         NewRetrier(log.Named("retry"), retryQueueMax, max(10*cfg.Timeout, 2*time.Second)),
+		dur:           newDurable(cfg.DurableWinners),
 	}
 	s.opt.OnInvalidations = func(keys []rueidis.RedisMessage) {
 		if keys == nil {
@@ -119,6 +127,9 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 		case s.inval <- struct{}{}:
 		default:
 		}
+	}
+	if cfg.ClientCache {
+		s.memo = newBuyerMemo(cfg.BuyerMemo)
 	}
 	s.keys.prefix = cfg.KeyPrefix
 	if s.prefix == "" {
@@ -196,6 +207,7 @@ func (s *Store) Close() {
 		close(s.stop)
 	}
 	s.retry.Close()
+	s.memo.close()
 	if c := s.client.Load(); c != nil {
 		(*c).Close()
 	}
@@ -213,8 +225,16 @@ func (s *Store) Client() (rueidis.Client, error) {
 	return *c, nil
 }
 
-// SKUKeys returns the key names of every shard of one SKU.
-func (s *Store) SKUKeys(act, sku string, shards int) *SKUKeys { return s.keys.get(act, sku, shards) }
+// SKUKeys returns the key names of every shard of one SKU, placed as the
+// activity's meta says (read once when this process does not know it yet;
+// the original tags if it cannot be read).
+func (s *Store) SKUKeys(act, sku string, shards int) *SKUKeys {
+	k, err := s.skuKeys(context.Background(), act, sku, shards)
+	if err != nil {
+		return s.keys.get(act, sku, shards)
+	}
+	return k
+}
 
 // MetaKey is the activity's meta hash key.
 func (s *Store) MetaKey(act string) string { return MetaKey(s.prefix, act) }
@@ -243,7 +263,43 @@ func wrap(err error) error {
 }
 
 func (s *Store) ctx(parent context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(parent, s.timeout)
+	if parent.Done() != nil {
+		return context.WithTimeout(parent, s.timeout)
+	}
+	return s.deadlines.get(s.timeout)
+}
+
+// deadlines hands out shared contexts for calls with no parent to cancel
+// them (every buy's Redis calls): each one's deadline is its call's
+// redis.timeout rounded up to the next millisecond, so the calls started
+// within a millisecond share one context and one timer instead of a timer
+// each (issue 10: context.WithTimeout was a visible share of the buy path).
+// A shared context is never cancelled early; it expires by its timer.
+type deadlines struct {
+	cur atomic.Pointer[deadlineCtx]
+}
+
+type deadlineCtx struct {
+	at  int64 // unix ns
+	ctx context.Context
+	// cancel is kept only so the context's resources go with its timer.
+	cancel context.CancelFunc
+}
+
+const deadlineGrain = int64(time.Millisecond)
+
+func noCancel() {}
+
+func (d *deadlines) get(timeout time.Duration) (context.Context, context.CancelFunc) {
+	want := time.Now().UnixNano() + int64(timeout)
+	if b := d.cur.Load(); b != nil && b.at >= want && b.at-want < deadlineGrain {
+		return b.ctx, noCancel
+	}
+	at := (want/deadlineGrain + 1) * deadlineGrain
+	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, at))
+	b := &deadlineCtx{at: at, ctx: ctx, cancel: cancel}
+	d.cur.Store(b)
+	return ctx, noCancel
 }
 
 // ints parses a script reply that is an array of integers.

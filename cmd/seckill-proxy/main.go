@@ -1,6 +1,6 @@
 // Command seckill-proxy is the flash-sale admission proxy: serve, and the
 // operator's commands (validate, preheat, pause, resume, release,
-// reconcile, status). See README.md.
+// reconcile, status, preflight). See README.md.
 package main
 
 import (
@@ -27,15 +27,19 @@ const (
 Usage:
   seckill-proxy serve     -c FILE                          run the proxy
   seckill-proxy validate  -c FILE                          check a config
+  seckill-proxy preflight -c FILE [--json]                 check Redis, shop, secrets, windows before a sale
   seckill-proxy preheat   -c FILE [--activity ID] [--force] load stock into Redis
   seckill-proxy pause     -c FILE (ID | --all)             kill switch off
   seckill-proxy resume    -c FILE (ID | --all)             kill switch on
   seckill-proxy release   -c FILE TOKEN [--reason R]       give a reservation's stock back
   seckill-proxy reconcile -c FILE [--activity ID] [--repair] [--json]
+  seckill-proxy reconcile -c FILE --exceptions [--activity ID] [--json]   recorded findings
+  seckill-proxy reconcile -c FILE --export csv [--activity ID] [--out FILE]
   seckill-proxy status    -c FILE [--activity ID] [--json] stock per SKU; exit 1 if broken
   seckill-proxy block     -c FILE (--ip X | --device D | --user U)... [--ttl 10m]
   seckill-proxy unblock   -c FILE (--ip X | --device D | --user U)...
   seckill-proxy eligible  -c FILE --activity ID (--add U | --remove U)... [--ttl 24h]
+  seckill-proxy shadow-report -c FILE --activity ID [--json] a mode: shadow activity's decisions vs the shop
 
 Every command takes --help, and --log-format json|console.
 Exit codes: 0 ok, 1 operation failed or invariant broken, 2 bad usage or bad config.
@@ -68,10 +72,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	cmds := map[string]func(*cli) error{
-		"serve": cmdServe, "validate": cmdValidate, "preheat": cmdPreheat,
+		"serve": cmdServe, "validate": cmdValidate, "preheat": cmdPreheat, "preflight": cmdPreflight,
 		"pause": cmdPause, "resume": cmdResume, "release": cmdRelease,
 		"reconcile": cmdReconcile, "status": cmdStatus,
 		"block": cmdBlock, "unblock": cmdUnblock, "eligible": cmdEligible,
+		"shadow-report": cmdShadowReport,
 	}
 	f, ok := cmds[args[0]]
 	if !ok {
@@ -210,11 +215,13 @@ func activities(cfg *config.Config, id string) ([]*config.Activity, error) {
 			}
 			return nil, fail(exitUsage, "no activity %q in %s (activities: %s)", id, cfg.Path, strings.Join(ids, ", "))
 		}
-		return []*config.Activity{a}, nil
+		return []*config.Activity{a.ShadowOrSelf()}, nil
 	}
+	// A shadow activity's stock, flags and reservations are its shadow
+	// copy's (id <ID>~shadow): preheat, status, pause, reconcile... act on it.
 	out := make([]*config.Activity, 0, len(cfg.Activities))
 	for i := range cfg.Activities {
-		out = append(out, &cfg.Activities[i])
+		out = append(out, cfg.Activities[i].ShadowOrSelf())
 	}
 	return out, nil
 }

@@ -83,8 +83,11 @@ func cmdPreheat(c *cli) error {
 			fmt.Fprintf(c.stdout, "%s: %s (%d SKUs, %d units, %d shards)\n", a.ID, out, len(a.SKUs), total, a.Shards)
 		}
 	}
-	for _, w := range st.SettingsWarnings(context.Background()) {
-		fmt.Fprintln(c.stderr, "warning: "+w)
+	if ws := st.SettingsWarnings(context.Background()); len(ws) > 0 {
+		for _, w := range ws {
+			fmt.Fprintln(c.stderr, "warning: "+w)
+		}
+		fmt.Fprintln(c.stderr, "(seckill-proxy preflight -c "+c.cfgPath+" runs every sale-day check)")
 	}
 	if failed {
 		return &exitError{code: exitFailed, err: errors.New("")}
@@ -184,16 +187,22 @@ func cmdStatus(c *cli) error {
 	}
 	defer st.Close()
 	var doc struct {
-		Activities []store.ActivityStatus `json:"activities"`
+		Activities []activityStatus `json:"activities"`
 	}
 	ok := true
+	now := time.Now()
 	for _, a := range acts {
 		s, err := st.Status(context.Background(), a)
 		if err != nil {
 			return fail(exitFailed, "status %s: %v", a.ID, err)
 		}
+		rec, err := st.PreheatRecord(context.Background(), a.ID)
+		if err != nil {
+			return fail(exitFailed, "status %s: %v", a.ID, err)
+		}
 		ok = ok && s.OK()
-		doc.Activities = append(doc.Activities, s)
+		st.WithPlacement(context.Background(), &s)
+		doc.Activities = append(doc.Activities, activityStatus{ActivityStatus: s, Preheat: preheatStatusOf(a, rec, now)})
 	}
 	if *asJSON {
 		enc := json.NewEncoder(c.stdout)
@@ -217,6 +226,24 @@ func cmdStatus(c *cli) error {
 			}
 		}
 		_ = tw.Flush()
+		for _, a := range doc.Activities {
+			if line := a.Preheat.String(); line != "" {
+				fmt.Fprintf(c.stdout, "%s: %s\n", a.ID, line)
+			}
+			if a.Placement != nil {
+				fmt.Fprintf(c.stdout, "%s: %s\n", a.ID, a.Placement.Line())
+			}
+		}
+	}
+	// Shards per master: a reshard may have piled an activity's shards on
+	// fewer masters since preheat (issue 11 §3).
+	for _, a := range doc.Activities {
+		switch {
+		case a.PlacementError != "":
+			fmt.Fprintf(c.stderr, "warning: %s: shard placement unknown: %s\n", a.ID, a.PlacementError)
+		case a.Placement != nil && !a.Placement.Even:
+			fmt.Fprintln(c.stderr, "warning: "+store.PlacementWarning(a.ID, *a.Placement))
+		}
 	}
 	if !ok {
 		return &exitError{code: exitFailed, err: errors.New("stock invariant broken: initial != remaining + pending + confirmed")}

@@ -17,8 +17,10 @@ import (
 
 	"github.com/seckill-proxy/seckill-proxy/admin"
 	"github.com/seckill-proxy/seckill-proxy/admission"
+	"github.com/seckill-proxy/seckill-proxy/collector"
 	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/seckill-proxy/seckill-proxy/metrics"
+	"github.com/seckill-proxy/seckill-proxy/preheat"
 	"github.com/seckill-proxy/seckill-proxy/proxy"
 	"github.com/seckill-proxy/seckill-proxy/reservation"
 	"github.com/seckill-proxy/seckill-proxy/store"
@@ -64,7 +66,7 @@ func cmdServe(c *cli) error {
 	}
 	cur.cfg = cfg
 	current := func() *config.Config { cur.Lock(); defer cur.Unlock(); return cur.cfg }
-	rec := reservation.NewReconciler(st, m, log.Named("reconciler"))
+	rec := reservation.NewReconciler(st, m, log.Named("reconciler")).WithExceptionsMax(cfg.Reconcile.ExceptionsMax)
 	admin.MountAll(adm, st, rec, m, current)
 	adminSrv := &http.Server{Handler: adm, ReadHeaderTimeout: 10 * time.Second}
 
@@ -74,6 +76,9 @@ func cmdServe(c *cli) error {
 	go func() { errc <- srv.Serve(ln) }()
 	go func() { errc <- adminSrv.Serve(aln) }()
 	go backgroundReconciler(ctx, rec, current, log)
+	// Redis-side gauges of /metrics (per node, per SKU): read once a
+	// second here, never per scrape.
+	go collector.New(st, m, current, log.Named("collector")).Run(ctx, collector.MinInterval)
 	// Queue-mode workers run in every instance: the consumer group shares
 	// the streams between them, a Redis bucket shares queue.rate.
 	// Their sends take slots of the same in-flight budgets as the sync
@@ -81,12 +86,23 @@ func cmdServe(c *cli) error {
 	queue := reservation.NewQueue(st, m, log.Named("queue"), reservation.QueueOptions{Inflight: srv.Inflight()})
 	queue.Start(cfg)
 	defer queue.Stop()
+	// Scheduled preheats (preheat_at): every instance follows the
+	// schedule, one loads the stock under a per-activity Redis lease.
+	sched := preheat.New(st, current, log.Named("preheat"), preheat.Options{Registerer: m.Registry})
+	go sched.Run(ctx)
 	// Local snapshots (flags, sold-out marks, blocklists, eligibility) and
 	// the fleet roll call (limits.fleet), left on the way out.
 	piped := make(chan struct{})
 	go func() { defer close(piped); pipe.Run(ctx) }()
 	for _, w := range secretWarnings(cfg) {
 		log.Warn(w)
+	}
+	if st.DurableWinners() {
+		go func() {
+			for _, w := range st.DurableWarnings(ctx) {
+				log.Warn(w)
+			}
+		}()
 	}
 	log.Info("serving", zap.String("listen", ln.Addr().String()), zap.String("admin", aln.Addr().String()),
 		zap.Int("activities", len(cfg.Activities)), zap.String("upstream", cfg.Upstream.URL))
@@ -110,6 +126,7 @@ func cmdServe(c *cli) error {
 			log.Warn("this setting changed in the file but takes effect only on restart", zap.String("setting", f))
 		}
 		queue.Start(next)
+		sched.Kick()
 		for _, w := range secretWarnings(next) { // a rotation's new key may not be in the environment yet
 			log.Warn(w)
 		}

@@ -56,9 +56,15 @@ type Activity struct {
 	// AdmissionRate is the admission_rate as YAML flow; default far above any test's load.
 	AdmissionRate string
 	Mode          string // default sync
+	ShadowHeaders bool   // shadow_headers (mode: shadow)
 	// CaseSensitive and PassMethods are the route's case_sensitive and pass_methods.
 	CaseSensitive bool
 	PassMethods   []string
+	// FairStart and FairStartSpread are fair_start and fair_start_spread
+	// (0: left out).
+	FairStart, FairStartSpread time.Duration
+	// BundleRoute is the activity's bundle_route as YAML flow; default none.
+	BundleRoute string
 }
 
 // Options is one proxy config. Zero fields take the harness defaults.
@@ -86,6 +92,8 @@ type Options struct {
 	UpstreamExtra []string
 	// Server is the body of `server:` as YAML flow; default none.
 	Server string
+	// RedisExtra are more `redis:` keys, one "key: value" a line.
+	RedisExtra []string
 }
 
 // YAML renders o as a config file. Listen ports are free ports of this
@@ -117,6 +125,9 @@ func (o Options) YAML(t testing.TB) string {
 	w("  cluster: %v", o.Cluster)
 	w("  timeout: %s", orDur(o.RedisTimeout, redistest.TimeoutScale*200*time.Millisecond))
 	w("  key_prefix: %s", or(o.KeyPrefix, "seckill"))
+	for _, l := range o.RedisExtra {
+		w("  %s", l)
+	}
 	w("identity:")
 	w("  user: %s", or(o.User, "{ header: X-User-Id }"))
 	if o.Limits != "" {
@@ -192,6 +203,18 @@ func (o Options) YAML(t testing.TB) string {
 		}
 		if a.EligibleOnly {
 			w("    eligible_only: true")
+		}
+		if a.ShadowHeaders {
+			w("    shadow_headers: true")
+		}
+		if a.FairStart != 0 {
+			w("    fair_start: %s", a.FairStart)
+		}
+		if a.FairStartSpread != 0 {
+			w("    fair_start_spread: %s", a.FairStartSpread)
+		}
+		if a.BundleRoute != "" {
+			w("    bundle_route: %s", a.BundleRoute)
 		}
 		if !a.NoVerify {
 			w("    verify:")

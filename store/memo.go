@@ -1,0 +1,98 @@
+package store
+
+import (
+	"context"
+	"hash/maphash"
+
+	"github.com/dgraph-io/ristretto/v2"
+	"github.com/redis/rueidis"
+
+	"github.com/seckill-proxy/seckill-proxy/lua"
+)
+
+// buyerMemo remembers buyers Redis answered "at your limit, your last
+// reservation is confirmed" (the repeat clicks of every winner, the most
+// common request of a sale that still has stock), so their next repeats
+// are answered from this instance's memory instead of a script call.
+//
+// Such a buyer stays at their limit until one of their reservations is
+// released (release.lua, abort.lua) or the stock is preheated anew; both
+// change the home shard's epoch key (ShardKeys.Epoch). The script hands
+// out the epoch with the answer, atomically; a remembered answer is used
+// only while the epoch read through client-side caching (local memory,
+// invalidated by Redis) is still the same. So a memory answer is at most
+// as old as Redis's invalidation message, the same staleness as every
+// client-side cached read. Without client-side caching nothing is
+// remembered. An evicted or dropped entry only costs a script call.
+type buyerMemo struct {
+	c    *ristretto.Cache[uint64, memoEntry]
+	seed maphash.Seed
+}
+
+type memoEntry struct {
+	act, user string
+	token     Token
+	orderID   string
+	units     int64
+	epoch     string
+}
+
+func newBuyerMemo(size int) *buyerMemo {
+	if size <= 0 {
+		return nil
+	}
+	c, err := ristretto.NewCache(&ristretto.Config[uint64, memoEntry]{
+		NumCounters: int64(size) * 10, MaxCost: int64(size), BufferItems: 64,
+	})
+	if err != nil {
+		return nil
+	}
+	return &buyerMemo{c: c, seed: maphash.MakeSeed()}
+}
+
+func (m *buyerMemo) key(act, user string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(m.seed)
+	h.WriteString(act)
+	h.WriteByte(0)
+	h.WriteString(user)
+	return h.Sum64()
+}
+
+func (m *buyerMemo) close() {
+	if m != nil {
+		m.c.Close()
+	}
+}
+
+// memoAnswer answers q from the memo when the buyer is remembered at
+// their limit and their home shard's epoch is unchanged.
+func (s *Store) memoAnswer(ctx context.Context, c rueidis.Client, sk *ShardKeys, q *ReserveRequest) (ReserveResult, bool) {
+	m := s.memo
+	if m == nil || q.RequestID != "" {
+		return ReserveResult{}, false
+	}
+	e, ok := m.c.Get(m.key(q.Activity, q.User))
+	if !ok || e.user != q.User || e.act != q.Activity || e.units+q.Qty <= q.Limit {
+		return ReserveResult{}, false
+	}
+	epoch, err := c.DoCache(ctx, c.B().Get().Key(sk.Epoch).Cache(), flagTTL).ToString()
+	if err != nil || epoch != e.epoch {
+		return ReserveResult{}, false
+	}
+	return ReserveResult{Code: lua.Purchased, Token: e.token, OrderID: e.orderID, FromMemo: true}, true
+}
+
+// remember keeps a PURCHASED answer that came with the buyer's units and
+// their shard's epoch (reserve.lua gives both to a buyer without request id).
+func (s *Store) remember(q *ReserveRequest, r *reserveReply, tok Token) {
+	if s.memo == nil || r.epoch == "" {
+		return
+	}
+	s.memo.c.Set(s.memo.key(q.Activity, q.User), memoEntry{
+		act: q.Activity, user: q.User, token: tok, orderID: r.orderID, units: r.units, epoch: r.epoch,
+	}, 1)
+	// Sets are applied by ristretto's goroutine: wait, so the buyer's next
+	// click finds it (once per buyer per epoch, never on the common path).
+	s.memo.c.Wait()
+}

@@ -1,0 +1,67 @@
+package store
+
+import (
+	"context"
+	"strconv"
+	"time"
+)
+
+// PreheatRecord is what the meta hash says about an activity's preheat.
+type PreheatRecord struct {
+	Ready bool // stock is loaded (meta ready=1)
+	// At is when the stock was loaded: the stock generation, which Preheat
+	// sets to its clock in ms (zero when not ready).
+	At time.Time
+	// ScheduledBy names the serve instance whose scheduled preheat
+	// (preheat_at) loaded the stock; "" for a preheat by hand.
+	ScheduledBy string
+}
+
+// metaScheduledBy is the meta hash field a scheduled preheat leaves. A
+// later Preheat rewrites the meta hash whole and drops it, as it should:
+// the stock is then not the scheduler's.
+const metaScheduledBy = "scheduled_by"
+
+// PreheatRecord reads the activity's preheat state from Redis, bypassing
+// the client-side cache (a scheduler deciding whether to preheat must not
+// trust a value one invalidation behind).
+func (s *Store) PreheatRecord(ctx context.Context, act string) (PreheatRecord, error) {
+	c, err := s.Client()
+	if err != nil {
+		return PreheatRecord{}, err
+	}
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	m, err := c.Do(cctx, c.B().Hmget().Key(s.MetaKey(act)).Field("ready", "ver", metaScheduledBy).Build()).ToArray()
+	if err != nil {
+		return PreheatRecord{}, wrap(err)
+	}
+	var v [3]string
+	for i := range m {
+		if i < len(v) {
+			v[i], _ = m[i].ToString()
+		}
+	}
+	r := PreheatRecord{Ready: v[0] == "1", ScheduledBy: v[2]}
+	if ms, err := strconv.ParseInt(v[1], 10, 64); err == nil && r.Ready {
+		r.At = time.UnixMilli(ms)
+	}
+	return r, nil
+}
+
+// MarkScheduledPreheat records in the meta hash that holder's scheduled
+// preheat loaded the stock (shown by `status`). Only an existing, ready
+// meta hash is marked: never one a concurrent forced preheat is rewriting.
+func (s *Store) MarkScheduledPreheat(ctx context.Context, act, holder string) error {
+	c, err := s.Client()
+	if err != nil {
+		return err
+	}
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	err = c.Do(cctx, c.B().Eval().Script(`if redis.call('HGET', KEYS[1], 'ready') == '1' then
+  return redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+end
+return 0`).Numkeys(1).Key(s.MetaKey(act)).Arg(metaScheduledBy, holder).Build()).Error()
+	return wrap(err)
+}
