@@ -72,7 +72,11 @@ func (c *Config) setDefaults(m *meta) {
 	setOnce(m, &c.Server.WriteTimeout, 30*time.Second)
 	setOnce(m, &c.Server.IdleTimeout, 90*time.Second)
 
-	setOnce(m, &c.Redis.Addrs, []string{DefaultRedisAddr})
+	if !c.Redis.Sentinel.Enabled() {
+		// Behind Sentinel the master's address comes from the sentinels.
+		setOnce(m, &c.Redis.Addrs, []string{DefaultRedisAddr})
+	}
+	c.Redis.TLS.Enabled = m.has(&c.Redis.TLS)
 	setOnce(m, &c.Redis.Timeout, 200*time.Millisecond)
 	setOnce(m, &c.Redis.ClientCache, true)
 	setOnce(m, &c.Redis.KeyPrefix, DefaultKeyPrefix)

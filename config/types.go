@@ -126,6 +126,36 @@ type Redis struct {
 	// after a flush, while other calls are in flight, to send more calls
 	// per system call (rueidis MaxFlushDelay). 0 = flush at once.
 	FlushDelay time.Duration `yaml:"flush_delay"`
+	// Sentinel, when master_set is set, finds the master through Redis
+	// Sentinel (addrs are the sentinels) and follows it across failovers.
+	// Excludes redis.addrs and redis.cluster.
+	Sentinel Sentinel `yaml:"sentinel"`
+	// TLS, when the block is present, speaks TLS to every Redis node (and
+	// to the sentinels).
+	TLS RedisTLS `yaml:"tls"`
+}
+
+// Sentinel is redis.sentinel.
+type Sentinel struct {
+	// MasterSet is the name the sentinels monitor the master under.
+	MasterSet string `yaml:"master_set"`
+	// Addrs are sentinels' host:port (one suffices; list all of them).
+	Addrs []string `yaml:"addrs"`
+}
+
+// Enabled reports whether Redis is reached through Sentinel.
+func (s *Sentinel) Enabled() bool { return s.MasterSet != "" }
+
+// RedisTLS is redis.tls. Files are PEM. Without ca_file the system's roots
+// verify the server; cert_file and key_file (both or neither) are the
+// client certificate for servers that require one (tls-auth-clients).
+type RedisTLS struct {
+	CAFile     string `yaml:"ca_file"`
+	CertFile   string `yaml:"cert_file"`
+	KeyFile    string `yaml:"key_file"`
+	ServerName string `yaml:"server_name"` // default: the host of the address dialled
+	// Enabled is set when the file has a redis.tls block (even `tls: {}`).
+	Enabled bool `yaml:"-"`
 }
 
 // Source names where one value of a request comes from. Exactly one of

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -73,8 +72,12 @@ type Store struct {
 // keeps dialling in the background while every call answers ErrUnavailable,
 // so a proxy started before Redis serves ordinary routes meanwhile.
 func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
-	if len(cfg.Addrs) == 0 {
+	if len(cfg.Addrs) == 0 && !cfg.Sentinel.Enabled() {
 		return nil, errors.New("redis: no addresses")
+	}
+	tlsConf, err := cfg.TLS.Config()
+	if err != nil {
+		return nil, err
 	}
 	s := &Store{
 		opt: rueidis.ClientOption{
@@ -87,6 +90,7 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 			Dialer:            netDialer(cfg.Timeout),
 			ConnWriteTimeout:  max(cfg.Timeout*5, time.Second),
 			MaxFlushDelay:     cfg.FlushDelay,
+			TLSConfig:         tlsConf,
 		},
 		timeout:     cfg.Timeout,
 		clientCache: cfg.ClientCache,
@@ -111,6 +115,11 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 		settleMove:    rueidis.NewLuaScript(lua.SettleMove),
 		deposit:       rueidis.NewLuaScript(lua.Deposit),
 		retry:         NewRetrier(log.Named("retry"), retryQueueMax, max(10*cfg.Timeout, 2*time.Second)),
+	}
+	if cfg.Sentinel.Enabled() {
+		s.opt.InitAddress = cfg.Sentinel.Addrs
+		s.opt.ForceSingleClient = false
+		s.opt.Sentinel = sentinelOption(cfg, tlsConf)
 	}
 	s.opt.OnInvalidations = func(keys []rueidis.RedisMessage) {
 		if keys == nil {
@@ -147,7 +156,7 @@ func OpenNow(cfg config.Redis, log *zap.Logger) (*Store, error) {
 	}
 	if s.client.Load() == nil {
 		s.Close()
-		return nil, fmt.Errorf("redis %s: %w", strings.Join(cfg.Addrs, ","), ErrUnavailable)
+		return nil, fmt.Errorf("redis %s: %w", Where(cfg), ErrUnavailable)
 	}
 	return s, nil
 }
