@@ -66,6 +66,9 @@ type Store struct {
 	abort, settleMove, deposit *rueidis.Lua
 	retry                      *Retrier
 	memo                       *buyerMemo // nil without client-side caching or with redis.buyer_memo 0
+	// dialErr is why Open's first dial failed; written before Open
+	// returns and never again (the background redial does not touch it).
+	dialErr error
 }
 
 // Open builds a Store for cfg. It never fails because Redis is down: it
@@ -141,6 +144,7 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 		s.prefix, s.keys.prefix = "seckill", "seckill"
 	}
 	if err := s.connect(); err != nil {
+		s.dialErr = err
 		log.Warn("redis not reachable yet; retrying in the background", zap.Error(err))
 		go s.redial()
 	}
@@ -156,6 +160,11 @@ func OpenNow(cfg config.Redis, log *zap.Logger) (*Store, error) {
 	}
 	if s.client.Load() == nil {
 		s.Close()
+		if s.dialErr != nil {
+			// Why matters to the operator: refused, a TLS certificate
+			// not trusted, a wrong password, no such master set.
+			return nil, fmt.Errorf("redis %s: %w: %v", Where(cfg), ErrUnavailable, s.dialErr)
+		}
 		return nil, fmt.Errorf("redis %s: %w", Where(cfg), ErrUnavailable)
 	}
 	return s, nil
