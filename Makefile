@@ -42,11 +42,13 @@ test-short: redis
 test-cluster: redis
 	$(GO) test -count=1 -run 'Cluster' -v ./...
 
-# On demand, not part of `test`: a spike against a 3-master, 3-replica
-# cluster while the master holding the most stock shards is SIGKILLed
-# (internal/e2e/failover_test.go; figures in BENCHMARKS.md "Cluster failover").
+# The failover tests alone (they also run in `test`, ~18 s each): a spike
+# against a 3-master, 3-replica cluster while the master holding the most
+# stock shards is SIGKILLed (internal/e2e/failover_test.go; figures in
+# BENCHMARKS.md "Cluster failover"), and the same behind Redis Sentinel
+# (internal/e2e/sentinel_test.go).
 test-failover: redis
-	$(GO) test -tags failover -count=1 -run Failover -v ./internal/e2e/
+	$(GO) test -count=1 -run 'ClusterFailover|SentinelFailover' -v ./internal/e2e/
 
 # Go benchmarks plus the standard seckill-bench profiles (see BENCHMARKS.md).
 bench: redis build

@@ -81,7 +81,8 @@ func TestParseDefaults(t *testing.T) {
 			ReplayMaxBytes:   DefaultReplayMaxBytes,
 			ReleaseStatuses:  []string{"4xx"},
 		},
-		Server: Server{MaxConns: DefaultServerMaxConns, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second},
+		Server: Server{MaxConns: DefaultServerMaxConns, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second,
+			DrainDelay: DefaultDrainDelay, ShutdownTimeout: 11 * time.Second},
 		Redis: Redis{
 			Addrs:       []string{"127.0.0.1:6379"},
 			Timeout:     200 * time.Millisecond,
@@ -218,7 +219,8 @@ activities:
 		Admin:        Admin{Listen: ":9999", TokenEnv: "ADMIN_TOK"},
 		Upstream: Upstream{URL: "https://shop.example/base", Timeout: 1500 * time.Millisecond, MaxConns: 7, SigningSecretEnv: "SIG",
 			PassTimeout: 9 * time.Second, IdleTimeout: 2 * time.Second, ReplayMaxBytes: 0, ReleaseStatuses: []string{"4xx", "502", "3xx"}},
-		Server: Server{MaxConns: 100, MaxConnsPerIP: 4, ReadTimeout: 5 * time.Second, WriteTimeout: 6 * time.Second, IdleTimeout: 7 * time.Second},
+		Server: Server{MaxConns: 100, MaxConnsPerIP: 4, ReadTimeout: 5 * time.Second, WriteTimeout: 6 * time.Second, IdleTimeout: 7 * time.Second,
+			DrainDelay: DefaultDrainDelay, ShutdownTimeout: 8 * time.Second},
 		Redis: Redis{
 			Addrs:       []string{"r1:6379", "r2:6379"},
 			Cluster:     true, // implied by two addresses

@@ -104,6 +104,16 @@ type Server struct {
 	WriteTimeout time.Duration `yaml:"write_timeout"`
 	// IdleTimeout closes keep-alive connections idle this long.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// DrainDelay is how long a stopping instance (SIGTERM, SIGINT) keeps
+	// its listener open with readiness false, answering buys 503 BUSY with
+	// Retry-After, so balancers take it out before it stops accepting
+	// (default 1s; 0..5m).
+	DrainDelay time.Duration `yaml:"drain_delay"`
+	// ShutdownTimeout bounds the wait, after the drain delay, for buys in
+	// flight at the shop and their confirms (default 2 × upstream.timeout
+	// + 5s; at least upstream.timeout). What is cut off stays pending for
+	// the reconciler.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 }
 
 // Redis says how to reach the store.

@@ -133,6 +133,13 @@ func (v *validator) upstream(c *Config) {
 	if v.ok(&sv.MaxConnsPerIP) && sv.MaxConnsPerIP < 0 {
 		v.errorf(v.m.line(&sv.MaxConnsPerIP, &c.Server), "server.max_conns_per_ip must be 0 (no bound) or more, got %d", sv.MaxConnsPerIP)
 	}
+	if v.ok(&sv.DrainDelay) && (sv.DrainDelay < 0 || sv.DrainDelay > 5*time.Minute) {
+		v.errorf(v.m.line(&sv.DrainDelay, &c.Server), "server.drain_delay must be between 0s and 5m, got %s", sv.DrainDelay)
+	}
+	if v.ok(&sv.ShutdownTimeout) && v.ok(&u.Timeout) && sv.ShutdownTimeout < u.Timeout {
+		v.errorf(v.m.line(&sv.ShutdownTimeout, &c.Server),
+			"server.shutdown_timeout (%s) must be at least upstream.timeout (%s): winners still at the shop would be cut off and left pending", sv.ShutdownTimeout, u.Timeout)
+	}
 	for _, d := range []struct {
 		p    *time.Duration
 		name string

@@ -61,6 +61,7 @@ type Server struct {
 	refused routeRefusals
 	// confirms are winners' confirms settled after their answers (issue 10).
 	confirms confirms
+	draining atomic.Bool // Drain: a graceful stop has begun (drain.go)
 }
 
 // state is everything derived from one config, swapped whole on reload.
@@ -259,6 +260,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.pass(ctx, st)
 	}
 	m.release()
+	if s.draining.Load() {
+		ctx.SetConnectionClose()
+	}
 }
 
 // buy runs one buy request through admission and, for a winner, the shop.
@@ -267,6 +271,10 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, st *state, m match) {
 	a := m.act
 	if a == nil {
 		s.answer(ctx, st, nil, &answer{code: admission.UnknownItem})
+		return
+	}
+	if s.draining.Load() {
+		s.refuseDraining(ctx, st, a)
 		return
 	}
 	ans := answer{activity: a.ID}

@@ -53,7 +53,7 @@ func cmdServe(c *cli) error {
 	if err != nil {
 		return fail(exitFailed, "serve: listen %s: %v", cfg.Listen, err)
 	}
-	adm := admin.New(m, st, cfg.AdminToken(), log.Named("admin"))
+	adm := admin.New(m, readiness{st, srv}, cfg.AdminToken(), log.Named("admin"))
 	aln, err := net.Listen("tcp", cfg.Admin.Listen)
 	if err != nil {
 		_ = ln.Close() // the admin listen error is the one to report
@@ -138,12 +138,8 @@ func cmdServe(c *cli) error {
 				reload("SIGHUP")
 				continue
 			}
-			log.Info("shutting down", zap.Stringer("signal", sig))
+			gracefulStop(srv, adminSrv, current().Server, sig, sigs, log)
 			stop()
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_ = srv.Shutdown(sctx)
-			_ = adminSrv.Shutdown(sctx)
-			cancel()
 			// The others' shares grow at their next beat, not FleetStale later.
 			select {
 			case <-piped:
