@@ -138,8 +138,11 @@ func cmdServe(c *cli) error {
 				reload("SIGHUP")
 				continue
 			}
-			gracefulStop(srv, adminSrv, current().Server, sig, sigs, log)
+			// Nothing is admitted from here on: the fleet roll call is left
+			// at once (the others' shares grow), background work stops.
+			srv.Drain()
 			stop()
+			gracefulStop(srv, adminSrv, current().Server, sig, sigs, log)
 			// The others' shares grow at their next beat, not FleetStale later.
 			select {
 			case <-piped:
