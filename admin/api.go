@@ -82,6 +82,7 @@ func (api *API) status(w http.ResponseWriter, r *http.Request) {
 			writeErr(w, http.StatusServiceUnavailable, err.Error())
 			return
 		}
+		api.Store.WithPlacement(r.Context(), &s)
 		doc.Activities = append(doc.Activities, s)
 	}
 	writeJSON(w, http.StatusOK, doc)

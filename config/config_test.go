@@ -91,6 +91,7 @@ func TestParseDefaults(t *testing.T) {
 			BuyerMemo:   DefaultBuyerMemo,
 		},
 		TrustedProxies: []string{"127.0.0.1/32"},
+		Reconcile:      Reconcile{ExceptionsMax: DefaultExceptionsMax},
 		Identity: Identity{
 			User:      Source{Header: "X-User-Id"},
 			Device:    Source{Header: "X-Device-Id"},
@@ -232,6 +233,7 @@ activities:
 			BuyerMemo:   DefaultBuyerMemo,
 		},
 		TrustedProxies: []string{"10.0.0.0/8", "192.168.1.7", "::1"},
+		Reconcile:      Reconcile{ExceptionsMax: DefaultExceptionsMax},
 		Identity:       Identity{User: Source{Cookie: "uid"}, Device: Source{Query: "dev"}},
 		Limits: Limits{
 			PerIP:      Rate{Rate: 1.5, Burst: 20},
@@ -473,6 +475,8 @@ func TestValidation(t *testing.T) {
 		{"redis bad addr", okAct + "redis:\n  addrs:\n    - a:1\n    - nohost\n", []wantErr{{11, `redis.addrs: want host:port, got "nohost"`}}},
 		{"redis timeout", okAct + "redis: {timeout: -1s}\n", []wantErr{{8, "redis.timeout must be positive"}}},
 		{"key prefix braces", okAct + "redis: {key_prefix: \"{sk}\"}\n", []wantErr{{8, "redis.key_prefix"}}},
+		{"exceptions max low", okAct + "reconcile:\n  exceptions_max: 10\n", []wantErr{{9, "reconcile.exceptions_max must be between 100 and 1000000"}}},
+		{"exceptions max high", okAct + "reconcile: {exceptions_max: 2000000}\n", []wantErr{{8, "reconcile.exceptions_max"}}},
 		{"trusted proxy", okAct + "trusted_proxies:\n  - 10.0.0.0/8\n  - nope\n", []wantErr{{10, `trusted_proxies: "nope" is neither`}}},
 		{"identity two sources", okAct + "identity:\n  user: {header: A, cookie: b}\n", []wantErr{{9, "identity.user: set exactly one"}}},
 		{"identity no source", okAct + "identity:\n  device: {}\n", []wantErr{{9, "identity.device: set one of"}}},

@@ -36,6 +36,15 @@ const (
 	PendingMargin = 2 * time.Second
 )
 
+// DefaultExceptionsMax is reconcile.exceptions_max's default: entries kept
+// per activity in its stream of reconcile exceptions (a few hundred bytes
+// each). MinExceptionsMax and MaxExceptionsMax bound it.
+const (
+	DefaultExceptionsMax = 10_000
+	MinExceptionsMax     = 100
+	MaxExceptionsMax     = 1_000_000
+)
+
 // DefaultSigningKeyID is the key id (k=) of the one key that
 // upstream.signing_secret_env configures.
 const DefaultSigningKeyID = "default"
@@ -90,6 +99,7 @@ func (c *Config) setDefaults(m *meta) {
 	}
 
 	setOnce(m, &c.TrustedProxies, []string{"127.0.0.1/32"})
+	setOnce(m, &c.Reconcile.ExceptionsMax, DefaultExceptionsMax)
 
 	// A source is defaulted as a whole: `user: {cookie: uid}` must not also
 	// inherit the default header and end up with two sources.

@@ -22,6 +22,15 @@ type Config struct {
 	Limits         Limits            `yaml:"limits"`
 	Messages       map[string]string `yaml:"messages"`
 	Activities     []Activity        `yaml:"activities"`
+	Reconcile      Reconcile         `yaml:"reconcile"`
+}
+
+// Reconcile configures what the reconciler keeps for people.
+type Reconcile struct {
+	// ExceptionsMax bounds each activity's stream of reconcile exceptions
+	// (XADD MAXLEN ~ N: Redis trims whole stream nodes, so the stream may
+	// hold up to about 100 entries more). Read at start by serve.
+	ExceptionsMax int `yaml:"exceptions_max"`
 }
 
 // Admin is the admin listener: metrics, health, pprof, dashboard, admin API.

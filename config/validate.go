@@ -67,6 +67,9 @@ func (v *validator) config(c *Config) {
 	v.envName(&c.Admin.TokenEnv, "admin.token_env", c.Admin.TokenEnv, &c.Admin)
 	v.upstream(c)
 	v.redis(c)
+	if n := c.Reconcile.ExceptionsMax; v.ok(&c.Reconcile.ExceptionsMax) && (n < MinExceptionsMax || n > MaxExceptionsMax) {
+		v.errorf(v.m.line(&c.Reconcile.ExceptionsMax, &c.Reconcile), "reconcile.exceptions_max must be between %d and %d entries, got %d", MinExceptionsMax, MaxExceptionsMax, n)
+	}
 	for i, s := range c.TrustedProxies {
 		if _, ok := parsePrefix(s); !ok {
 			v.errorf(v.m.line(&c.TrustedProxies[i], &c.TrustedProxies), "trusted_proxies: %q is neither a CIDR nor an IP address", s)

@@ -1052,7 +1052,7 @@ func TestScriptSHA(t *testing.T) {
 		src  string
 		want string
 	}{
-		{name: "reserve", src: lua.Reserve, want: "2aba853db0da22070879c2e5340956dba4fed69f"},
+		{name: "reserve", src: lua.Reserve, want: "1aaba029c5c1e415f4cf9646e0bf647112a11c48"},
 		{name: "steal", src: lua.Steal, want: "ecd78a0a5d969304c4db0022c31d3c3e554a6970"},
 		{name: "confirm", src: lua.Confirm, want: "c3919655a6b88d9c4b1943f5a116b57181b3a33c"},
 		{name: "release", src: lua.Release, want: "5f5f6228201a4721f419abac45be7f61c7a6ea6e"},

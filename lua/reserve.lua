@@ -164,7 +164,18 @@ if ARGV[7] == '1' then
   local backlog = redis.call('XLEN', KEYS[5])
   if backlog >= tonumber(ARGV[10]) then return {12, backlog} end
 end
-if not tombChecked and redis.call('HEXISTS', KEYS[3], ARGV[4]) == 1 then return {14} end
+if ARGV[7] == '1' then
+  if not tombChecked and redis.call('HEXISTS', KEYS[3], ARGV[4]) == 1 then return {14} end
+else
+  -- Sync mode: the record is written first, only if there is none (a
+  -- tombstone): one call for the check and the write (issue 10).
+  local rec = 'p|' .. ARGV[1] .. '|' .. qty .. '|' .. ARGV[5] .. '||'
+  if tombChecked then
+    redis.call('HSET', KEYS[3], ARGV[4], rec)
+  elseif redis.call('HSETNX', KEYS[3], ARGV[4], rec) == 0 then
+    return {14}
+  end
+end
 
 r = redis.call('HINCRBY', KEYS[1], 'r', -qty)
 redis.call('HINCRBY', KEYS[1], 'p', qty)
@@ -177,7 +188,6 @@ if ARGV[7] == '1' then
   if type(id) == 'table' then id = redis.call('XADD', KEYS[5], '*', 't', ARGV[11]) end
   redis.call('HSET', KEYS[3], ARGV[4], 'q|' .. ARGV[1] .. '|' .. qty .. '|' .. ARGV[5] .. '||' .. id)
 else
-  redis.call('HSET', KEYS[3], ARGV[4], 'p|' .. ARGV[1] .. '|' .. qty .. '|' .. ARGV[5] .. '||')
   redis.call('ZADD', KEYS[4], ARGV[5], ARGV[4])
 end
 if rid then

@@ -218,9 +218,12 @@ func (r *run) owners(a *config.Activity, sku string, shards int) []string {
 	return out
 }
 
-// spread checks, per activity, that the shards of every SKU land on every
-// master: a master without any is idle while the others take the spike.
-func (r *run) spread() {
+// spread checks, per activity, that its shards sit evenly on the
+// masters: a master without any is idle while the others take the spike.
+// A preheated activity is read as the store placed it (issue 11 §3: preheat
+// chooses each shard's tag so they spread evenly; a reshard since may have
+// made it uneven); one not preheated yet is judged by what preheat will do.
+func (r *run) spread(ctx context.Context) {
 	if !r.clustered() || r.slotOwner == nil || r.st == nil {
 		return
 	}
@@ -228,33 +231,21 @@ func (r *run) spread() {
 	if masters == 0 {
 		return
 	}
-	on := func(a *config.Activity, shards int) int {
-		least := masters
-		for _, sku := range a.SKUs {
-			d := map[string]bool{}
-			for _, o := range r.owners(a, sku.ID, shards) {
-				if o != "" {
-					d[o] = true
-				}
-			}
-			least = min(least, len(d))
-		}
-		return least
-	}
 	for _, a := range r.activities() {
 		name := "shard-spread " + a.ID
-		got := on(a, a.Shards)
-		if got == masters {
-			r.pass(name, fmt.Sprintf("the %d shards of each SKU are on all %d masters", a.Shards, masters))
-			continue
+		p, ok, err := r.st.PlacementOf(ctx, a.ID)
+		switch {
+		case err != nil:
+			r.warn(name, "shard placement unreadable: "+err.Error(), "check the cluster answers CLUSTER SHARDS (or CLUSTER SLOTS)")
+		case ok && !p.Even:
+			r.warn(name, store.PlacementWarning(a.ID, p), fmt.Sprintf("seckill-proxy preheat -c FILE --activity %s --force (before the sale: it deletes its reservations)", a.ID))
+		case ok:
+			r.pass(name, p.Line())
+		case a.Shards < masters:
+			r.warn(name, fmt.Sprintf("%d shards for %d masters: preheat places one per master, %d masters take none of its spike", a.Shards, masters, masters-a.Shards),
+				fmt.Sprintf("set shards: %d (or a multiple) for activity %s", masters, a.ID))
+		default:
+			r.pass(name, fmt.Sprintf("not preheated yet: preheat will spread its %d shards evenly over the %d masters", a.Shards, masters))
 		}
-		fix := "raise shards so every master holds some"
-		for n := a.Shards + 1; n <= 1024; n++ {
-			if on(a, n) == masters {
-				fix = fmt.Sprintf("set shards: %d for activity %s (puts shards on all %d masters)", n, a.ID, masters)
-				break
-			}
-		}
-		r.warn(name, fmt.Sprintf("the %d shards of a SKU land on %d of %d masters: the others take none of its spike", a.Shards, got, masters), fix)
 	}
 }

@@ -158,7 +158,7 @@ func Run(ctx context.Context, cfg *config.Config, opt Options) Report {
 			r.nodeChecks(ctx, n)
 		}
 	}
-	r.spread()
+	r.spread(ctx)
 	r.keys(ctx)
 	r.shop(ctx)
 	r.verify(ctx)

@@ -98,6 +98,12 @@ type ActivityReport struct {
 	MovesSettled int         `json:"moves_settled"`
 	Notes        []string    `json:"notes,omitempty"`
 	Alerts       []string    `json:"alerts,omitempty"`
+	// Exceptions are the pass's findings with their evidence; a repairing
+	// pass records them in the activity's exceptions stream (a report-only
+	// pass only shows them).
+	Exceptions []store.Exception `json:"exceptions,omitempty"`
+	// ExceptionsRecorded is how many of them were new to the stream.
+	ExceptionsRecorded int `json:"exceptions_recorded,omitempty"`
 }
 
 // Report is one reconciler pass.
@@ -127,12 +133,22 @@ type Reconciler struct {
 	log       *zap.Logger
 	holder    string
 	leaseWait time.Duration
+	// exceptionsMax bounds each activity's exceptions stream.
+	exceptionsMax int
 }
 
 // NewReconciler builds a Reconciler. Its lease holder name is unique to
 // this process and instance.
 func NewReconciler(st *store.Store, m *metrics.Metrics, log *zap.Logger) *Reconciler {
-	return &Reconciler{st: st, http: &http.Client{Timeout: 5 * time.Second}, m: m, log: log, holder: instanceName()}
+	return &Reconciler{st: st, http: &http.Client{Timeout: 5 * time.Second}, m: m, log: log, holder: instanceName(),
+		exceptionsMax: config.DefaultExceptionsMax}
+}
+
+// WithExceptionsMax bounds each activity's exceptions stream to about n
+// entries (reconcile.exceptions_max).
+func (r *Reconciler) WithExceptionsMax(n int) *Reconciler {
+	r.exceptionsMax = n
+	return r
 }
 
 // WithLeaseWait makes a repairing Run wait up to d for the lease held by
@@ -171,6 +187,13 @@ func (r *Reconciler) Run(ctx context.Context, acts []*config.Activity, repair bo
 		ar, err := r.activity(ctx, a, repair, rep.Fence, now)
 		if err != nil {
 			return rep, fmt.Errorf("reconcile %s: %w", a.ID, err)
+		}
+		if repair {
+			n, err := r.st.RecordExceptions(ctx, a.ID, ar.Exceptions, r.exceptionsMax, store.ExpireAt(a))
+			ar.ExceptionsRecorded = n
+			if err != nil {
+				return rep, fmt.Errorf("reconcile %s: recording exceptions: %w", a.ID, err)
+			}
 		}
 		rep.Activities = append(rep.Activities, ar)
 	}
@@ -256,6 +279,8 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 	}
 	cutoff := now.Add(-a.PendingTimeout).UnixMilli()
 	unsettled := map[string]int64{}
+	// Per-reservation evidence of what stays unsettled, graded with its SKU.
+	unsettledEx := map[string][]store.Exception{}
 	seen := 0
 	for _, sku := range a.SKUs {
 		err := r.st.StalePending(ctx, a.ID, sku.ID, f.Shards, cutoff, stalePage, func(stale []store.Reservation) error {
@@ -272,9 +297,15 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 				}
 				if !fd.settled() {
 					unsettled[sku.ID] += res.Qty
+					unsettledEx[sku.ID] = append(unsettledEx[sku.ID], store.Exception{Activity: a.ID, Kind: "unsettled", SKU: sku.ID,
+						Token: fd.Token, User: fd.User, Qty: fd.Qty, State: res.State, Shop: shopAnswer(fd), At: now,
+						Reason: unsettledReason(fd)})
 				}
 				if fd.Detail == detailReleasedWithOrder {
-					r.alert(&ar, "order_for_released", fmt.Sprintf("sku %s: %s: the shop holds order %s for a released reservation", sku.ID, fd.Token, fd.OrderID))
+					msg := fmt.Sprintf("sku %s: %s: the shop holds order %s for a released reservation", sku.ID, fd.Token, fd.OrderID)
+					r.alert(&ar, "order_for_released", msg)
+					ar.Exceptions = append(ar.Exceptions, store.Exception{Activity: a.ID, Kind: "order_for_released", Severity: "alert",
+						SKU: sku.ID, Token: fd.Token, User: fd.User, Qty: fd.Qty, State: store.StateReleased, Shop: shopAnswer(fd), At: now, Reason: msg})
 				}
 				ar.Stale = append(ar.Stale, fd)
 			}
@@ -301,7 +332,7 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 				sr.ShopCount = &n
 			}
 		}
-		r.compare(&ar, a, sr)
+		r.compare(&ar, a, sr, unsettledEx[k.ID], now)
 		ar.SKUs = append(ar.SKUs, sr)
 	}
 	return ar, nil
@@ -326,8 +357,11 @@ func (r *Reconciler) queueAge(ctx context.Context, ar *ActivityReport, a *config
 		limit += time.Duration(float64(a.Queue.MaxBacklog) / a.Queue.Rate * float64(time.Second))
 	}
 	if waited := now.Sub(time.UnixMilli(ms)); waited > limit {
-		r.alert(ar, "queued_stale", fmt.Sprintf("the oldest queued reservation has waited %s without being sent (limit %s = pending_timeout + max_backlog / queue.rate): are the queue workers running?",
-			waited.Round(time.Second), limit.Round(time.Second)))
+		msg := fmt.Sprintf("the oldest queued reservation has waited %s without being sent (limit %s = pending_timeout + max_backlog / queue.rate): are the queue workers running?",
+			waited.Round(time.Second), limit.Round(time.Second))
+		r.alert(ar, "queued_stale", msg)
+		ar.Exceptions = append(ar.Exceptions, store.Exception{Activity: a.ID, Kind: "queued_stale", Severity: "alert",
+			SKU: a.SKUs[0].ID, State: store.StateQueued, At: now, Reason: msg})
 	}
 }
 
@@ -343,36 +377,74 @@ func leaseErr(err error) error {
 // and never fixed automatically; pending reservations the shop cannot
 // account for are graded by size and phase; the shop holding fewer orders
 // than confirmed is graded the same way, for a person to look at.
-func (r *Reconciler) compare(ar *ActivityReport, a *config.Activity, k SKUReport) {
+func (r *Reconciler) compare(ar *ActivityReport, a *config.Activity, k SKUReport, unsettled []store.Exception, now time.Time) {
 	if !k.Preheated {
 		return
 	}
+	shopCount := ""
+	if k.ShopCount != nil {
+		shopCount = "count=" + strconv.FormatInt(*k.ShopCount, 10)
+	}
+	skuEx := func(kind, severity string, qty int64, msg string) {
+		ar.Exceptions = append(ar.Exceptions, store.Exception{Activity: a.ID, Kind: kind, Severity: severity, SKU: k.ID,
+			Qty: qty, Shop: shopCount, At: now, Reason: msg})
+	}
 	if !k.OK {
-		r.alert(ar, "invariant", fmt.Sprintf("sku %s: %s", k.ID, k.Problem))
+		msg := fmt.Sprintf("sku %s: %s", k.ID, k.Problem)
+		r.alert(ar, "invariant", msg)
+		skuEx("invariant", "alert", 0, msg)
 	}
 	strict := ar.Phase == "closed"
-	grade := func(kind string, diff int64, what string) {
+	grade := func(kind string, diff int64, what string) string {
 		if diff == 0 {
-			return
+			return ""
 		}
 		msg := fmt.Sprintf("sku %s: %s: %d units (tolerance %d, activity %s)", k.ID, what, diff, k.Tolerance, ar.Phase)
 		if strict || diff > k.Tolerance {
 			r.alert(ar, kind, msg)
-			return
+			return "alert"
 		}
 		ar.Notes = append(ar.Notes, msg)
 		r.log.Warn("reconcile note", zap.String("activity", a.ID), zap.String("note", msg))
+		return "note"
 	}
-	grade("unsettled", k.Unsettled, "reservations pending beyond pending_timeout that the shop could not settle")
+	// Unsettled reservations are kept one by one, with the SKU's grade.
+	if sev := grade("unsettled", k.Unsettled, "reservations pending beyond pending_timeout that the shop could not settle"); sev != "" {
+		for _, e := range unsettled {
+			e.Severity = sev
+			ar.Exceptions = append(ar.Exceptions, e)
+		}
+	}
 	if k.ShopCount != nil {
 		shop := *k.ShopCount
-		grade("shop_missing", k.Confirmed-shop, "shop holds fewer units in orders than Redis confirmed")
+		// Only a shortfall is missing: the shop holding more than confirmed
+		// is its orders for pending reservations, or shop_extra below.
+		if sev := grade("shop_missing", max(k.Confirmed-shop, 0), "shop holds fewer units in orders than Redis confirmed"); sev != "" {
+			skuEx("shop_missing", sev, k.Confirmed-shop, fmt.Sprintf("shop holds %d units in orders, Redis confirmed %d", shop, k.Confirmed))
+		}
 		if extra := shop - k.Confirmed - k.Pending; extra > 0 {
 			// Orders the reservation book does not hold: their stock went
 			// back on sale. Redis holds more than it should; never auto-fixed.
-			r.alert(ar, "shop_extra", fmt.Sprintf("sku %s: shop holds %d units in orders beyond confirmed+pending", k.ID, extra))
+			msg := fmt.Sprintf("sku %s: shop holds %d units in orders beyond confirmed+pending", k.ID, extra)
+			r.alert(ar, "shop_extra", msg)
+			skuEx("shop_extra", "alert", extra, fmt.Sprintf("shop holds %d units in orders, Redis confirmed %d and has %d pending", shop, k.Confirmed, k.Pending))
 		}
 	}
+}
+
+// shopAnswer is a stale reservation's verify verdict as evidence.
+func shopAnswer(f Finding) string {
+	if f.OrderID != "" {
+		return string(f.Verdict) + " order_id=" + f.OrderID
+	}
+	return string(f.Verdict)
+}
+
+func unsettledReason(f Finding) string {
+	if f.Detail != "" {
+		return "pending beyond pending_timeout, " + f.Action + ": " + f.Detail
+	}
+	return "pending beyond pending_timeout, " + f.Action
 }
 
 func (r *Reconciler) alert(ar *ActivityReport, kind, msg string) {

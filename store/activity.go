@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"strconv"
 	"strings"
@@ -36,6 +37,9 @@ func (s *Store) Flags(ctx context.Context, act string) (Flags, error) {
 	}
 	f := Flags{Ready: m["ready"] == "1", Paused: m["paused"] == "1"}
 	f.Shards, _ = strconv.Atoi(m["shards"])
+	// Every instance reads the flags (admission's refresher, on each
+	// invalidation of the meta): the shards' placement rides along.
+	s.learnPlacement(act, m)
 	f.Ver, _ = strconv.ParseInt(m["ver"], 10, 64)
 	return f, nil
 }
@@ -114,6 +118,7 @@ func (s *Store) Preheat(ctx context.Context, a *config.Activity, force bool, now
 		return 0, wrap(err)
 	}
 	outcome := PreheatCreated
+	oldPlace := meta[placeField]
 	// The stock generation: every shard's stock hash carries it (field g),
 	// steals stamp their moves with it, and a move's units are deposited
 	// only into stock of the same generation, so a steal taken from the
@@ -125,9 +130,12 @@ func (s *Store) Preheat(ctx context.Context, a *config.Activity, force bool, now
 		if sameStock(meta, a) && !force {
 			// The window may have moved (an `end` extended after preheat):
 			// keys must never expire before end + key_ttl_after_end.
-			if err := s.extendExpiry(cctx, c, a); err != nil {
+			// The placement stays too: an activity preheated before
+			// placement keeps its original tags until a forced preheat.
+			if err := s.extendExpiry(cctx, c, a, oldPlace); err != nil {
 				return 0, err
 			}
+			s.learnPlacement(a.ID, meta)
 			return PreheatUnchanged, nil
 		}
 		if !force {
@@ -154,13 +162,21 @@ func (s *Store) Preheat(ctx context.Context, a *config.Activity, force bool, now
 			}
 		}
 		outcome = PreheatOverwritten
-		if err := s.wipe(cctx, c, a.ID, meta); err != nil {
+	}
+	// On a cluster, the shards' tags are chosen now, before anything is
+	// deleted: a cluster that cannot say its topology leaves all as it was.
+	place, err := s.placement(cctx, c, a)
+	if err != nil {
+		return 0, err
+	}
+	if outcome == PreheatOverwritten {
+		if err := s.wipe(cctx, c, a.ID, meta, place); err != nil {
 			return 0, err
 		}
 	}
 	exp := ExpireAt(a)
 	for _, sku := range a.SKUs {
-		k := s.keys.get(a.ID, sku.ID, a.Shards)
+		k := s.keys.getPlaced(a.ID, sku.ID, a.Shards, place)
 		for i, sk := range k.Shards {
 			share := sku.Stock / int64(a.Shards)
 			if int64(i) < sku.Stock%int64(a.Shards) {
@@ -191,6 +207,9 @@ func (s *Store) Preheat(ctx context.Context, a *config.Activity, force bool, now
 	for _, sku := range a.SKUs {
 		fv = fv.FieldValue("sku:"+sku.ID, itoa(sku.Stock))
 	}
+	if place != "" {
+		fv = fv.FieldValue(placeField, place)
+	}
 	for _, r := range c.DoMulti(cctx,
 		c.B().Del().Key(s.MetaKey(a.ID)).Build(),
 		fv.Build(),
@@ -200,7 +219,22 @@ func (s *Store) Preheat(ctx context.Context, a *config.Activity, force bool, now
 			return 0, wrap(err)
 		}
 	}
+	s.keys.setPlace(a.ID, place)
 	return outcome, nil
+}
+
+// placement chooses the tags of a's shards on a cluster and returns the
+// meta's "place" field for them; "" on a single node (original tags, and
+// no round trip).
+func (s *Store) placement(ctx context.Context, c rueidis.Client, a *config.Activity) (string, error) {
+	t, err := s.clusterTopology(ctx, c)
+	if errors.Is(err, errNotCluster) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return strings.Join(placeShards(s.prefix, a.ID, a.Shards, t), ","), nil
 }
 
 func sameStock(meta map[string]string, a *config.Activity) bool {
@@ -224,23 +258,85 @@ func sameStock(meta map[string]string, a *config.Activity) bool {
 	return true
 }
 
-// wipe deletes every shard key of the SKUs an earlier preheat wrote.
-func (s *Store) wipe(ctx context.Context, c rueidis.Client, act string, meta map[string]string) error {
+// wipe deletes every shard key of the SKUs an earlier preheat wrote (with
+// the placement that preheat chose). When the new preheat places the
+// shards elsewhere (place differs), the old shards' request-id bitsets and
+// fences go too, each fence's token carried to the new shard first, so a
+// reconciler that lost its lease stays fenced off after the move.
+func (s *Store) wipe(ctx context.Context, c rueidis.Client, act string, meta map[string]string, place string) error {
 	shards, _ := strconv.Atoi(meta["shards"])
+	moved := meta[placeField] != place
 	for f := range meta {
 		sku, ok := strings.CutPrefix(f, "sku:")
 		if !ok || shards <= 0 {
 			continue
 		}
-		for _, sk := range s.keys.get(act, sku, shards).Shards {
-			err := c.Do(ctx, c.B().Del().Key(sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves, sk.Epoch).Build()).Error()
-			if err != nil {
+		for _, sk := range s.keys.getPlaced(act, sku, shards, meta[placeField]).Shards {
+			del := c.B().Del().Key(sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves, sk.Epoch).Build()
+			if moved {
+				del = c.B().Del().Key(sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves, sk.Epoch, sk.RidBits).Build()
+			}
+			if err := c.Do(ctx, del).Error(); err != nil {
 				return wrap(err)
 			}
 		}
 	}
+	if moved {
+		return s.moveFences(ctx, c, act, shards, meta[placeField], place)
+	}
 	return nil
 }
+
+// moveFences carries each old shard's reconciler fence (the highest
+// fencing token it saw) to the new shard of the same index, never
+// lowering one there, and deletes the old fence. Shards whose tag stays
+// keep their fence as it is.
+func (s *Store) moveFences(ctx context.Context, c rueidis.Client, act string, shards int, from, to string) error {
+	oldSalts, newSalts := parsePlace(from, shards), parsePlace(to, -1)
+	saltOf := func(salts []string, i int) string {
+		if i < len(salts) {
+			return salts[i]
+		}
+		return ""
+	}
+	for i := 0; i < shards; i++ {
+		old := shardBase(s.prefix, act, i, saltOf(oldSalts, i)) + "fence"
+		nk := shardBase(s.prefix, act, i, saltOf(newSalts, i)) + "fence"
+		if old == nk {
+			continue
+		}
+		v, err := c.Do(ctx, c.B().Get().Key(old).Build()).ToString()
+		if rueidis.IsRedisNil(err) {
+			continue
+		}
+		if err != nil {
+			return wrap(err)
+		}
+		ttl, err := c.Do(ctx, c.B().Pttl().Key(old).Build()).AsInt64()
+		if err != nil {
+			return wrap(err)
+		}
+		if err := c.Do(ctx, c.B().Eval().Script(raiseFence).Numkeys(1).Key(nk).Arg(v, itoa(ttl)).Build()).Error(); err != nil {
+			return wrap(err)
+		}
+		if err := c.Do(ctx, c.B().Del().Key(old).Build()).Error(); err != nil {
+			return wrap(err)
+		}
+	}
+	return nil
+}
+
+// raiseFence sets a fence key to ARGV[1] unless it holds a higher token,
+// expiring in ARGV[2] ms (none when not positive).
+const raiseFence = `local seen = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tonumber(ARGV[1]) > seen then
+  if tonumber(ARGV[2]) > 0 then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  else
+    redis.call('SET', KEYS[1], ARGV[1])
+  end
+end
+return 1`
 
 // SKUStatus is one SKU's stock as Redis holds it. Released units are
 // already inside Remaining.
@@ -264,6 +360,10 @@ type ActivityStatus struct {
 	ID     string      `json:"id"`
 	Paused bool        `json:"paused"`
 	SKUs   []SKUStatus `json:"skus"`
+	// Placement is the shards per master on a cluster (see WithPlacement;
+	// Status leaves it out), PlacementError why it could not be read.
+	Placement      *Placement `json:"placement,omitempty"`
+	PlacementError string     `json:"placement_error,omitempty"`
 }
 
 // OK reports whether every SKU keeps the stock invariant.
@@ -304,7 +404,7 @@ func (s *Store) Status(ctx context.Context, a *config.Activity) (ActivityStatus,
 		}
 		st.Preheated = true
 		st.Initial = atoi(init)
-		k := s.keys.get(a.ID, sku.ID, shards)
+		k := s.keys.getPlaced(a.ID, sku.ID, shards, meta[placeField])
 		cmds := make(rueidis.Commands, 0, len(k.Shards))
 		for _, sk := range k.Shards {
 			cmds = append(cmds, c.B().Hmget().Key(sk.Stock).Field("r", "i", "p", "c", "x").Build())
@@ -373,7 +473,10 @@ func (s *Store) settleMoves(ctx context.Context, a *config.Activity, age time.Du
 	exp := itoa(ExpireAt(a))
 	n := 0
 	for _, sku := range a.SKUs {
-		k := s.keys.get(a.ID, sku.ID, a.Shards)
+		k, err := s.skuKeys(ctx, a.ID, sku.ID, a.Shards)
+		if err != nil {
+			return n, err
+		}
 		for _, donor := range k.Shards {
 			cctx, cancel := s.ctx(ctx)
 			moves, err := c.Do(cctx, c.B().Hgetall().Key(donor.Moves).Build()).AsStrMap()
@@ -442,13 +545,14 @@ func (s *Store) settleMoves(ctx context.Context, a *config.Activity, age time.Du
 	return n, nil
 }
 
-// extendExpiry moves every key of the activity to expire at ExpireAt(a)
-// when that is later than its current expiry (PEXPIREAT GT: never sooner).
-func (s *Store) extendExpiry(ctx context.Context, c rueidis.Client, a *config.Activity) error {
+// extendExpiry moves every key of the activity (its shards placed as
+// place says) to expire at ExpireAt(a) when that is later than its
+// current expiry (PEXPIREAT GT: never sooner).
+func (s *Store) extendExpiry(ctx context.Context, c rueidis.Client, a *config.Activity, place string) error {
 	exp := ExpireAt(a)
 	cmds := rueidis.Commands{c.B().Pexpireat().Key(s.MetaKey(a.ID)).MillisecondsTimestamp(exp).Gt().Build()}
 	for _, sku := range a.SKUs {
-		for _, sk := range s.keys.get(a.ID, sku.ID, a.Shards).Shards {
+		for _, sk := range s.keys.getPlaced(a.ID, sku.ID, a.Shards, place).Shards {
 			for _, key := range []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves, sk.Fence, sk.Epoch} {
 				cmds = append(cmds, c.B().Pexpireat().Key(key).MillisecondsTimestamp(exp).Gt().Build())
 			}

@@ -44,7 +44,12 @@ func (s *Store) ConfirmMany(ctx context.Context, items []ConfirmItem) (codes []l
 			codes[i] = lua.Unknown
 			continue
 		}
-		sk := &s.keys.get(it.Token.Activity, it.Token.SKU, it.Shards).Shards[it.Token.Shard]
+		k, err := s.skuKeys(ctx, it.Token.Activity, it.Token.SKU, it.Shards)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		sk := &k.Shards[it.Token.Shard]
 		g := byStock[sk.Stock]
 		if g == nil || len(g.idx) == MaxConfirmBatch {
 			g = &group{keys: []string{sk.Stock, sk.Res, sk.Pending}}

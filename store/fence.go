@@ -98,7 +98,11 @@ func (s *Store) FenceShards(ctx context.Context, a *config.Activity, shards int,
 		return err
 	}
 	for _, sku := range a.SKUs {
-		for _, sk := range s.keys.get(a.ID, sku.ID, shards).Shards {
+		k, err := s.skuKeys(ctx, a.ID, sku.ID, shards)
+		if err != nil {
+			return err
+		}
+		for _, sk := range k.Shards {
 			cctx, cancel := s.ctx(ctx)
 			keys, args := f.wrap(nil, nil, sk)
 			r, err := ints(s.fenceOnly.Exec(cctx, c, keys, args))

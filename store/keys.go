@@ -10,7 +10,8 @@ import (
 )
 
 // ShardKeys are the names of every key of one stock shard of one SKU. All
-// keys of shard s of an activity share one hash tag, {activity:s}, so every
+// keys of shard s of an activity share one hash tag, {activity:s} (or, on a
+// cluster, the placed {activity:s:salt}, see placement.go), so every
 // script runs in one cluster slot and sees, on the buyer's home shard, the
 // buyer's units across every SKU of the activity (the per-user limit is
 // activity-wide, SPEC §3); each SKU's stock is split over all the shards,
@@ -44,10 +45,17 @@ type SKUKeys struct {
 	outKeys     []string
 }
 
-func newSKUKeys(prefix, act, sku string, shards int) *SKUKeys {
+func newSKUKeys(prefix, act, sku string, shards int, salts []string) *SKUKeys {
+	if len(salts) != shards {
+		salts = nil // no placement for this many shards: the original tags
+	}
 	k := &SKUKeys{Shards: make([]ShardKeys, shards), reserveKeys: make([][]string, shards), outKeys: make([]string, shards)}
 	for s := 0; s < shards; s++ {
-		base := prefix + ":{" + act + ":" + strconv.Itoa(s) + "}:"
+		salt := ""
+		if salts != nil {
+			salt = salts[s]
+		}
+		base := shardBase(prefix, act, s, salt)
 		sk := ShardKeys{
 			Stock: base + "stock:" + sku, Users: base + "users", Res: base + "res", Pending: base + "pending",
 			Log: base + "log", Out: base + "out:" + sku, MovesIn: base + "movesin", Moves: base + "moves",
@@ -60,47 +68,159 @@ func newSKUKeys(prefix, act, sku string, shards int) *SKUKeys {
 	return k
 }
 
-// keyCache hands out SKUKeys by activity and SKU, building each once.
+// shardBase is the name prefix of every key of shard s: "<prefix>:{<act>:<s>}:"
+// with the original tag (salt ""), "<prefix>:{<act>:<s>:<salt>}:" with a
+// placed one (see placement.go). Activity ids never contain ':' (config
+// validation), so a placed tag never names another activity's shard.
+func shardBase(prefix, act string, s int, salt string) string {
+	if salt == "" {
+		return prefix + ":{" + act + ":" + strconv.Itoa(s) + "}:"
+	}
+	return prefix + ":{" + act + ":" + strconv.Itoa(s) + ":" + salt + "}:"
+}
+
+// keyCache hands out SKUKeys by activity and SKU, building each once with
+// the activity's shard placement (the meta's "place" field).
 type keyCache struct {
 	prefix string
 	mu     sync.RWMutex
-	m      map[string]map[string]*SKUKeys
+	m      map[string]*actKeys
 	n      int // SKUs cached, bounded by maxCachedSKUs
+}
+
+// actKeys is one activity's placement and the SKUKeys built with it.
+type actKeys struct {
+	place string   // the meta's "place" field the keys use ("" = original tags)
+	salts []string // place, parsed (nil when "" or malformed)
+	// resolved: place was read from the meta of a preheated activity (or
+	// written by this process' preheat), so keys may be handed out with no
+	// look at the meta; Flags keeps it current.
+	resolved bool
+	skus     map[string]*SKUKeys
 }
 
 // maxCachedSKUs bounds keyCache: far above the SKUs of any sale's config.
 const maxCachedSKUs = 1 << 14
 
+// lookup returns the cached keys of an activity whose placement is
+// resolved, or nil: the hot path's only cost.
+func (c *keyCache) lookup(act, sku string, shards int) *SKUKeys {
+	c.mu.RLock()
+	var k *SKUKeys
+	if a := c.m[act]; a != nil && a.resolved {
+		k = a.skus[sku]
+	}
+	c.mu.RUnlock()
+	if k != nil && len(k.Shards) == shards {
+		return k
+	}
+	return nil
+}
+
+// resolved reports whether act's placement is known (see actKeys).
+func (c *keyCache) resolved(act string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	a := c.m[act]
+	return a != nil && a.resolved
+}
+
+// get returns act's keys with the placement known so far (the original
+// tags when none is), building them once.
 func (c *keyCache) get(act, sku string, shards int) *SKUKeys {
 	c.mu.RLock()
-	k := c.m[act][sku]
+	var k *SKUKeys
+	if a := c.m[act]; a != nil {
+		k = a.skus[sku]
+	}
 	c.mu.RUnlock()
 	if k != nil && len(k.Shards) == shards {
 		return k
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.n >= maxCachedSKUs && c.m[act][sku] == nil {
+	a := c.entry(act)
+	if c.n >= maxCachedSKUs && a.skus[sku] == nil {
 		// Callers check names against the config first; this is the
 		// backstop that keeps a caller that did not from growing the
 		// process: past the bound, names are built for the one call.
-		return newSKUKeys(c.prefix, act, sku, shards)
+		return newSKUKeys(c.prefix, act, sku, shards, a.salts)
 	}
-	if c.m == nil {
-		c.m = map[string]map[string]*SKUKeys{}
-	}
-	if c.m[act] == nil {
-		c.m[act] = map[string]*SKUKeys{}
-	}
-	k = c.m[act][sku]
+	k = a.skus[sku]
 	if k == nil || len(k.Shards) != shards {
 		if k == nil {
 			c.n++
 		}
-		k = newSKUKeys(c.prefix, act, sku, shards)
-		c.m[act][sku] = k
+		k = newSKUKeys(c.prefix, act, sku, shards, a.salts)
+		a.skus[sku] = k
 	}
 	return k
+}
+
+// getPlaced returns act's keys under placement place (a meta's "place"
+// field): the cached ones when the cache uses that placement, else keys
+// built for the one call. Preheat, status and wipe name keys this way, by
+// the meta they read, whatever the cache holds meanwhile.
+func (c *keyCache) getPlaced(act, sku string, shards int, place string) *SKUKeys {
+	c.mu.RLock()
+	a := c.m[act]
+	same := a != nil && a.place == place
+	c.mu.RUnlock()
+	if same {
+		return c.get(act, sku, shards)
+	}
+	return newSKUKeys(c.prefix, act, sku, shards, parsePlace(place, shards))
+}
+
+// entry is act's cache entry, made when missing; c.mu is held.
+func (c *keyCache) entry(act string) *actKeys {
+	if c.m == nil {
+		c.m = map[string]*actKeys{}
+	}
+	a := c.m[act]
+	if a == nil {
+		a = &actKeys{skus: map[string]*SKUKeys{}}
+		c.m[act] = a
+	}
+	return a
+}
+
+// setPlace records act's placement as a preheated meta holds it (its
+// "place" field, "" for an activity preheated with the original tags, or
+// on a single node). Keys built under another placement are dropped.
+func (c *keyCache) setPlace(act, place string) {
+	c.mu.RLock()
+	a := c.m[act]
+	same := a != nil && a.resolved && a.place == place
+	c.mu.RUnlock()
+	if same {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a = c.entry(act)
+	if a.place != place {
+		a.place, a.salts = place, parsePlace(place, -1)
+		c.n -= len(a.skus)
+		a.skus = map[string]*SKUKeys{}
+	}
+	a.resolved = true
+}
+
+// unresolve marks act's placement unknown (its meta is not preheated:
+// not yet, expired, or a preheat rewriting it): the next store call that
+// needs its keys reads the meta first. The keys in hand stay.
+func (c *keyCache) unresolve(act string) {
+	c.mu.RLock()
+	a := c.m[act]
+	known := a != nil && a.resolved
+	c.mu.RUnlock()
+	if !known {
+		return
+	}
+	c.mu.Lock()
+	a.resolved = false
+	c.mu.Unlock()
 }
 
 // MetaKey is the activity's meta hash: initial stock per SKU, shards,

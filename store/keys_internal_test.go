@@ -16,10 +16,10 @@ func TestKeyCacheBounded(t *testing.T) {
 			t.Fatalf("keys of sku-%d: %+v", i, k.Shards)
 		}
 	}
-	if c.n != maxCachedSKUs || len(c.m["act"]) != maxCachedSKUs {
-		t.Fatalf("cache holds %d (%d) SKUs, want the bound %d", c.n, len(c.m["act"]), maxCachedSKUs)
+	if c.n != maxCachedSKUs || len(c.m["act"].skus) != maxCachedSKUs {
+		t.Fatalf("cache holds %d (%d) SKUs, want the bound %d", c.n, len(c.m["act"].skus), maxCachedSKUs)
 	}
-	if k := c.get("act", "sku-1", 2); k != c.m["act"]["sku-1"] {
+	if k := c.get("act", "sku-1", 2); k != c.m["act"].skus["sku-1"] {
 		t.Fatal("a cached SKU is not served from the cache")
 	}
 }

@@ -31,8 +31,12 @@ type QueueEntry struct {
 	Redelivered bool
 }
 
-func (s *Store) shardKeys(act, sku string, shards, shard int) ShardKeys {
-	return s.keys.get(act, sku, shards).Shards[shard]
+func (s *Store) shardKeys(ctx context.Context, act, sku string, shards, shard int) (ShardKeys, error) {
+	k, err := s.skuKeys(ctx, act, sku, shards)
+	if err != nil {
+		return ShardKeys{}, err
+	}
+	return k.Shards[shard], nil
 }
 
 // EnsureQueueGroup creates the consumer group of one shard's stream (and
@@ -42,9 +46,13 @@ func (s *Store) EnsureQueueGroup(ctx context.Context, act, sku string, shards, s
 	if err != nil {
 		return err
 	}
+	sk, err := s.shardKeys(ctx, act, sku, shards, shard)
+	if err != nil {
+		return err
+	}
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
-	_, err = ints(s.qgroup.Exec(cctx, c, []string{s.shardKeys(act, sku, shards, shard).Log}, []string{QueueGroup, itoa(expireAt)}))
+	_, err = ints(s.qgroup.Exec(cctx, c, []string{sk.Log}, []string{QueueGroup, itoa(expireAt)}))
 	return err
 }
 
@@ -62,7 +70,11 @@ func (s *Store) ReadQueue(ctx context.Context, act, sku string, shards, shard in
 	if err != nil {
 		return nil, err
 	}
-	key := s.shardKeys(act, sku, shards, shard).Log
+	sk, err := s.shardKeys(ctx, act, sku, shards, shard)
+	if err != nil {
+		return nil, err
+	}
+	key := sk.Log
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
 	m, err := c.Do(cctx, c.B().Xreadgroup().Group(QueueGroup, consumer).Count(count).Streams().Key(key).Id(">").Build()).AsXRead()
@@ -84,7 +96,11 @@ func (s *Store) ClaimQueue(ctx context.Context, act, sku string, shards, shard i
 	if err != nil {
 		return nil, cursor, err
 	}
-	key := s.shardKeys(act, sku, shards, shard).Log
+	sk, err := s.shardKeys(ctx, act, sku, shards, shard)
+	if err != nil {
+		return nil, cursor, err
+	}
+	key := sk.Log
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
 	arr, err := c.Do(cctx, c.B().Xautoclaim().Key(key).Group(QueueGroup).Consumer(consumer).
@@ -124,7 +140,11 @@ func (s *Store) AckQueue(ctx context.Context, act, sku string, shards, shard int
 	if err != nil {
 		return err
 	}
-	key := s.shardKeys(act, sku, shards, shard).Log
+	sk, err := s.shardKeys(ctx, act, sku, shards, shard)
+	if err != nil {
+		return err
+	}
+	key := sk.Log
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
 	for _, r := range c.DoMulti(cctx,
@@ -165,9 +185,13 @@ func (s *Store) QueuePosition(ctx context.Context, t Token, shards int, entryID 
 	if err != nil {
 		return 0, false, err
 	}
+	sk, err := s.shardKeys(ctx, t.Activity, t.SKU, shards, t.Shard)
+	if err != nil {
+		return 0, false, err
+	}
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
-	groups, err := c.Do(cctx, c.B().XinfoGroups().Key(s.shardKeys(t.Activity, t.SKU, shards, t.Shard).Log).Build()).ToArray()
+	groups, err := c.Do(cctx, c.B().XinfoGroups().Key(sk.Log).Build()).ToArray()
 	if err != nil {
 		return 0, false, wrap(err)
 	}
@@ -207,8 +231,12 @@ func (s *Store) QueueLength(ctx context.Context, act, sku string, shards int) (i
 	if err != nil {
 		return 0, err
 	}
+	k, err := s.skuKeys(ctx, act, sku, shards)
+	if err != nil {
+		return 0, err
+	}
 	var n int64
-	for _, sk := range s.keys.get(act, sku, shards).Shards {
+	for _, sk := range k.Shards {
 		cctx, cancel := s.ctx(ctx)
 		v, err := c.Do(cctx, c.B().Xlen().Key(sk.Log).Build()).AsInt64()
 		cancel()
@@ -257,7 +285,10 @@ func (s *Store) OldestQueued(ctx context.Context, act, sku string, shards int) (
 		return 0, false, err
 	}
 	for shard := 0; shard < shards; shard++ {
-		sk := s.shardKeys(act, sku, shards, shard)
+		sk, err := s.shardKeys(ctx, act, sku, shards, shard)
+		if err != nil {
+			return 0, false, err
+		}
 		cctx, cancel := s.ctx(ctx)
 		start := "-"
 		groups, err := c.Do(cctx, c.B().XinfoGroups().Key(sk.Log).Build()).ToArray()

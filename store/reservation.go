@@ -95,7 +95,10 @@ func (s *Store) Lookup(ctx context.Context, t Token, shards int) (Reservation, b
 	if t.Shard >= shards {
 		return Reservation{}, false, nil
 	}
-	k := s.keys.get(t.Activity, t.SKU, shards).Shards[t.Shard]
+	k, err := s.shardKeys(ctx, t.Activity, t.SKU, shards, t.Shard)
+	if err != nil {
+		return Reservation{}, false, err
+	}
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
 	rec, err := c.Do(cctx, c.B().Hget().Key(k.Res).Field(t.Field()).Build()).ToString()
@@ -207,7 +210,10 @@ func (s *Store) transition(ctx context.Context, t Token, shards int, f *Fence, p
 	if t.Shard >= shards {
 		return lua.Unknown, nil
 	}
-	k := s.keys.get(t.Activity, t.SKU, shards).Shards[t.Shard]
+	k, err := s.shardKeys(ctx, t.Activity, t.SKU, shards, t.Shard)
+	if err != nil {
+		return 0, err
+	}
 	keys, script := keysOf(k), plain
 	if f != nil {
 		keys, args = f.wrap(keys, args, k)
@@ -243,7 +249,10 @@ func (s *Store) StalePending(ctx context.Context, act, sku string, shards int, o
 	if err != nil {
 		return err
 	}
-	k := s.keys.get(act, sku, shards)
+	k, err := s.skuKeys(ctx, act, sku, shards)
+	if err != nil {
+		return err
+	}
 	hi := itoa(olderThanMs)
 	for i, sk := range k.Shards {
 		lo := "-inf"

@@ -87,7 +87,10 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	if err != nil {
 		return ReserveResult{}, err
 	}
-	k := s.keys.get(q.Activity, q.SKU, q.Shards)
+	k, err := s.skuKeys(ctx, q.Activity, q.SKU, q.Shards)
+	if err != nil {
+		return ReserveResult{}, err
+	}
 	home := HomeShard(q.User, q.Shards)
 	// A call of this buyer that this instance could not settle (Redis
 	// stalled) is settled first, so the buyer's retry is decided on what
@@ -542,7 +545,11 @@ func (s *Store) SoldOut(ctx context.Context, act, sku string, shards int) (bool,
 	if err != nil {
 		return false, err
 	}
-	out, err := s.outFlags(ctx, c, s.keys.get(act, sku, shards))
+	k, err := s.skuKeys(ctx, act, sku, shards)
+	if err != nil {
+		return false, err
+	}
+	out, err := s.outFlags(ctx, c, k)
 	if err != nil {
 		return false, err
 	}

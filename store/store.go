@@ -66,6 +66,7 @@ type Store struct {
 	abort, settleMove, deposit *rueidis.Lua
 	retry                      *Retrier
 	memo                       *buyerMemo // nil without client-side caching or with redis.buyer_memo 0
+	deadlines                  deadlines
 	// dialErr is why Open's first dial failed; written before Open
 	// returns and never again (the background redial does not touch it).
 	dialErr error
@@ -239,8 +240,16 @@ func (s *Store) Client() (rueidis.Client, error) {
 	return *c, nil
 }
 
-// SKUKeys returns the key names of every shard of one SKU.
-func (s *Store) SKUKeys(act, sku string, shards int) *SKUKeys { return s.keys.get(act, sku, shards) }
+// SKUKeys returns the key names of every shard of one SKU, placed as the
+// activity's meta says (read once when this process does not know it yet;
+// the original tags if it cannot be read).
+func (s *Store) SKUKeys(act, sku string, shards int) *SKUKeys {
+	k, err := s.skuKeys(context.Background(), act, sku, shards)
+	if err != nil {
+		return s.keys.get(act, sku, shards)
+	}
+	return k
+}
 
 // MetaKey is the activity's meta hash key.
 func (s *Store) MetaKey(act string) string { return MetaKey(s.prefix, act) }
@@ -269,7 +278,43 @@ func wrap(err error) error {
 }
 
 func (s *Store) ctx(parent context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(parent, s.timeout)
+	if parent.Done() != nil {
+		return context.WithTimeout(parent, s.timeout)
+	}
+	return s.deadlines.get(s.timeout)
+}
+
+// deadlines hands out shared contexts for calls with no parent to cancel
+// them (every buy's Redis calls): each one's deadline is its call's
+// redis.timeout rounded up to the next millisecond, so the calls started
+// within a millisecond share one context and one timer instead of a timer
+// each (issue 10: context.WithTimeout was a visible share of the buy path).
+// A shared context is never cancelled early; it expires by its timer.
+type deadlines struct {
+	cur atomic.Pointer[deadlineCtx]
+}
+
+type deadlineCtx struct {
+	at  int64 // unix ns
+	ctx context.Context
+	// cancel is kept only so the context's resources go with its timer.
+	cancel context.CancelFunc
+}
+
+const deadlineGrain = int64(time.Millisecond)
+
+func noCancel() {}
+
+func (d *deadlines) get(timeout time.Duration) (context.Context, context.CancelFunc) {
+	want := time.Now().UnixNano() + int64(timeout)
+	if b := d.cur.Load(); b != nil && b.at >= want && b.at-want < deadlineGrain {
+		return b.ctx, noCancel
+	}
+	at := (want/deadlineGrain + 1) * deadlineGrain
+	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, at))
+	b := &deadlineCtx{at: at, ctx: ctx, cancel: cancel}
+	d.cur.Store(b)
+	return ctx, noCancel
 }
 
 // ints parses a script reply that is an array of integers.

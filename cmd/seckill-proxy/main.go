@@ -33,6 +33,8 @@ Usage:
   seckill-proxy resume    -c FILE (ID | --all)             kill switch on
   seckill-proxy release   -c FILE TOKEN [--reason R]       give a reservation's stock back
   seckill-proxy reconcile -c FILE [--activity ID] [--repair] [--json]
+  seckill-proxy reconcile -c FILE --exceptions [--activity ID] [--json]   recorded findings
+  seckill-proxy reconcile -c FILE --export csv [--activity ID] [--out FILE]
   seckill-proxy status    -c FILE [--activity ID] [--json] stock per SKU; exit 1 if broken
   seckill-proxy block     -c FILE (--ip X | --device D | --user U)... [--ttl 10m]
   seckill-proxy unblock   -c FILE (--ip X | --device D | --user U)...

@@ -201,6 +201,7 @@ func cmdStatus(c *cli) error {
 			return fail(exitFailed, "status %s: %v", a.ID, err)
 		}
 		ok = ok && s.OK()
+		st.WithPlacement(context.Background(), &s)
 		doc.Activities = append(doc.Activities, activityStatus{ActivityStatus: s, Preheat: preheatStatusOf(a, rec, now)})
 	}
 	if *asJSON {
@@ -229,6 +230,19 @@ func cmdStatus(c *cli) error {
 			if line := a.Preheat.String(); line != "" {
 				fmt.Fprintf(c.stdout, "%s: %s\n", a.ID, line)
 			}
+			if a.Placement != nil {
+				fmt.Fprintf(c.stdout, "%s: %s\n", a.ID, a.Placement.Line())
+			}
+		}
+	}
+	// Shards per master: a reshard may have piled an activity's shards on
+	// fewer masters since preheat (issue 11 §3).
+	for _, a := range doc.Activities {
+		switch {
+		case a.PlacementError != "":
+			fmt.Fprintf(c.stderr, "warning: %s: shard placement unknown: %s\n", a.ID, a.PlacementError)
+		case a.Placement != nil && !a.Placement.Even:
+			fmt.Fprintln(c.stderr, "warning: "+store.PlacementWarning(a.ID, *a.Placement))
 		}
 	}
 	if !ok {

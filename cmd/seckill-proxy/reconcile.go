@@ -48,22 +48,44 @@ func backgroundReconciler(ctx context.Context, rec *reservation.Reconciler, cfg 
 }
 
 func cmdReconcile(c *cli) error {
-	fs := c.flags("-c FILE [--activity ID] [--repair] [--json]")
+	fs := c.flags("-c FILE [--activity ID] [--repair] [--json] | --exceptions [--activity ID] [--json] | --export csv [--activity ID] [--out FILE]")
 	act := fs.String("activity", "", "only this activity `ID` (default: all)")
 	repair := fs.Bool("repair", false, "act on what the shop proves (default: report only)")
 	asJSON := fs.Bool("json", false, "machine-readable output")
 	wait := fs.Duration("lease-wait", 30*time.Second, "with --repair, how long to wait for another reconciler's lease")
+	exceptions := fs.Bool("exceptions", false, "list the recorded reconcile exceptions instead of running a pass")
+	export := fs.String("export", "", "export the recorded reconcile exceptions in `FORMAT` (csv) instead of running a pass")
+	out := fs.String("out", "", "with --export, write to `FILE` instead of stdout")
 	if err := c.parse(); err != nil {
 		return err
 	}
-	st, acts, err := c.openActivities(*act)
+	switch {
+	case *exceptions && *export != "":
+		return fail(exitUsage, "seckill-proxy reconcile: give --exceptions or --export, not both")
+	case *export != "" && *export != "csv":
+		return fail(exitUsage, "seckill-proxy reconcile: --export %q: the only format is csv", *export)
+	case *out != "" && *export == "":
+		return fail(exitUsage, "seckill-proxy reconcile: --out needs --export csv")
+	case (*exceptions || *export != "") && *repair:
+		return fail(exitUsage, "seckill-proxy reconcile: --repair runs a pass; --exceptions and --export only read what passes recorded")
+	case *export != "" && *asJSON:
+		return fail(exitUsage, "seckill-proxy reconcile: --json goes with --exceptions; --export writes csv")
+	}
+	cfg, st, err := c.open()
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	acts, err := activities(cfg, *act)
+	if err != nil {
+		return err
+	}
+	if *exceptions || *export != "" {
+		return listExceptions(c, st, acts, *asJSON, *export != "", *out)
+	}
 	// A repairing run waits for a serve instance's background pass to
 	// finish: two reconcilers never repair at once.
-	rec := reservation.NewReconciler(st, metrics.New(), c.logger()).WithLeaseWait(*wait)
+	rec := reservation.NewReconciler(st, metrics.New(), c.logger()).WithLeaseWait(*wait).WithExceptionsMax(cfg.Reconcile.ExceptionsMax)
 	rep, err := rec.Run(context.Background(), acts, *repair, time.Now())
 	if err != nil {
 		return fail(exitFailed, "reconcile: %v", err)
@@ -101,6 +123,9 @@ func printReport(c *cli, rep reservation.Report) {
 		}
 		for _, al := range a.Alerts {
 			fmt.Fprintf(c.stdout, "  ALERT %s\n", al)
+		}
+		if rep.Repair && len(a.Exceptions) > 0 {
+			fmt.Fprintf(c.stdout, "  %d exceptions found, %d new recorded (reconcile --exceptions lists them)\n", len(a.Exceptions), a.ExceptionsRecorded)
 		}
 	}
 }

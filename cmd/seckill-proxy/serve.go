@@ -65,7 +65,7 @@ func cmdServe(c *cli) error {
 	}
 	cur.cfg = cfg
 	current := func() *config.Config { cur.Lock(); defer cur.Unlock(); return cur.cfg }
-	rec := reservation.NewReconciler(st, m, log.Named("reconciler"))
+	rec := reservation.NewReconciler(st, m, log.Named("reconciler")).WithExceptionsMax(cfg.Reconcile.ExceptionsMax)
 	admin.MountAll(adm, st, rec, m, current)
 	adminSrv := &http.Server{Handler: adm, ReadHeaderTimeout: 10 * time.Second}
 
