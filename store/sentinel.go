@@ -2,7 +2,11 @@ package store
 
 import (
 	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -35,4 +39,18 @@ func Where(cfg config.Redis) string {
 		return "master " + cfg.Sentinel.MasterSet + " via sentinels " + strings.Join(cfg.Sentinel.Addrs, ",")
 	}
 	return strings.Join(cfg.Addrs, ",")
+}
+
+// explainDial adds what the operator can do to a dial error whose own text
+// does not say it: with TLS 1.3 a server refuses a client certificate (or
+// its absence) after the client's handshake is done, and the client may
+// see only the reset, not the server's alert.
+func explainDial(cfg config.Redis, err error) error {
+	if !cfg.TLS.Enabled || !(errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || strings.Contains(err.Error(), "connection reset")) {
+		return err
+	}
+	if cfg.TLS.CertFile == "" {
+		return fmt.Errorf("%w (the server closed the TLS connection; if it requires client certificates, tls-auth-clients, set redis.tls.cert_file and key_file)", err)
+	}
+	return fmt.Errorf("%w (the server closed the TLS connection; if it checks client certificates, its tls-ca-cert-file must hold the CA that signed redis.tls.cert_file)", err)
 }

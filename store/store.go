@@ -145,7 +145,7 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 		s.prefix, s.keys.prefix = "seckill", "seckill"
 	}
 	if err := s.connect(); err != nil {
-		s.dialErr = err
+		s.dialErr = explainDial(cfg, err)
 		log.Warn("redis not reachable yet; retrying in the background", zap.Error(err))
 		go s.redial()
 	}

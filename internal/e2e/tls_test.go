@@ -48,8 +48,11 @@ func TestRedisTLS(t *testing.T) {
 	}{
 		{"wrong CA", fmt.Sprintf(tlsFlow, other.CA, f.ClientCert, f.ClientKey, f.ServerName), "certificate signed by unknown authority"},
 		{"wrong server_name", fmt.Sprintf(tlsFlow, f.CA, f.ClientCert, f.ClientKey, "wrong.example"), "not wrong.example"},
-		{"no client certificate", fmt.Sprintf("{ ca_file: %q }", f.CA), "certificate required"},
-		{"client certificate of another CA", fmt.Sprintf(tlsFlow, f.CA, other.ClientCert, other.ClientKey, f.ServerName), "unknown certificate authority"},
+		// TLS 1.3: the server's alert may arrive after the client's first
+		// write; then the reset is all the client sees, and the message
+		// says what to check.
+		{"no client certificate", fmt.Sprintf("{ ca_file: %q }", f.CA), "certificate required|set redis.tls.cert_file and key_file"},
+		{"client certificate of another CA", fmt.Sprintf(tlsFlow, f.CA, other.ClientCert, other.ClientKey, f.ServerName), "unknown certificate authority|must hold the CA that signed redis.tls.cert_file"},
 	}
 	for _, r := range refusals {
 		t.Run(r.name, func(t *testing.T) {
@@ -61,7 +64,11 @@ func TestRedisTLS(t *testing.T) {
 				st.Close()
 				t.Fatal("connected")
 			}
-			if !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), r.want) || !strings.Contains(err.Error(), srv.Addr) {
+			said := false
+			for _, w := range strings.Split(r.want, "|") {
+				said = said || strings.Contains(err.Error(), w)
+			}
+			if !errors.Is(err, store.ErrUnavailable) || !said || !strings.Contains(err.Error(), srv.Addr) {
 				t.Errorf("error = %q, want one naming %s and containing %q", err, srv.Addr, r.want)
 			}
 			t.Logf("%s: %v", r.name, err)
