@@ -55,15 +55,18 @@ type fixture struct {
 
 func newFixture(t *testing.T, adminToken string) *fixture {
 	t.Helper()
+	return newFixtureWith(t, adminToken, []e2e.Activity{
+		{ID: actOpen, Stock: stock},
+		{ID: actElig, Stock: stock, EligibleOnly: true},
+		{ID: actLater, Stock: 5, Start: time.Now().Add(time.Hour), End: time.Now().Add(2 * time.Hour)},
+	})
+}
+
+// newFixtureWith is newFixture with other activities.
+func newFixtureWith(t *testing.T, adminToken string, acts []e2e.Activity) *fixture {
+	t.Helper()
 	f := &fixture{redis: e2e.StartRedis(t), shop: e2e.StartShop(t)}
-	f.opts = e2e.Options{
-		Redis: f.redis.Addrs, ShopURL: f.shop.URL,
-		Activities: []e2e.Activity{
-			{ID: actOpen, Stock: stock},
-			{ID: actElig, Stock: stock, EligibleOnly: true},
-			{ID: actLater, Stock: 5, Start: time.Now().Add(time.Hour), End: time.Now().Add(2 * time.Hour)},
-		},
-	}
+	f.opts = e2e.Options{Redis: f.redis.Addrs, ShopURL: f.shop.URL, Activities: acts}
 	cfg := f.opts.Config(t)
 	f.cfg.Store(cfg)
 	noCache := cfg.Redis

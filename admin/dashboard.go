@@ -37,7 +37,40 @@ type dashActivity struct {
 	SKUs  []store.SKUStatus `json:"skus"`
 	Codes map[string]int64  `json:"codes"`
 	P99Ms float64           `json:"p99_ms"`
-	Error string            `json:"error,omitempty"`
+	// Buy is the cumulative histogram of buy latency: the page takes the
+	// difference between two polls to draw the p99 of the last second.
+	Buy   *dashHist `json:"buy,omitempty"`
+	Error string    `json:"error,omitempty"`
+}
+
+// dashHist is a cumulative latency histogram: upper bounds in seconds,
+// cumulative counts per bound, and the total count (the +Inf bucket).
+type dashHist struct {
+	LE []float64 `json:"le"`
+	C  []uint64  `json:"c"`
+	N  uint64    `json:"n"`
+}
+
+// addHist adds h into into (same buckets: one histogram vector), or starts it.
+func addHist(into *dashHist, h *dto.Histogram) *dashHist {
+	if h == nil {
+		return into
+	}
+	b := h.GetBucket()
+	if into == nil {
+		into = &dashHist{LE: make([]float64, len(b)), C: make([]uint64, len(b))}
+		for i, bk := range b {
+			into.LE[i] = bk.GetUpperBound()
+		}
+	}
+	if len(b) != len(into.C) {
+		return into
+	}
+	for i, bk := range b {
+		into.C[i] += bk.GetCumulativeCount()
+	}
+	into.N += h.GetSampleCount()
+	return into
 }
 
 func (d *Dashboard) data(w http.ResponseWriter, r *http.Request) {
@@ -46,6 +79,7 @@ func (d *Dashboard) data(w http.ResponseWriter, r *http.Request) {
 	mfs, _ := d.Metrics.Registry.Gather()
 	codes := map[string]map[string]int64{}
 	hists := map[string]*dto.Histogram{}
+	var shop *dashHist // winners forwarded to the shop (passthrough apart)
 	for _, mf := range mfs {
 		switch mf.GetName() {
 		case "seckill_buy_outcomes_total":
@@ -62,18 +96,27 @@ func (d *Dashboard) data(w http.ResponseWriter, r *http.Request) {
 			for _, m := range mf.GetMetric() {
 				hists[label(m, "activity")] = m.GetHistogram()
 			}
+		case "seckill_upstream_duration_seconds":
+			for _, m := range mf.GetMetric() {
+				if label(m, "outcome") != "passthrough" {
+					shop = addHist(shop, m.GetHistogram())
+				}
+			}
 		}
 	}
 	now := time.Now()
 	var out struct {
 		ServerTimeMs int64          `json:"server_time_ms"`
 		Activities   []dashActivity `json:"activities"`
+		// Shop is the latency of winners' requests to the shop.
+		Shop *dashHist `json:"shop,omitempty"`
 	}
 	out.ServerTimeMs = now.UnixMilli()
+	out.Shop = shop
 	cfg := d.Config()
 	for i := range cfg.Activities {
 		a := &cfg.Activities[i]
-		da := dashActivity{ID: a.ID, Codes: codes[a.ID], P99Ms: quantileMs(hists[a.ID], 0.99)}
+		da := dashActivity{ID: a.ID, Codes: codes[a.ID], P99Ms: quantileMs(hists[a.ID], 0.99), Buy: addHist(nil, hists[a.ID])}
 		st, err := d.Store.Status(ctx, a)
 		if err != nil {
 			da.Error = err.Error()
@@ -132,45 +175,3 @@ func quantileMs(h *dto.Histogram, q float64) float64 {
 	// Beyond the last bucket: its bound is the best that can be said.
 	return b[len(b)-1].GetUpperBound() * 1000
 }
-
-const dashboardHTML = `<!doctype html>
-<html><head><meta charset="utf-8"><title>seckill-proxy</title>
-<style>
-body{font:14px system-ui,sans-serif;margin:24px;background:#fafafa;color:#222}
-h1{font-size:20px} .act{background:#fff;border:1px solid #ddd;border-radius:8px;padding:12px 16px;margin:12px 0}
-table{border-collapse:collapse} td,th{padding:3px 10px;text-align:right} th{color:#666;font-weight:500}
-td:first-child,th:first-child{text-align:left} .state{font-weight:600;padding:2px 8px;border-radius:4px;background:#eee}
-.open{background:#d4f7d4}.sold_out{background:#f7d4d4}.paused{background:#ffe2b3}.ended{background:#ddd}.upcoming{background:#d8e8ff}
-.bad{color:#b00;font-weight:600} .muted{color:#888}
-</style></head><body>
-<h1>seckill-proxy <span class="muted" id="t"></span></h1>
-<div id="acts"></div>
-<script>
-let prev = null, prevT = 0;
-function esc(s){return String(s).replace(/[&<>"]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;'}[c]))}
-async function tick(){
-  let d; try { d = await (await fetch('dashboard.json')).json(); } catch(e) { return; }
-  const dt = prev ? (d.server_time_ms - prevT)/1000 : 0;
-  document.getElementById('t').textContent = new Date(d.server_time_ms).toISOString();
-  let html = '';
-  for (const a of d.activities || []) {
-    const codes = a.codes || {}, old = prev && prev[a.id] ? prev[a.id] : {};
-    const rate = c => dt > 0 ? ((codes[c]||0) - (old[c]||0)) / dt : 0;
-    html += '<div class="act"><b>'+esc(a.id)+'</b> <span class="state '+a.state+'">'+a.state+'</span>' +
-      ' &nbsp; admitted/s <b>'+rate('ADMITTED').toFixed(1)+'</b> &nbsp; p99 <b>'+a.p99_ms.toFixed(1)+' ms</b>' +
-      (a.error ? ' <span class="bad">'+esc(a.error)+'</span>' : '') +
-      '<table><tr><th>sku</th><th>initial</th><th>remaining</th><th>pending</th><th>confirmed</th><th>released</th><th>ok</th></tr>';
-    for (const s of a.skus || []) {
-      html += '<tr><td>'+esc(s.id)+'</td><td>'+s.initial+'</td><td>'+s.remaining+'</td><td>'+s.pending+'</td><td>'+
-        s.confirmed+'</td><td>'+s.released+'</td><td'+(s.ok?'>ok':' class="bad">'+esc(s.problem||'BROKEN'))+
-        (s.preheated?'':' <span class="muted">not preheated</span>')+'</td></tr>';
-    }
-    html += '</table><table><tr><th>code</th><th>total</th><th>per second</th></tr>';
-    for (const c of Object.keys(codes).sort()) html += '<tr><td>'+c+'</td><td>'+codes[c]+'</td><td>'+rate(c).toFixed(1)+'</td></tr>';
-    html += '</table></div>';
-  }
-  document.getElementById('acts').innerHTML = html;
-  prev = {}; for (const a of d.activities || []) prev[a.id] = a.codes || {}; prevT = d.server_time_ms;
-}
-tick(); setInterval(tick, 1000);
-</script></body></html>`

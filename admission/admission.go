@@ -117,6 +117,8 @@ type Pipeline struct {
 	instanceID   string
 	refreshEvery time.Duration
 	running      atomic.Bool
+	// dur is redis.durable_winners (durable.go); nil when off.
+	dur *durableCheck
 	// memo remembers recent script answers by request id, and nonces seen,
 	// on this instance. It is a ristretto cache: a dropped or evicted entry
 	// only means the request goes on to Redis, which decides the same.
@@ -150,6 +152,7 @@ func New(s Store, m *metrics.Metrics, log *zap.Logger, now func() time.Time, opt
 		limiterKeys: 1 << 17, refreshEvery: RefreshEvery, fleetEvery: FleetBeatEvery, fleetStale: FleetStale}
 	p.fleetN.Store(1)
 	p.ts, _ = s.(TrafficStore)
+	p.dur = newDurableCheck(s, m)
 	for i := range p.refusals {
 		rk := refusalKinds[i]
 		p.refusals[i] = refusalCounters{
@@ -213,6 +216,7 @@ const (
 	rStoreDown
 	rUnauthenticated
 	rAuthDown
+	rNotDurable
 	numRefusals
 )
 
@@ -246,6 +250,9 @@ var refusalKinds = [numRefusals]struct {
 	// A session look-up asks the shop, not Redis: no Redis call was made.
 	rUnauthenticated: {Unauthenticated, "identity", "UNAUTHENTICATED", true},
 	rAuthDown:        {AuthUnavailable, "identity", "AUTH_UNAVAILABLE", true},
+	// A winner the replicas did not acknowledge in time, released
+	// (redis.durable_winners on_timeout: refuse).
+	rNotDurable: {StoreUnavailable, "redis", "not_durable", false},
 }
 
 type refusalCounters struct {
@@ -426,11 +433,12 @@ func (p *Pipeline) claimNonce(ctx context.Context, st *actState, r *Request) (De
 func (p *Pipeline) reserve(ctx context.Context, r *Request, sku *config.SKU, flags store.Flags, now time.Time) Decision {
 	a := r.Activity
 	t0 := time.Now()
-	res, err := p.store.Reserve(ctx, store.ReserveRequest{
+	q := store.ReserveRequest{
 		Activity: a.ID, SKU: r.SKU, User: r.User, Qty: r.Qty, Limit: a.PerUserLimit,
 		Shards: flags.Shards, Queue: a.Mode == config.ModeQueue, NowMs: now.UnixMilli(), ExpireAt: store.ExpireAt(a),
 		RequestID: r.RequestID, MaxBacklog: a.Queue.MaxBacklog, Stock: sku.Stock,
-	})
+	}
+	res, err := p.store.Reserve(ctx, q)
 	if err != nil {
 		return p.storeDown(err)
 	}
@@ -447,6 +455,11 @@ func (p *Pipeline) reserve(ctx context.Context, r *Request, sku *config.SKU, fla
 	d := Decision{Token: res.Token, OrderID: res.OrderID, Shards: flags.Shards, Replay: res.Replay}
 	switch res.Code {
 	case lua.OK:
+		if p.dur != nil {
+			if refused, no := p.makeDurable(ctx, q, res); no {
+				return refused
+			}
+		}
 		d.Code = Admitted
 		if a.Mode == config.ModeQueue {
 			d.Code = Queued

@@ -31,6 +31,9 @@ const (
 	// DefaultSessionCacheSize bounds cached session answers; each costs
 	// about 200 bytes (README: "Session identity").
 	DefaultSessionCacheSize = 50_000
+	// DefaultDurableTimeout is how long a winner waits for its replicas
+	// (redis.durable_winners.timeout).
+	DefaultDurableTimeout = 50 * time.Millisecond
 	// PendingMargin is what pending_timeout must exceed twice
 	// upstream.timeout by (see validatePending).
 	PendingMargin = 2 * time.Second
@@ -92,6 +95,12 @@ func (c *Config) setDefaults(m *meta) {
 	setOnce(m, &c.Redis.ClientCache, true)
 	setOnce(m, &c.Redis.KeyPrefix, DefaultKeyPrefix)
 	setOnce(m, &c.Redis.BuyerMemo, DefaultBuyerMemo)
+	if d := &c.Redis.DurableWinners; m.has(d) {
+		// Only a written block switches durable winners on.
+		setOnce(m, &d.Replicas, 1)
+		setOnce(m, &d.Timeout, DefaultDurableTimeout)
+		setOnce(m, &d.OnTimeout, DurableRefuse)
+	}
 	if len(c.Redis.Addrs) > 1 {
 		// Several seeds only make sense for a cluster; a single-node client
 		// would silently use the first and ignore the rest.

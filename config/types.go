@@ -145,6 +145,9 @@ type Redis struct {
 	// after a flush, while other calls are in flight, to send more calls
 	// per system call (rueidis MaxFlushDelay). 0 = flush at once.
 	FlushDelay time.Duration `yaml:"flush_delay"`
+	// DurableWinners makes a winner wait, before the shop sees it, until
+	// its reservation is on replicas (README "Durable winners").
+	DurableWinners DurableWinners `yaml:"durable_winners"`
 	// Sentinel, when master_set is set, finds the master through Redis
 	// Sentinel (addrs are the sentinels) and follows it across failovers.
 	// Excludes redis.addrs and redis.cluster.
@@ -176,6 +179,38 @@ type RedisTLS struct {
 	// Enabled is set when the file has a redis.tls block (even `tls: {}`).
 	Enabled bool `yaml:"-"`
 }
+
+// DurableWinners is redis.durable_winners: after a winning reserve, WAIT
+// (or WAITAOF) on the node that holds the buyer's shard, so a failover
+// right after cannot lose a reservation the shop already has.
+type DurableWinners struct {
+	// Replicas is how many replicas must acknowledge the reservation;
+	// 0 (the default, with no durable_winners block) switches it off.
+	Replicas int `yaml:"replicas"`
+	// Timeout is the longest a winner waits for them (whole milliseconds).
+	Timeout time.Duration `yaml:"timeout"`
+	// OnTimeout is refuse (release the unit, answer STORE_UNAVAILABLE) or
+	// forward (go on and count it).
+	OnTimeout string `yaml:"on_timeout"`
+	// FSync waits for the replicas' AOF fsync (WAITAOF 0 N) where the
+	// servers have it (Redis 7.2+), WAIT otherwise.
+	FSync bool `yaml:"fsync"`
+}
+
+// Enabled reports whether winners wait for replicas.
+func (d *DurableWinners) Enabled() bool { return d.Replicas > 0 }
+
+// OnTimeout values of redis.durable_winners.
+const (
+	DurableRefuse  = "refuse"
+	DurableForward = "forward"
+)
+
+// Bounds of redis.durable_winners.
+const (
+	MaxDurableReplicas = 16
+	MaxDurableTimeout  = 5 * time.Second
+)
 
 // Source names where one value of a request comes from. Exactly one of
 // Header, Cookie and Query is set.

@@ -184,6 +184,30 @@ func (v *validator) redis(c *Config) {
 	if r.FlushDelay < 0 || r.FlushDelay > time.Millisecond {
 		v.errorf(v.m.line(&r.FlushDelay, &c.Redis), "redis.flush_delay must be between 0 and 1ms, got %s", r.FlushDelay)
 	}
+	v.durableWinners(c)
+}
+
+// durableWinners checks redis.durable_winners (README "Durable winners").
+func (v *validator) durableWinners(c *Config) {
+	d := &c.Redis.DurableWinners
+	if !v.m.has(d) {
+		return
+	}
+	at := func(p any) int { return v.m.line(p, d, &c.Redis) }
+	if v.ok(&d.Replicas) && (d.Replicas < 0 || d.Replicas > MaxDurableReplicas) {
+		v.errorf(at(&d.Replicas), "redis.durable_winners.replicas must be 0 (off) to %d, got %d", MaxDurableReplicas, d.Replicas)
+	}
+	if v.ok(&d.Timeout) {
+		switch {
+		case d.Timeout < time.Millisecond || d.Timeout > MaxDurableTimeout:
+			v.errorf(at(&d.Timeout), "redis.durable_winners.timeout must be 1ms to %s, got %s", MaxDurableTimeout, d.Timeout)
+		case d.Timeout%time.Millisecond != 0:
+			v.errorf(at(&d.Timeout), "redis.durable_winners.timeout must be whole milliseconds (WAIT counts in ms), got %s", d.Timeout)
+		}
+	}
+	if v.ok(&d.OnTimeout) && d.OnTimeout != DurableRefuse && d.OnTimeout != DurableForward {
+		v.errorf(at(&d.OnTimeout), "redis.durable_winners.on_timeout must be %q or %q, got %q", DurableRefuse, DurableForward, d.OnTimeout)
+	}
 }
 
 // sentinel checks redis.sentinel: a master set and at least one sentinel,

@@ -57,6 +57,15 @@ type Metrics struct {
 	// AuthFailures counts buys whose identity could not be verified, by
 	// reason (missing, malformed, expired, ..., no_keys).
 	AuthFailures *prometheus.CounterVec
+	// DurableWinners counts winners' durability checks
+	// (redis.durable_winners), by path (buy: the buyer's request; queue:
+	// a queue worker before sending) and result (durable, forwarded:
+	// not acknowledged in time and sent anyway, refused: released,
+	// taken: a queue worker had claimed it first, deferred: a redelivered
+	// entry left for its next delivery).
+	DurableWinners *prometheus.CounterVec
+	// Gauges are read from Redis by a background collector (gauges.go).
+	Gauges *Gauges
 }
 
 // latencyBuckets span 50µs (a local refusal) to 10s (a stuck shop).
@@ -118,8 +127,13 @@ func New() *Metrics {
 		FleetInstances: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "seckill_fleet_instances", Help: "Live proxy instances sharing the per-IP, per-device and per-user limits (1 with limits.fleet: false).",
 		}),
+		DurableWinners: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_durable_winners_total", Help: "Winners' waits for replicas (redis.durable_winners), by path (buy, queue) and result (durable, forwarded, refused, taken, deferred).",
+		}, []string{"path", "result"}),
 	}
+	r.MustRegister(m.DurableWinners)
 	r.MustRegister(m.SessionLookups, m.SessionCache, m.SessionLatency)
+	m.Gauges = newGauges(r)
 	m.FleetInstances.Set(1)
 	r.MustRegister(m.AuthFailures, m.FleetInstances, m.RedisRetries, m.Outcomes, m.Rejections, m.BuyLatency, m.ScriptLatency, m.UpstreamLatency,
 		m.Settlements, m.RedisSaved, m.StockMoves, m.Passthrough, m.QueueBacklog, m.ReconcileAlerts,

@@ -487,3 +487,45 @@ func TestBytesPerUnitMatchesBenchmarks(t *testing.T) {
 		t.Fatalf("BENCHMARKS.md says %d B per pending reservation, BytesPerUnit is %d: update one", got, BytesPerUnit)
 	}
 }
+
+// redis.durable_winners: a master without the replicas winners wait for
+// fails; with them it passes; fsync on a Redis without WAITAOF warns.
+func TestPreflightDurableWinners(t *testing.T) {
+	shopURL := shop(t, 200, 404)
+	srv := goodRedis(t)
+	cfg := env{addrs: []string{srv.Addr}, shopURL: shopURL, preheatAt: "-5m"}.config(t)
+	cfg.Redis.DurableWinners = config.DurableWinners{Replicas: 1, Timeout: 50 * time.Millisecond, OnTimeout: config.DurableRefuse}
+	rep := run1(t, cfg)
+	c := want(t, rep, "durable-winners "+srv.Addr, Fail, "0 connected replica(s), redis.durable_winners.replicas is 1")
+	if !strings.Contains(c.Detail, "refused (STORE_UNAVAILABLE)") {
+		t.Fatalf("detail %q", c.Detail)
+	}
+	redistest.StartReplica(t, srv)
+	rep = run1(t, cfg)
+	want(t, rep, "durable-winners "+srv.Addr, Pass, "1 connected replica(s) for 1 wanted")
+	cfg.Redis.DurableWinners.FSync = true
+	rep = run1(t, cfg)
+	if versionAtLeast(srv.Info("server", "redis_version"), 7, 2) {
+		want(t, rep, "durable-winners "+srv.Addr, Pass, "1 connected replica(s)")
+	} else {
+		want(t, rep, "durable-winners "+srv.Addr, Warn, "needs WAITAOF (Redis 7.2+)")
+	}
+	// Off: no check at all.
+	cfg.Redis.DurableWinners = config.DurableWinners{}
+	for _, c := range run1(t, cfg).Checks {
+		if strings.HasPrefix(c.Name, "durable-winners") {
+			t.Fatalf("a durable-winners check with durable winners off: %+v", c)
+		}
+	}
+}
+
+func TestVersionAtLeast(t *testing.T) {
+	for _, tt := range []struct {
+		v    string
+		want bool
+	}{{"7.0.15", false}, {"7.2.0", true}, {"7.10.1", true}, {"8.0.0", true}, {"6.2.14", false}, {"", false}, {"x.y", false}} {
+		if got := versionAtLeast(tt.v, 7, 2); got != tt.want {
+			t.Errorf("versionAtLeast(%q) = %v", tt.v, got)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/seckill-proxy/seckill-proxy/lua"
 	"github.com/seckill-proxy/seckill-proxy/store"
 )
@@ -194,6 +195,7 @@ func (r *run) nodeChecks(ctx context.Context, n *node) {
 	}
 	if n.master {
 		r.memory(n)
+		r.durableWinners(n)
 	}
 	r.clock(ctx, n)
 	if n.master {
@@ -358,4 +360,47 @@ func port(addr string) string {
 		return "6379"
 	}
 	return p
+}
+
+// durableWinners checks, with redis.durable_winners on, that a master has
+// the replicas a winner waits for: one with fewer refuses (or forwards
+// as not durable) every winner of its shards, each after the timeout.
+func (r *run) durableWinners(n *node) {
+	d := r.cfg.Redis.DurableWinners
+	if !d.Enabled() {
+		return
+	}
+	name := "durable-winners " + n.addr
+	got, err := strconv.Atoi(n.info["connected_slaves"])
+	if err != nil {
+		r.warn(name, "INFO replication not readable: cannot tell how many replicas acknowledge winners",
+			"check that every master has redis.durable_winners.replicas replicas connected")
+		return
+	}
+	if got < d.Replicas {
+		r.fail(name, fmt.Sprintf("%d connected replica(s), redis.durable_winners.replicas is %d: every winner on this master's shards would wait %s and be %s",
+			got, d.Replicas, d.Timeout, map[bool]string{true: "refused (STORE_UNAVAILABLE)", false: "forwarded without a replica's copy"}[d.OnTimeout != config.DurableForward]),
+			"attach replicas (REPLICAOF, or cluster replicas) or lower redis.durable_winners.replicas")
+		return
+	}
+	if d.FSync && !versionAtLeast(n.info["redis_version"], 7, 2) {
+		r.warn(name, "redis.durable_winners.fsync needs WAITAOF (Redis 7.2+), this node runs "+n.info["redis_version"]+": winners wait with WAIT (received, not fsynced)",
+			"upgrade to Redis 7.2+ or set fsync: false")
+		return
+	}
+	r.pass(name, fmt.Sprintf("%d connected replica(s) for %d wanted", got, d.Replicas))
+}
+
+// versionAtLeast reports whether a redis_version "X.Y.Z" is at least major.minor.
+func versionAtLeast(v string, major, minor int) bool {
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return ma > major || (ma == major && mi >= minor)
 }

@@ -410,6 +410,9 @@ func (aq *actQueue) handle(ctx context.Context, j job) {
 			return
 		}
 	}
+	if st.DurableWinners() && !aq.durable(ctx, tok, j, claim, ack) {
+		return
+	}
 	status, oid, err := aq.forward(ctx, tok, res)
 	switch {
 	case ctx.Err() != nil:

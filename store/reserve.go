@@ -423,6 +423,14 @@ func (s *Store) stealFrom(ctx context.Context, c rueidis.Client, k *SKUKeys, out
 		}
 		switch {
 		case lua.Code(r[0]) == lua.OK && len(r) == 3:
+			if s.dur != nil {
+				// Durable winners: the donor's replicas have the steal
+				// before its units are used, or they stay in transit.
+				if err := s.durableSteal(ctx, c, k, d, moveID, q); err != nil {
+					failed, out[d] = err, true
+					continue
+				}
+			}
 			return r[1], moveID, r[2], nil
 		case len(r) != 2:
 			return 0, "", 0, ErrInvalidResponse

@@ -70,6 +70,8 @@ type Store struct {
 	// dialErr is why Open's first dial failed; written before Open
 	// returns and never again (the background redial does not touch it).
 	dialErr error
+	// dur is redis.durable_winners (durable.go); nil when off.
+	dur *durable
 }
 
 // Open builds a Store for cfg. It never fails because Redis is down: it
@@ -119,6 +121,7 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 		settleMove:    rueidis.NewLuaScript(lua.SettleMove),
 		deposit:       rueidis.NewLuaScript(lua.Deposit),
 		retry:         NewRetrier(log.Named("retry"), retryQueueMax, max(10*cfg.Timeout, 2*time.Second)),
+		dur:           newDurable(cfg.DurableWinners),
 	}
 	if cfg.Sentinel.Enabled() {
 		s.opt.InitAddress = cfg.Sentinel.Addrs

@@ -17,6 +17,7 @@ import (
 
 	"github.com/seckill-proxy/seckill-proxy/admin"
 	"github.com/seckill-proxy/seckill-proxy/admission"
+	"github.com/seckill-proxy/seckill-proxy/collector"
 	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/seckill-proxy/seckill-proxy/metrics"
 	"github.com/seckill-proxy/seckill-proxy/preheat"
@@ -75,6 +76,9 @@ func cmdServe(c *cli) error {
 	go func() { errc <- srv.Serve(ln) }()
 	go func() { errc <- adminSrv.Serve(aln) }()
 	go backgroundReconciler(ctx, rec, current, log)
+	// Redis-side gauges of /metrics (per node, per SKU): read once a
+	// second here, never per scrape.
+	go collector.New(st, m, current, log.Named("collector")).Run(ctx, collector.MinInterval)
 	// Queue-mode workers run in every instance: the consumer group shares
 	// the streams between them, a Redis bucket shares queue.rate.
 	queue := reservation.NewQueue(st, m, log.Named("queue"), reservation.QueueOptions{})
@@ -90,6 +94,13 @@ func cmdServe(c *cli) error {
 	go func() { defer close(piped); pipe.Run(ctx) }()
 	for _, w := range secretWarnings(cfg) {
 		log.Warn(w)
+	}
+	if st.DurableWinners() {
+		go func() {
+			for _, w := range st.DurableWarnings(ctx) {
+				log.Warn(w)
+			}
+		}()
 	}
 	log.Info("serving", zap.String("listen", ln.Addr().String()), zap.String("admin", aln.Addr().String()),
 		zap.Int("activities", len(cfg.Activities)), zap.String("upstream", cfg.Upstream.URL))

@@ -92,6 +92,8 @@ type Options struct {
 	Sentinels      []string
 	// RedisTLS is redis.tls as YAML flow; default none (plain TCP).
 	RedisTLS string
+	// RedisExtra are more `redis:` keys, one "key: value" a line.
+	RedisExtra []string
 }
 
 // YAML renders o as a config file. Listen ports are free ports of this
@@ -130,6 +132,9 @@ func (o Options) YAML(t testing.TB) string {
 	}
 	w("  timeout: %s", orDur(o.RedisTimeout, redistest.TimeoutScale*200*time.Millisecond))
 	w("  key_prefix: %s", or(o.KeyPrefix, "seckill"))
+	for _, l := range o.RedisExtra {
+		w("  %s", l)
+	}
 	w("identity:")
 	w("  user: %s", or(o.User, "{ header: X-User-Id }"))
 	if o.Limits != "" {

@@ -1,5 +1,7 @@
-// The cluster failover test (~18 s) runs in `make test`; -short skips it
-// (the race pass), and `make test-failover` runs it alone.
+// The plain cluster failover test (~18 s) runs in `make test`; -short
+// skips it (the race pass). Its two lagging-replica variants
+// (failover_variants_test.go, build tag failover) run in `make
+// test-failover` and, on their own, in .ci/run.
 
 package e2e_test
 
@@ -62,10 +64,23 @@ func TestClusterFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 6-node cluster failover under a spike (~18 s)")
 	}
+	runFailover(t, foCase{})
+}
+
+// foCase is one variant of the failover spike.
+type foCase struct {
+	lag     time.Duration // the victim's replica is stopped this long before the kill
+	durable bool          // redis.durable_winners on
+}
+
+func runFailover(t *testing.T, fc foCase) {
 	cl := redistest.StartClusterWithReplicas(t, 3, 1)
 	shop := e2e.StartShop(t)
 	opts := e2e.Options{Redis: cl.Addrs(), Cluster: true, ShopURL: shop.URL,
 		Activities: []e2e.Activity{{ID: foAct, Stock: foStock, Shards: foShards}}}
+	if fc.durable {
+		opts.RedisExtra = []string{"durable_winners: { replicas: 1, timeout: 50ms, on_timeout: refuse }"}
+	}
 	p1 := e2e.StartProxy(t, opts.Config(t))
 	p2 := e2e.StartProxy(t, opts.Config(t))
 	p1.Preheat(t, foAct)
@@ -92,6 +107,27 @@ func TestClusterFailover(t *testing.T) {
 		onVictim[i] = true
 	}
 	t.Logf("victim master %s holds shards %v of %d", victim.Addr, byMaster[victim], foShards)
+	var victimReplica *redistest.Server
+	if fc.lag > 0 {
+		nodes, err := cl.ClusterNodes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var victimID string
+		for _, n := range nodes {
+			if n.Addr == victim.Addr {
+				victimID = n.ID
+			}
+		}
+		for _, n := range nodes {
+			if n.MasterID == victimID {
+				victimReplica = cl.Server(n.Addr)
+			}
+		}
+		if victimReplica == nil {
+			t.Fatalf("no replica of the victim %s", victim.Addr)
+		}
+	}
 
 	// The spike, paced, in the background.
 	addrs := []string{p1.Addr, p2.Addr}
@@ -130,9 +166,28 @@ func TestClusterFailover(t *testing.T) {
 
 	// Kill mid-spike: once a third of the stock is sold.
 	e2e.Eventually(t, 20*time.Second, "a third of the stock sold", func() bool { return len(shop.Orders()) >= foKillAt })
+	var tLag time.Time
+	ordersAtLag := len(shop.Orders())
+	if victimReplica != nil {
+		// The replica stops reading, and its link is cut: what the
+		// master writes from now on never reaches it (a SIGSTOP alone
+		// would leave the link open, the writes waiting in its socket
+		// buffer, read on SIGCONT even after the master's death).
+		victimReplica.Pause(t)
+		if _, err := victim.Do("CLIENT", "KILL", "TYPE", "replica"); err != nil {
+			t.Fatalf("cut the replica's link: %v", err)
+		}
+		tLag = time.Now()
+		time.Sleep(fc.lag) // the fault injected: the replica lags this long
+	}
 	ordersAtKill := len(shop.Orders())
 	victim.Kill()
 	tKill := time.Now()
+	if victimReplica != nil {
+		victimReplica.Resume(t)
+		t.Logf("replica %s stopped %v before the kill (%d orders then, %d at the kill)",
+			victimReplica.Addr, tKill.Sub(tLag).Round(time.Millisecond), ordersAtLag, ordersAtKill)
+	}
 	for deadline := tKill.Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		ok, why := cl.Healthy()
 		if ok {
@@ -149,6 +204,15 @@ func TestClusterFailover(t *testing.T) {
 	}
 	t.Logf("killed %s at %v (%d orders); cluster healthy again %v later, %s now serves its slots",
 		victim.Addr, tKill.Sub(t0).Round(time.Millisecond), ordersAtKill, tPromoted.Sub(tKill).Round(time.Millisecond), newMaster.Addr)
+	if fc.durable {
+		// The promoted replica has no replica of its own: bring the killed
+		// master back (empty), it rejoins as the new master's replica.
+		victim.Restart(t)
+		e2e.Eventually(t, 30*time.Second, "the killed master back as a replica", func() bool {
+			return victim.Info("replication", "master_link_status") == "up" && cl.Replicated()
+		})
+		t.Logf("%s back as a replica %v after the promotion", victim.Addr, time.Since(tPromoted).Round(time.Millisecond))
+	}
 
 	// Recovery without restarting the proxies: a buyer homed on each of
 	// the killed master's shards gets a Redis decision, not STORE_UNAVAILABLE.
@@ -341,10 +405,22 @@ func TestClusterFailover(t *testing.T) {
 	if int64(len(confirmedOK)) != k.Confirmed {
 		t.Errorf("Redis confirmed %d units, but %d shop orders match a confirmed reservation", k.Confirmed, len(confirmedOK))
 	}
-	t.Logf("SUMMARY promoted_after=%v first_victim_win_after=%s unavailable_answers=%d orders=%d confirmed=%d lost=%d oversold=%d reconciled=%d",
-		tPromoted.Sub(tKill).Round(time.Millisecond), since(firstVictimWinAfterKill),
+	// A lost order's unit is back in stock on the promoted replica: sold
+	// again, it is a unit sold twice.
+	soldTwice := len(lost)
+	t.Logf("SUMMARY lag=%v durable=%v promoted_after=%v first_victim_win_after=%s unavailable_answers=%d orders=%d confirmed=%d lost=%d sold_twice=%d oversold=%d reconciled=%d",
+		fc.lag, fc.durable, tPromoted.Sub(tKill).Round(time.Millisecond), since(firstVictimWinAfterKill),
 		wins[0].byCode["STORE_UNAVAILABLE"]+wins[1].byCode["STORE_UNAVAILABLE"]+wins[2].byCode["STORE_UNAVAILABLE"],
-		len(orders), k.Confirmed, len(lost), max(0, len(orders)-foStock), settled)
+		len(orders), k.Confirmed, len(lost), soldTwice, max(0, len(orders)-foStock), settled)
+	if fc.durable {
+		if soldTwice != 0 || len(orders) > foStock || twice != 0 {
+			t.Errorf("durable winners: %d units sold twice (orders lost to the failover), %d orders for %d units, %d users with two orders",
+				soldTwice, len(orders), foStock, twice)
+		}
+		if k.OK && k.Confirmed != int64(len(orders)) {
+			t.Errorf("Redis confirmed %d units, the shop holds %d orders", k.Confirmed, len(orders))
+		}
+	}
 }
 
 // userHomedOn returns a user id whose home shard is shard.

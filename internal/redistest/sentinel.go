@@ -20,21 +20,6 @@ const (
 	SentinelFailoverTimeout = 3000 * time.Millisecond
 )
 
-// StartReplica starts a redis-server replicating master and returns once
-// its link to the master is up.
-func StartReplica(t testing.TB, master *Server, extra ...string) *Server {
-	t.Helper()
-	r := Start(t, append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(master.Port)}, extra...)...)
-	deadline := time.Now().Add(15 * time.Second)
-	for r.Info("replication", "master_link_status") != "up" {
-		if time.Now().After(deadline) {
-			t.Fatalf("replica %s never linked to master %s", r.Addr, master.Addr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return r
-}
-
 // StartSentinel runs one redis-server in sentinel mode monitoring master
 // under masterSet with the given quorum, from a config file written to its
 // temporary directory (sentinels rewrite their config, so it must be a

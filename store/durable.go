@@ -1,0 +1,353 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+	"go.uber.org/zap"
+
+	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/lua"
+)
+
+// Durable winners (redis.durable_winners, issue 11 §2).
+//
+// Replication is asynchronous: a master that acknowledged a reserve and
+// died before its replica received it takes the reservation with it, and
+// the promoted replica sells the unit again (docs/decisions.md §10). With
+// durable winners, a winner's reservation is checked onto the replicas
+// before the shop sees it (sync mode) or the buyer hears QUEUED (queue
+// mode), and before a queue worker sends it.
+//
+// WAIT counts the replication offset of the last write of the connection
+// it runs on, and it blocks that connection. The reserve ran on the
+// client's shared pipelined connection, where a WAIT would hold up every
+// other buyer's call behind it, and a WAIT on any other connection covers
+// nothing that connection did not write. So the check writes one small
+// marker key in the shard's hash tag and WAITs right after it, both in one
+// DoMulti: rueidis sends a batch holding a blocking command (WAIT,
+// WAITAOF) on one dedicated connection of its blocking pool, and in a
+// cluster to the node serving the marker's slot — the node that holds the
+// shard. The reserve's effects entered the node's replication stream
+// before its reply was sent, so they precede the marker: a replica that
+// acknowledged the marker has the reservation. Only winners pay for it;
+// no other answer waits.
+
+// Durability is what MakeDurable found.
+type Durability uint8
+
+const (
+	// DurableOff: durable winners are not configured; nothing waited.
+	DurableOff Durability = iota
+	// DurableOK: the reservation is on the configured number of replicas.
+	DurableOK
+	// DurableLate: not acknowledged in time, and on_timeout is forward:
+	// the caller goes on (and counts it).
+	DurableLate
+	// DurableRefused: not acknowledged in time, and on_timeout is refuse:
+	// the reservation was released (or its release is queued in the
+	// retrier, for a Redis that does not answer); the buyer is told
+	// STORE_UNAVAILABLE and holds nothing.
+	DurableRefused
+	// DurableTaken: as DurableRefused, but a queue worker had claimed the
+	// queued reservation first: it is in the worker's hands (which waits
+	// for the replicas too before sending), the buyer is told QUEUED.
+	DurableTaken
+)
+
+func (d Durability) String() string {
+	switch d {
+	case DurableOff:
+		return "off"
+	case DurableOK:
+		return "durable"
+	case DurableLate:
+		return "forwarded"
+	case DurableRefused:
+		return "refused"
+	case DurableTaken:
+		return "taken"
+	}
+	return "unknown"
+}
+
+// durableReason is the release reason of a winner refused for want of
+// replicas.
+const durableReason = "not_durable"
+
+// durable is the store's redis.durable_winners state.
+type durable struct {
+	cfg     config.DurableWinners
+	waitMs  int64
+	waitaof atomic.Bool // fsync asked for and the server has WAITAOF (probed once connected)
+	probed  atomic.Bool
+}
+
+// ErrNotDurable means the replicas did not acknowledge a write in time.
+var ErrNotDurable = errors.New("replicas did not acknowledge the reservation in time")
+
+// DurableWinners reports whether winners wait for replicas.
+func (s *Store) DurableWinners() bool { return s.dur != nil }
+
+// DurableRefuses reports whether a winner the replicas did not acknowledge
+// in time is released (on_timeout: refuse) rather than sent on.
+func (s *Store) DurableRefuses() bool {
+	return s.dur != nil && s.dur.cfg.OnTimeout != config.DurableForward
+}
+
+func newDurable(cfg config.DurableWinners) *durable {
+	if !cfg.Enabled() {
+		return nil
+	}
+	return &durable{cfg: cfg, waitMs: max(cfg.Timeout.Milliseconds(), 1)}
+}
+
+// probeWaitAOF decides, once, whether fsync: true can use WAITAOF: the
+// server must know the command (Redis 7.2+). It is asked of one node; a
+// cluster is expected to run one version.
+func (s *Store) probeWaitAOF(ctx context.Context, c rueidis.Client) {
+	d := s.dur
+	if d == nil || !d.cfg.FSync || d.probed.Load() {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	arr, err := c.Do(cctx, c.B().CommandInfo().CommandName("WAITAOF").Build()).ToArray()
+	if err != nil {
+		return // asked again on the next winner
+	}
+	has := len(arr) == 1 && !arr[0].IsNil()
+	d.waitaof.Store(has)
+	if d.probed.CompareAndSwap(false, true) && !has {
+		s.log.Error("redis.durable_winners.fsync: this Redis has no WAITAOF (it needs 7.2 or later); winners wait for replicas with WAIT (received, not yet fsynced)")
+	}
+}
+
+// UsesWaitAOF reports whether the durability check is WAITAOF (fsync on
+// the replicas) rather than WAIT; false until probed.
+func (s *Store) UsesWaitAOF() bool { return s.dur != nil && s.dur.waitaof.Load() }
+
+// durableKey is the shard's marker key, in its hash tag: written right
+// before each WAIT (see above). It holds the last winner checked.
+func durableKey(sk ShardKeys) string {
+	return strings.TrimSuffix(sk.Users, "users") + "durable"
+}
+
+// WaitReplicas waits, at most redis.durable_winners.timeout, until the
+// configured number of replicas of the node holding t's shard have every
+// write that node acknowledged so far (t's reserve, a worker's claim). It
+// reports ok when they did; err says why not when Redis did not answer or
+// refused the marker write. expireAt bounds the marker key's life.
+func (s *Store) WaitReplicas(ctx context.Context, t Token, shards int, expireAt int64) (ok bool, acked int64, err error) {
+	if s.dur == nil {
+		return true, 0, nil
+	}
+	c, err := s.Client()
+	if err != nil {
+		return false, 0, err
+	}
+	if t.Shard < 0 || t.Shard >= shards {
+		return false, 0, fmt.Errorf("%w: token %s outside %d shards", ErrBadRequest, t, shards)
+	}
+	s.probeWaitAOF(ctx, c)
+	k, err := s.skuKeys(ctx, t.Activity, t.SKU, shards) // placed tags (placement.go)
+	if err != nil {
+		return false, 0, err
+	}
+	return s.waitShard(ctx, c, k.Shards[t.Shard], t.Field(), expireAt)
+}
+
+// waitShard writes the marker of one shard and WAITs after it, on one
+// connection to the node that holds the shard.
+func (s *Store) waitShard(ctx context.Context, c rueidis.Client, sk ShardKeys, value string, expireAt int64) (ok bool, acked int64, err error) {
+	d := s.dur
+	now := time.Now().UnixMilli()
+	exp := max(expireAt, now+int64(time.Minute/time.Millisecond))
+	set := c.B().Set().Key(durableKey(sk)).Value(value).PxatMillisecondsTimestamp(exp).Build()
+	var wait rueidis.Completed
+	aof := d.waitaof.Load()
+	if aof {
+		wait = c.B().Waitaof().Numlocal(0).Numreplicas(int64(d.cfg.Replicas)).Timeout(d.waitMs).Build()
+	} else {
+		wait = c.B().Wait().Numreplicas(int64(d.cfg.Replicas)).Timeout(d.waitMs).Build()
+	}
+	// Redis ends the WAIT at its timeout; the call's deadline leaves the
+	// command timeout on top for the round trip.
+	cctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout+s.timeout)
+	defer cancel()
+	res := c.DoMulti(cctx, set, wait)
+	if err := res[0].Error(); err != nil {
+		return false, 0, wrap(err)
+	}
+	if aof {
+		arr, err := res[1].AsIntSlice()
+		if err != nil {
+			return false, 0, wrap(err)
+		}
+		if len(arr) != 2 {
+			return false, 0, ErrInvalidResponse
+		}
+		acked = arr[1]
+	} else if acked, err = res[1].AsInt64(); err != nil {
+		return false, 0, wrap(err)
+	}
+	if acked < int64(d.cfg.Replicas) {
+		return false, acked, fmt.Errorf("%w: %d of %d replicas within %s", ErrNotDurable, acked, d.cfg.Replicas, d.cfg.Timeout)
+	}
+	return true, acked, nil
+}
+
+// durableSteal waits for the replicas of a donor shard's node after a
+// steal took units from it (stealFrom), before a reserve deposits them on
+// the buyer's home shard: a steal the donor's replicas never received
+// would be undone by a failover while its units were deposited (and sold)
+// elsewhere — units sold twice. When they do not acknowledge in time, the
+// units stay in transit and the retrier settles the move once the donor's
+// replicas have it (or, after a failover that lost the steal, finds no
+// move and deposits nothing).
+func (s *Store) durableSteal(ctx context.Context, c rueidis.Client, k *SKUKeys, donor int, moveID string, q ReserveRequest) error {
+	ok, _, err := s.waitShard(ctx, c, k.Shards[donor], moveID, q.ExpireAt)
+	if ok {
+		return nil
+	}
+	s.retry.Submit("durable_move", "move\x00"+moveID, func(ctx context.Context) error {
+		c, err := s.Client()
+		if err != nil {
+			return err
+		}
+		if ok, _, err := s.waitShard(ctx, c, k.Shards[donor], moveID, q.ExpireAt); !ok {
+			// Tried again later (retryable), until the replicas have it
+			// or the node is gone.
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		s.settleMoveLater(k, donor, moveID, q)
+		return nil
+	})
+	return fmt.Errorf("%w: stock moved from shard %d: %w", ErrUnavailable, donor, err)
+}
+
+// MakeDurable is the winner's durability check, right after a reserve
+// that answered OK for q (res): it waits for the replicas of the shard's
+// node and, when they do not acknowledge in time, applies on_timeout.
+// (Stock moved from a donor shard was checked onto the donor's replicas
+// before the reserve used it: durableSteal.)
+// With refuse, the reservation is released by its token (abort.lua, as
+// for a reserve whose reply never came: queue mode releases it only while
+// still queued) before the buyer is answered; a Redis that does not
+// answer the release gets it from the retrier, which also settles it
+// before the buyer's next call. The error, if any, says why the replicas
+// did not acknowledge (for logs); the Durability decides.
+func (s *Store) MakeDurable(ctx context.Context, q ReserveRequest, res ReserveResult) (Durability, error) {
+	if s.dur == nil {
+		return DurableOff, nil
+	}
+	tok := res.Token
+	ok, _, err := s.WaitReplicas(ctx, tok, q.Shards, q.ExpireAt)
+	if ok {
+		return DurableOK, nil
+	}
+	if !s.DurableRefuses() {
+		return DurableLate, err
+	}
+	code, aerr := s.releaseNotDurable(ctx, q, tok)
+	if aerr != nil {
+		return DurableRefused, errors.Join(err, aerr)
+	}
+	if code == lua.Confirmed && q.Queue {
+		// Queue mode: a worker claimed it while we waited.
+		return DurableTaken, err
+	}
+	return DurableRefused, err
+}
+
+// releaseNotDurable releases a winner's reservation the replicas did not
+// acknowledge: now if Redis answers, else through the retrier (keyed by
+// the buyer, so their next reserve settles it first).
+func (s *Store) releaseNotDurable(ctx context.Context, q ReserveRequest, tok Token) (lua.Code, error) {
+	k, err := s.skuKeys(ctx, q.Activity, q.SKU, q.Shards)
+	if err != nil {
+		return 0, err
+	}
+	sk := k.Shards[tok.Shard]
+	// abort.lua's keys, as abortLater builds them (the epoch tells every
+	// instance's buyer memo that the buyer's units went down).
+	keys := []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Out, sk.MovesIn, sk.Epoch}
+	if q.RequestID != "" {
+		// A repeat of the request id is then decided afresh.
+		keys = append(keys, ridKey(sk, q.User, q.RequestID))
+	}
+	queue := queueFlag(q.Queue)
+	exp := itoa(q.ExpireAt)
+	var got lua.Code
+	job := func(ctx context.Context) error {
+		c, err := s.Client()
+		if err != nil {
+			return err
+		}
+		cctx, cancel := s.ctx(ctx)
+		defer cancel()
+		r, err := ints(s.abort.Exec(cctx, c, keys, []string{tok.Field(), q.User, durableReason,
+			itoa(time.Now().UnixMilli()), "0", "", "0", exp, queue}))
+		if err != nil {
+			return err
+		}
+		switch got = lua.Code(r[0]); got {
+		case lua.OK, lua.Aborted, lua.Same, lua.Confirmed:
+			return nil
+		default:
+			// Broken counters: nothing released; the reconciler settles
+			// the pending reservation (the shop never saw it).
+			return fmt.Errorf("release of not durable %s: %v", tok, got)
+		}
+	}
+	err = job(ctx)
+	if err != nil && Retryable(err) {
+		if s.retry.Submit("abort", buyerKey(q.Activity, q.User), job) {
+			s.log.Warn("release of a winner the replicas did not acknowledge did not reach Redis; retrying in the background",
+				zap.String("token", tok.String()), zap.Error(err))
+			return lua.OK, nil
+		}
+	}
+	return got, err
+}
+
+// DurableWarnings names the masters that cannot acknowledge a winner:
+// fewer connected replicas than redis.durable_winners.replicas (every
+// winner on their shards would be refused, or forwarded as not durable).
+// It is asked at start, best effort: nil when durable winners are off or
+// Redis does not answer.
+func (s *Store) DurableWarnings(ctx context.Context) []string {
+	if s.dur == nil {
+		return nil
+	}
+	c, err := s.Client()
+	if err != nil {
+		return nil
+	}
+	want := s.dur.cfg.Replicas
+	var out []string
+	for addr, n := range c.Nodes() {
+		cctx, cancel := s.ctx(ctx)
+		info, err := n.Do(cctx, n.B().Info().Section("replication").Build()).ToString()
+		cancel()
+		if err != nil || !strings.Contains(info, "role:master") {
+			continue
+		}
+		got := -1
+		for _, l := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "connected_slaves:"); ok {
+				fmt.Sscan(v, &got)
+			}
+		}
+		if got >= 0 && got < want {
+			out = append(out, fmt.Sprintf("redis.durable_winners: master %s has %d connected replica(s), %d wanted: every winner on its shards will be %s after %s",
+				addr, got, want, map[bool]string{true: "refused (STORE_UNAVAILABLE)", false: "forwarded as not durable"}[s.DurableRefuses()], s.dur.cfg.Timeout))
+		}
+	}
+	return out
+}
