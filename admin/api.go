@@ -56,7 +56,7 @@ func (api *API) acts(w http.ResponseWriter, r *http.Request, required bool) ([]*
 		}
 		out := make([]*config.Activity, 0, len(cfg.Activities))
 		for i := range cfg.Activities {
-			out = append(out, &cfg.Activities[i])
+			out = append(out, cfg.Activities[i].ShadowOrSelf())
 		}
 		return out, true
 	}
@@ -65,7 +65,7 @@ func (api *API) acts(w http.ResponseWriter, r *http.Request, required bool) ([]*
 		writeErr(w, http.StatusNotFound, "no activity "+id)
 		return nil, false
 	}
-	return []*config.Activity{a}, true
+	return []*config.Activity{a.ShadowOrSelf()}, true
 }
 
 func (api *API) status(w http.ResponseWriter, r *http.Request) {

@@ -158,10 +158,12 @@ func (api *TrafficAPI) blockList(w http.ResponseWriter, r *http.Request) {
 func (api *TrafficAPI) eligible(w http.ResponseWriter, r *http.Request, add bool) {
 	q := r.URL.Query()
 	id := q.Get("activity")
-	if api.Config().Activity(id) == nil {
+	a := api.Config().Activity(id)
+	if a == nil {
 		writeErr(w, http.StatusNotFound, "no activity "+id)
 		return
 	}
+	id = a.ShadowOrSelf().ID // a shadow activity's list is its shadow copy's
 	users, err := CanonicalListValues(&api.Config().Identity, store.BlockUser, q["user"])
 	if err != nil {
 		listErr(w, err)

@@ -7,6 +7,7 @@ package admission
 import (
 	"context"
 	"errors"
+	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -50,6 +51,11 @@ type Request struct {
 	// after the local stages, has turned it into the shop's user id.
 	Session  string
 	Identify Identifier
+
+	// Conn is the buyer's connection, set by the proxy for activities with
+	// a fair_start window: a buy held there whose buyer has gone by its
+	// release reserves nothing. Never read from or written to.
+	Conn net.Conn
 
 	// Signature fields, filled by the proxy only for activities that
 	// require a signature (config: signature.keys).
@@ -123,6 +129,8 @@ type Pipeline struct {
 	// on this instance. It is a ristretto cache: a dropped or evicted entry
 	// only means the request goes on to Redis, which decides the same.
 	memo *ristretto.Cache[string, Decision]
+	// fair holds buys in fair_start windows (fairstart.go).
+	fair *fairPen
 }
 
 // Option tunes a Pipeline.
@@ -151,6 +159,7 @@ func New(s Store, m *metrics.Metrics, log *zap.Logger, now func() time.Time, opt
 	p := &Pipeline{store: s, now: now, m: m, log: log, scriptObs: m.ScriptLatency.WithLabelValues("reserve"),
 		limiterKeys: 1 << 17, refreshEvery: RefreshEvery, fleetEvery: FleetBeatEvery, fleetStale: FleetStale}
 	p.fleetN.Store(1)
+	p.fair = newFairPen(now, m.FairHeld, m.FairReleases)
 	p.ts, _ = s.(TrafficStore)
 	p.dur = newDurableCheck(s, m)
 	for i := range p.refusals {
@@ -182,6 +191,7 @@ func New(s Store, m *metrics.Metrics, log *zap.Logger, now func() time.Time, opt
 // Close releases the pipeline's background resources (the memo's
 // goroutines). Decide must not be called after Close.
 func (p *Pipeline) Close() {
+	p.fair.close()
 	if p.memo != nil {
 		p.memo.Close()
 	}
@@ -216,6 +226,8 @@ const (
 	rStoreDown
 	rUnauthenticated
 	rAuthDown
+	rFairFull
+	rFairGone
 	rNotDurable
 	numRefusals
 )
@@ -250,6 +262,9 @@ var refusalKinds = [numRefusals]struct {
 	// A session look-up asks the shop, not Redis: no Redis call was made.
 	rUnauthenticated: {Unauthenticated, "identity", "UNAUTHENTICATED", true},
 	rAuthDown:        {AuthUnavailable, "identity", "AUTH_UNAVAILABLE", true},
+	// Fair start: the pen of held buys is full, or a held buyer had gone.
+	rFairFull: {Busy, "fair_start", "BUSY", true},
+	rFairGone: {Busy, "fair_start", "gone", true},
 	// A winner the replicas did not acknowledge in time, released
 	// (redis.durable_winners on_timeout: refuse).
 	rNotDurable: {StoreUnavailable, "redis", "not_durable", false},
@@ -380,6 +395,15 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 		if ok, wait := l.user.AllowString(r.User, ns); !ok {
 			return p.refuse(rLimitUser, wait)
 		}
+	}
+	// Fair start: inside the window, held here (after every refusal that
+	// needs no stock, before the admission rate and Redis) until a random
+	// moment after it. After the window: this one comparison.
+	if a.FairStart > 0 && now.Before(a.FairStartEnd()) {
+		if d, done := p.holdFair(ctx, r); done {
+			return d
+		}
+		now = p.now()
 	}
 	// 4. Fleet admission rate, from the local lease (nothing to admit
 	// when sold out).

@@ -167,8 +167,10 @@ func (p *Pipeline) Apply(cfg *config.Config) {
 		p.limits.Store(p.newLimiters(l))
 	}
 	p.limMu.Unlock()
+	p.fair.max.Store(int64(cfg.Server.FairStartMaxHeld))
 	for i := range cfg.Activities {
-		p.stateFor(&cfg.Activities[i]).used.Store(time.Now().Unix())
+		// A shadow activity's buys are decided against its shadow copy.
+		p.stateFor(cfg.Activities[i].ShadowOrSelf()).used.Store(time.Now().Unix())
 	}
 }
 

@@ -49,6 +49,7 @@ func Parse(path string, data []byte) (*Config, error) {
 	if errs := append(d.errs, v.errs...); len(errs) > 0 {
 		return nil, fileErrors(path, errs)
 	}
+	c.PrepareShadows()
 	return c, nil
 }
 
@@ -202,6 +203,10 @@ func (a *Activity) StartMs() int64 { return a.Start.UnixMilli() }
 
 // EndMs is the end of the sale in Unix milliseconds.
 func (a *Activity) EndMs() int64 { return a.End.UnixMilli() }
+
+// FairStartEnd is when the activity's fair_start window closes (Start when
+// it has none).
+func (a *Activity) FairStartEnd() time.Time { return a.Start.Add(a.FairStart) }
 
 // PreheatMoment is when `serve` preheats the activity (start + preheat_at),
 // and false when preheat_at is not set.

@@ -82,7 +82,7 @@ func TestParseDefaults(t *testing.T) {
 			ReleaseStatuses:  []string{"4xx"},
 		},
 		Server: Server{MaxConns: DefaultServerMaxConns, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second,
-			DrainDelay: DefaultDrainDelay, ShutdownTimeout: 11 * time.Second},
+			DrainDelay: DefaultDrainDelay, ShutdownTimeout: 11 * time.Second, FairStartMaxHeld: DefaultFairStartMaxHeld},
 		Redis: Redis{
 			Addrs:       []string{"127.0.0.1:6379"},
 			Timeout:     200 * time.Millisecond,
@@ -221,7 +221,7 @@ activities:
 		Upstream: Upstream{URL: "https://shop.example/base", Timeout: 1500 * time.Millisecond, MaxConns: 7, SigningSecretEnv: "SIG",
 			PassTimeout: 9 * time.Second, IdleTimeout: 2 * time.Second, ReplayMaxBytes: 0, ReleaseStatuses: []string{"4xx", "502", "3xx"}},
 		Server: Server{MaxConns: 100, MaxConnsPerIP: 4, ReadTimeout: 5 * time.Second, WriteTimeout: 6 * time.Second, IdleTimeout: 7 * time.Second,
-			DrainDelay: DefaultDrainDelay, ShutdownTimeout: 8 * time.Second},
+			DrainDelay: DefaultDrainDelay, ShutdownTimeout: 8 * time.Second, FairStartMaxHeld: DefaultFairStartMaxHeld},
 		Redis: Redis{
 			Addrs:       []string{"r1:6379", "r2:6379"},
 			Cluster:     true, // implied by two addresses
@@ -407,7 +407,7 @@ func TestAllErrorsAtOnce(t *testing.T) {
 	give := okAct + "    shards: 0\n    mode: fast\nlisten: nope\n"
 	checkErrors(t, give, []wantErr{
 		{8, "shards must be between 1 and 1024"},
-		{9, `mode must be "sync" or "queue"`},
+		{9, `mode must be "sync", "queue" or "shadow"`},
 		{10, `listen: want host:port`},
 	})
 	if got := len(strings.Split(mustErr(t, give), "\n")); got != 3 {
@@ -511,7 +511,7 @@ func TestValidation(t *testing.T) {
 		{"shards zero", okAct + "    shards: 0\n", []wantErr{{8, "shards must be between 1 and 1024"}}},
 		{"shards too many", okAct + "    shards: 1025\n", []wantErr{{8, "shards must be between 1 and 1024"}}},
 		{"admission rate", okAct + "    admission_rate: {rate: 0, burst: 0}\n", []wantErr{{8, "admission_rate.rate must be positive"}, {8, "admission_rate.burst must be at least 1"}}},
-		{"mode", okAct + "    mode: async\n", []wantErr{{8, `mode must be "sync" or "queue", got "async"`}}},
+		{"mode", okAct + "    mode: async\n", []wantErr{{8, `mode must be "sync", "queue" or "shadow", got "async"`}}},
 		{"queue workers", okAct + "    queue:\n      workers: 0\n", []wantErr{{9, "queue.workers must be at least 1"}}},
 		{"queue rate", okAct + "    queue: {rate: -1}\n", []wantErr{{8, "queue.rate must be positive"}}},
 		{"queue max_backlog", okAct + "    queue:\n      max_backlog: 0\n", []wantErr{{9, "queue.max_backlog must be positive"}}},

@@ -85,6 +85,7 @@ func (c *Config) setDefaults(m *meta) {
 	setOnce(m, &c.Server.IdleTimeout, 90*time.Second)
 	setOnce(m, &c.Server.DrainDelay, DefaultDrainDelay)
 	setOnce(m, &c.Server.ShutdownTimeout, 2*c.Upstream.Timeout+5*time.Second)
+	setOnce(m, &c.Server.FairStartMaxHeld, DefaultFairStartMaxHeld)
 
 	if !c.Redis.Sentinel.Enabled() {
 		// Behind Sentinel the master's address comes from the sentinels.
@@ -170,6 +171,7 @@ func (c *Config) setDefaults(m *meta) {
 		setOnce(m, &a.PendingTimeout, 10*time.Minute)
 		setOnce(m, &a.OrderIDFrom, DefaultOrderIDFrom)
 		setOnce(m, &a.KeyTTLAfterEnd, 24*time.Hour)
+		setOnce(m, &a.FairStartSpread, a.FairStart)
 		if m.has(&a.Signature) {
 			// Only a configured signature block gets defaults: an activity
 			// without one stays exactly as written (and unsigned).
@@ -196,3 +198,15 @@ const DefaultDrainDelay = time.Second
 // DefaultBuyerMemo is redis.buyer_memo's default: at most ~40 MiB per
 // instance for buyers remembered at their limit.
 const DefaultBuyerMemo = 1 << 18
+
+// DefaultFairStartMaxHeld is server.fair_start_max_held's default: buys
+// one instance holds at once in fair_start windows.
+const DefaultFairStartMaxHeld = 100_000
+
+// Fair start bounds: a longer hold than MaxFairStart keeps buyers waiting
+// with no answer past what clients and balancers usually allow.
+const (
+	MaxFairStart       = 10 * time.Second
+	MinFairStartSpread = 10 * time.Millisecond
+	MaxFairStartHeld   = 10_000_000
+)

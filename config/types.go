@@ -123,6 +123,11 @@ type Server struct {
 	// + 5s; at least upstream.timeout). What is cut off stays pending for
 	// the reconciler.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// FairStartMaxHeld bounds the buys this instance holds at once during
+	// activities' fair_start windows (all activities together, default
+	// 100,000); one more is answered 503 BUSY. Each held buy keeps its
+	// connection, so max_conns bounds them too.
+	FairStartMaxHeld int `yaml:"fair_start_max_held"`
 }
 
 // Redis says how to reach the store.
@@ -375,7 +380,7 @@ type Activity struct {
 	MaxQty         int64         `yaml:"max_qty"` // largest qty in one request; default per_user_limit
 	Shards         int           `yaml:"shards"`
 	AdmissionRate  Rate          `yaml:"admission_rate"`
-	Mode           string        `yaml:"mode"` // sync | queue
+	Mode           string        `yaml:"mode"` // sync | queue | shadow
 	Queue          Queue         `yaml:"queue"`
 	PendingTimeout time.Duration `yaml:"pending_timeout"`
 	Verify         Verify        `yaml:"verify"`
@@ -391,6 +396,22 @@ type Activity struct {
 	// EligibleOnly lets only users on the activity's eligibility list (held
 	// in Redis, changed by admin calls and `seckill-proxy eligible`) buy.
 	EligibleOnly bool `yaml:"eligible_only"`
+	// ShadowHeaders (mode: shadow only) adds X-Seckill-Shadow: <code> to
+	// each buy forwarded to the shop: what the proxy would have answered.
+	ShadowHeaders bool `yaml:"shadow_headers"`
+
+	// shadow is the copy a shadow activity's buys are decided against
+	// (its own keys), built once per config (see shadow.go).
+	shadow *Activity
+
+	// FairStart, when positive, holds the buys that arrive in
+	// [start, start+fair_start) and lets them on, after the window, in a
+	// uniformly random order: each draws a release moment uniformly in
+	// [start+fair_start, start+fair_start+fair_start_spread). 0: off.
+	FairStart time.Duration `yaml:"fair_start"`
+	// FairStartSpread is how long the held buys are let on over (default
+	// fair_start): it also meters them into Redis.
+	FairStartSpread time.Duration `yaml:"fair_start_spread"`
 }
 
 // Signature is the optional request signature from the shop's app:
@@ -415,4 +436,7 @@ func (s *Signature) Enabled() bool { return len(s.Keys) > 0 }
 const (
 	ModeSync  = "sync"
 	ModeQueue = "queue"
+	// ModeShadow forwards every buy to the shop unchanged and records what
+	// the funnel would have decided (see shadow.go).
+	ModeShadow = "shadow"
 )

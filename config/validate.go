@@ -143,6 +143,9 @@ func (v *validator) upstream(c *Config) {
 		v.errorf(v.m.line(&sv.ShutdownTimeout, &c.Server),
 			"server.shutdown_timeout (%s) must be at least upstream.timeout (%s): winners still at the shop would be cut off and left pending", sv.ShutdownTimeout, u.Timeout)
 	}
+	if v.ok(&sv.FairStartMaxHeld) && (sv.FairStartMaxHeld < 1 || sv.FairStartMaxHeld > MaxFairStartHeld) {
+		v.errorf(v.m.line(&sv.FairStartMaxHeld, &c.Server), "server.fair_start_max_held must be between 1 and %d, got %d", MaxFairStartHeld, sv.FairStartMaxHeld)
+	}
 	for _, d := range []struct {
 		p    *time.Duration
 		name string
@@ -297,6 +300,7 @@ func (v *validator) activities(c *Config) {
 		}
 
 		v.window(a, name)
+		v.fairStart(a, name)
 		v.skus(a, name)
 
 		if v.ok(&a.PerUserLimit) && a.PerUserLimit < 1 {
@@ -308,8 +312,11 @@ func (v *validator) activities(c *Config) {
 			v.errorf(at(&a.Shards), "%s: shards must be between 1 and 1024, got %d", name, a.Shards)
 		}
 		v.rate(&a.AdmissionRate, name+": admission_rate", a)
-		if v.ok(&a.Mode) && a.Mode != ModeSync && a.Mode != ModeQueue {
-			v.errorf(at(&a.Mode), "%s: mode must be %q or %q, got %q", name, ModeSync, ModeQueue, a.Mode)
+		if v.ok(&a.Mode) && a.Mode != ModeSync && a.Mode != ModeQueue && a.Mode != ModeShadow {
+			v.errorf(at(&a.Mode), "%s: mode must be %q, %q or %q, got %q", name, ModeSync, ModeQueue, ModeShadow, a.Mode)
+		}
+		if v.ok(&a.ShadowHeaders) && v.ok(&a.Mode) && a.ShadowHeaders && a.Mode != ModeShadow {
+			v.errorf(at(&a.ShadowHeaders), "%s: shadow_headers applies only to mode: shadow (mode is %q)", name, a.Mode)
 		}
 		if v.ok(&a.Queue.Workers) && a.Queue.Workers < 1 {
 			v.errorf(v.m.line(&a.Queue.Workers, &a.Queue, a), "%s: queue.workers must be at least 1, got %d", name, a.Queue.Workers)
@@ -409,6 +416,24 @@ func (v *validator) window(a *Activity, name string) {
 	}
 	if startOK && endOK && v.ok(&a.Start) && v.ok(&a.End) && !a.End.After(a.Start) {
 		v.errorf(v.m.line(&a.End), "%s: end (%s) must be after start (%s)", name, a.End.Format(time.RFC3339), a.Start.Format(time.RFC3339))
+	}
+}
+
+// fairStart checks fair_start and fair_start_spread (README: "Fair start").
+func (v *validator) fairStart(a *Activity, name string) {
+	at := func(p any) int { return v.m.line(p, a) }
+	if !v.ok(&a.FairStart) || !v.ok(&a.FairStartSpread) {
+		return
+	}
+	switch {
+	case a.FairStart < 0 || a.FairStart > MaxFairStart:
+		v.errorf(at(&a.FairStart), "%s: fair_start must be between 0 (off) and %s, got %s", name, MaxFairStart, a.FairStart)
+	case a.FairStart == 0 && v.m.has(&a.FairStartSpread):
+		v.errorf(at(&a.FairStartSpread), "%s: fair_start_spread needs fair_start (a positive window)", name)
+	case a.FairStart > 0 && (a.FairStartSpread < MinFairStartSpread || a.FairStartSpread > MaxFairStart):
+		v.errorf(at(&a.FairStartSpread), "%s: fair_start_spread must be between %s and %s, got %s", name, MinFairStartSpread, MaxFairStart, a.FairStartSpread)
+	case a.FairStart > 0 && v.ok(&a.Start) && v.ok(&a.End) && a.End.After(a.Start) && !a.End.After(a.FairStartEnd().Add(a.FairStartSpread)):
+		v.errorf(at(&a.FairStart), "%s: fair_start + fair_start_spread (%s) must end before the activity ends (%s after start)", name, a.FairStart+a.FairStartSpread, a.End.Sub(a.Start))
 	}
 }
 

@@ -57,6 +57,12 @@ type Metrics struct {
 	// AuthFailures counts buys whose identity could not be verified, by
 	// reason (missing, malformed, expired, ..., no_keys).
 	AuthFailures *prometheus.CounterVec
+	// FairHeld is how many buys this instance holds in fair_start windows.
+	FairHeld prometheus.Gauge
+	// FairReleases counts held buys let on after their window, by outcome:
+	// released (went on to admission) or gone (the buyer had disconnected:
+	// nothing reserved).
+	FairReleases *prometheus.CounterVec
 	// DurableWinners counts winners' durability checks
 	// (redis.durable_winners), by path (buy: the buyer's request; queue:
 	// a queue worker before sending) and result (durable, forwarded:
@@ -134,6 +140,13 @@ func New() *Metrics {
 	r.MustRegister(m.DurableWinners)
 	r.MustRegister(m.SessionLookups, m.SessionCache, m.SessionLatency)
 	m.Gauges = newGauges(r)
+	m.FairHeld = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "seckill_fair_start_held", Help: "Buys held in fair_start windows on this instance, waiting for their random release.",
+	})
+	m.FairReleases = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "seckill_fair_start_releases_total", Help: "Held fair_start buys let on, by outcome (released, gone: the buyer had disconnected).",
+	}, []string{"outcome"})
+	r.MustRegister(m.FairHeld, m.FairReleases)
 	m.FleetInstances.Set(1)
 	r.MustRegister(m.AuthFailures, m.FleetInstances, m.RedisRetries, m.Outcomes, m.Rejections, m.BuyLatency, m.ScriptLatency, m.UpstreamLatency,
 		m.Settlements, m.RedisSaved, m.StockMoves, m.Passthrough, m.QueueBacklog, m.ReconcileAlerts,

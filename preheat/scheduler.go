@@ -140,7 +140,7 @@ func (s *Scheduler) pass(ctx context.Context) time.Duration {
 		if ctx.Err() != nil {
 			return wait
 		}
-		a := &cfg.Activities[i]
+		a := cfg.Activities[i].ShadowOrSelf() // a shadow activity preheats its shadow copy
 		moment, ok := a.PreheatMoment()
 		now := s.now()
 		if !ok || !now.Before(a.End) {

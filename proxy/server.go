@@ -62,6 +62,8 @@ type Server struct {
 	// confirms are winners' confirms settled after their answers (issue 10).
 	confirms confirms
 	draining atomic.Bool // Drain: a graceful stop has begun (drain.go)
+	// shadow records shadow-mode decisions (shadow.go).
+	shadow shadowLog
 }
 
 // state is everything derived from one config, swapped whole on reload.
@@ -89,7 +91,7 @@ type outcomeCounters struct {
 
 // New builds a Server for cfg.
 func New(cfg *config.Config, d Deciders, b Book, m *metrics.Metrics, log *zap.Logger) (*Server, error) {
-	s := &Server{decide: d, book: b, m: m, log: log, obs: newObservers(m), refused: newRouteRefusals(m), confirms: newConfirms()}
+	s := &Server{decide: d, book: b, m: m, log: log, obs: newObservers(m), refused: newRouteRefusals(m), confirms: newConfirms(), shadow: newShadowLog()}
 	if err := s.Apply(cfg); err != nil {
 		return nil, err
 	}
@@ -211,6 +213,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if werr := s.confirms.wait(ctx); err == nil {
 		err = werr
 	}
+	if werr := s.WaitShadow(ctx); err == nil {
+		err = werr
+	}
 	if st := s.cur.Load(); st != nil {
 		if st.session != nil {
 			st.session.resolver.Close()
@@ -273,6 +278,10 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, st *state, m match) {
 		s.answer(ctx, st, nil, &answer{code: admission.UnknownItem})
 		return
 	}
+	if a.Shadow() != nil {
+		s.shadowBuy(ctx, st, m, a)
+		return
+	}
 	if s.draining.Load() {
 		s.refuseDraining(ctx, st, a)
 		return
@@ -300,6 +309,11 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, st *state, m match) {
 	rp := requestPool.Get().(*admission.Request)
 	*rp = req
 	defer func() { *rp = admission.Request{}; requestPool.Put(rp) }()
+	if a.FairStart > 0 {
+		// A buy held in the fair_start window is dropped if its buyer
+		// has gone by its release (admission peeks at the socket).
+		rp.Conn = ctx.Conn()
+	}
 	// Never the RequestCtx: it must not escape the handler, and as a parent
 	// context it would cost a goroutine per Redis call (STYLE.md).
 	d := s.decide.Decide(context.Background(), rp)

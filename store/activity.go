@@ -220,6 +220,12 @@ func (s *Store) Preheat(ctx context.Context, a *config.Activity, force bool, now
 		}
 	}
 	s.keys.setPlace(a.ID, place)
+	if strings.HasSuffix(a.ID, config.ShadowSuffix) {
+		// A shadow copy's new stock starts a new report (shadow.go).
+		if err := s.resetShadow(cctx, c, a.ID); err != nil {
+			return 0, err
+		}
+	}
 	return outcome, nil
 }
 

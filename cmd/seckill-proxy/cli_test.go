@@ -60,7 +60,7 @@ func want(t *testing.T, wantCode int, want string, args ...string) (string, stri
 	return out, errs
 }
 
-var allCommands = []string{"serve", "validate", "preheat", "preflight", "pause", "resume", "release", "reconcile", "status", "block", "unblock", "eligible"}
+var allCommands = []string{"serve", "validate", "preheat", "preflight", "pause", "resume", "release", "reconcile", "status", "block", "unblock", "eligible", "shadow-report"}
 
 func TestUsage(t *testing.T) {
 	// Usage errors are found before any config or Redis is touched.

@@ -39,6 +39,7 @@ Usage:
   seckill-proxy block     -c FILE (--ip X | --device D | --user U)... [--ttl 10m]
   seckill-proxy unblock   -c FILE (--ip X | --device D | --user U)...
   seckill-proxy eligible  -c FILE --activity ID (--add U | --remove U)... [--ttl 24h]
+  seckill-proxy shadow-report -c FILE --activity ID [--json] a mode: shadow activity's decisions vs the shop
 
 Every command takes --help, and --log-format json|console.
 Exit codes: 0 ok, 1 operation failed or invariant broken, 2 bad usage or bad config.
@@ -75,6 +76,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		"pause": cmdPause, "resume": cmdResume, "release": cmdRelease,
 		"reconcile": cmdReconcile, "status": cmdStatus,
 		"block": cmdBlock, "unblock": cmdUnblock, "eligible": cmdEligible,
+		"shadow-report": cmdShadowReport,
 	}
 	f, ok := cmds[args[0]]
 	if !ok {
@@ -213,11 +215,13 @@ func activities(cfg *config.Config, id string) ([]*config.Activity, error) {
 			}
 			return nil, fail(exitUsage, "no activity %q in %s (activities: %s)", id, cfg.Path, strings.Join(ids, ", "))
 		}
-		return []*config.Activity{a}, nil
+		return []*config.Activity{a.ShadowOrSelf()}, nil
 	}
+	// A shadow activity's stock, flags and reservations are its shadow
+	// copy's (id <ID>~shadow): preheat, status, pause, reconcile... act on it.
 	out := make([]*config.Activity, 0, len(cfg.Activities))
 	for i := range cfg.Activities {
-		out = append(out, &cfg.Activities[i])
+		out = append(out, cfg.Activities[i].ShadowOrSelf())
 	}
 	return out, nil
 }

@@ -125,9 +125,11 @@ func cmdEligible(c *cli) error {
 		return err
 	}
 	defer st.Close()
-	if _, err := activities(cfg, *act); err != nil {
+	acts, err := activities(cfg, *act)
+	if err != nil {
 		return err
 	}
+	*act = acts[0].ID // a shadow activity's list is its shadow copy's
 	ctx := context.Background()
 	if len(adds) > 0 {
 		v, err := admin.CanonicalListValues(&cfg.Identity, store.BlockUser, adds)

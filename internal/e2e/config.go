@@ -56,9 +56,13 @@ type Activity struct {
 	// AdmissionRate is the admission_rate as YAML flow; default far above any test's load.
 	AdmissionRate string
 	Mode          string // default sync
+	ShadowHeaders bool   // shadow_headers (mode: shadow)
 	// CaseSensitive and PassMethods are the route's case_sensitive and pass_methods.
 	CaseSensitive bool
 	PassMethods   []string
+	// FairStart and FairStartSpread are fair_start and fair_start_spread
+	// (0: left out).
+	FairStart, FairStartSpread time.Duration
 }
 
 // Options is one proxy config. Zero fields take the harness defaults.
@@ -210,6 +214,15 @@ func (o Options) YAML(t testing.TB) string {
 		}
 		if a.EligibleOnly {
 			w("    eligible_only: true")
+		}
+		if a.ShadowHeaders {
+			w("    shadow_headers: true")
+		}
+		if a.FairStart != 0 {
+			w("    fair_start: %s", a.FairStart)
+		}
+		if a.FairStartSpread != 0 {
+			w("    fair_start_spread: %s", a.FairStartSpread)
 		}
 		if !a.NoVerify {
 			w("    verify:")

@@ -62,9 +62,25 @@ func (p *Proxy) Counter(vec *prometheus.CounterVec, labels ...string) float64 {
 	return m.GetCounter().GetValue()
 }
 
+// Gauge reads a gauge.
+func (p *Proxy) Gauge(g prometheus.Gauge) float64 {
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		return -1
+	}
+	return m.GetGauge().GetValue()
+}
+
 // StartProxy opens the store, builds admission and the proxy for cfg, and
 // serves on cfg.Listen until the test ends.
 func StartProxy(t testing.TB, cfg *config.Config) *Proxy {
+	t.Helper()
+	return StartProxyClock(t, cfg, time.Now)
+}
+
+// StartProxyClock is StartProxy with admission's server clock now (the
+// activity window, fair_start holds, rate limits): a test may move it.
+func StartProxyClock(t testing.TB, cfg *config.Config, now func() time.Time) *Proxy {
 	t.Helper()
 	log := zap.NewNop()
 	st, err := store.Open(cfg.Redis, log)
@@ -73,7 +89,7 @@ func StartProxy(t testing.TB, cfg *config.Config) *Proxy {
 	}
 	m := metrics.New()
 	// Wired as serve wires it: local limits applied, snapshots refreshed.
-	pipe := admission.New(st, m, log, time.Now)
+	pipe := admission.New(st, m, log, now)
 	pipe.Apply(cfg)
 	runCtx, stopRun := context.WithCancel(context.Background())
 	ran := make(chan struct{})
@@ -119,7 +135,8 @@ func (p *Proxy) Preheat(t testing.TB, id string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := p.Store.Preheat(ctx, p.Activity(t, id), false, time.Now()); err != nil {
+	// A shadow activity's stock is its shadow copy's.
+	if _, err := p.Store.Preheat(ctx, p.Activity(t, id).ShadowOrSelf(), false, time.Now()); err != nil {
 		t.Fatalf("preheat %s: %v", id, err)
 	}
 }
@@ -134,7 +151,7 @@ func (p *Proxy) Status(t testing.TB, id string) store.ActivityStatus {
 	if err := p.Server.WaitConfirms(ctx); err != nil {
 		t.Fatalf("confirms: %v", err)
 	}
-	s, err := p.Store.Status(ctx, p.Activity(t, id))
+	s, err := p.Store.Status(ctx, p.Activity(t, id).ShadowOrSelf())
 	if err != nil {
 		t.Fatalf("status %s: %v", id, err)
 	}

@@ -1,0 +1,194 @@
+package admission
+
+import (
+	"container/heap"
+	"context"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/seckill-proxy/seckill-proxy/config"
+)
+
+// Fair start (issue 13 §1): a buy that arrives in [start, start+fair_start)
+// and passes every local check (window, whitelist, flags, signature,
+// eligibility, blocklists, rate limits) is held just before the fleet
+// admission rate and Redis, and let on at a release moment drawn uniformly
+// in [start+fair_start, start+fair_start+spread). Every instance draws on
+// its own from the same interval (the config's start), so over the fleet
+// the held buys reach Redis in a uniformly random order whatever their
+// arrival order, with no coordination: arriving 300 ms earlier buys nothing.
+//
+// Holding costs no goroutine of its own: the buy waits in its fasthttp
+// worker (the connection's goroutine) on the channel of its release slot.
+// Slots are whole milliseconds; one sleeper per instance closes each
+// slot's channel when its moment comes.
+
+// fairSleepMax bounds the sleeper's naps while buys are held, so a test's
+// injected clock that jumps is noticed within this much real time.
+const fairSleepMax = 5 * time.Millisecond
+
+// fairPen holds one instance's held buys.
+type fairPen struct {
+	now  func() time.Time
+	max  atomic.Int64
+	held atomic.Int64
+
+	heldG          prometheus.Gauge
+	released, gone prometheus.Counter
+	start          sync.Once
+	done           chan struct{}
+	closeOnce      sync.Once
+	wake           chan struct{}
+	mu             sync.Mutex
+	slots          map[int64]chan struct{} // release ms → closed then
+	due            msHeap                  // the slots' ms, earliest first
+	draw           func(n int64) int64     // uniform in [0, n)
+}
+
+func newFairPen(now func() time.Time, held prometheus.Gauge, releases *prometheus.CounterVec) *fairPen {
+	f := &fairPen{now: now, heldG: held, released: releases.WithLabelValues("released"), gone: releases.WithLabelValues("gone"),
+		done: make(chan struct{}), wake: make(chan struct{}, 1), slots: map[int64]chan struct{}{}, draw: rand.Int64N}
+	f.max.Store(config.DefaultFairStartMaxHeld)
+	return f
+}
+
+// releaseAt draws a held buy's release moment for activity a, in Unix ms:
+// uniform over the spread after the window, independently of every other
+// buy and instance.
+func (f *fairPen) releaseAt(a *config.Activity) int64 {
+	end := a.FairStartEnd().UnixNano()
+	spread := int64(a.FairStartSpread)
+	if spread <= 0 {
+		spread = int64(time.Millisecond)
+	}
+	at := end + f.draw(spread)
+	// The slot is the next whole millisecond: released no earlier than drawn.
+	return (at + int64(time.Millisecond) - 1) / int64(time.Millisecond)
+}
+
+// enter takes a place in the pen, or reports false when max are held.
+func (f *fairPen) enter() bool {
+	if f.held.Add(1) > f.max.Load() {
+		f.held.Add(-1)
+		return false
+	}
+	f.heldG.Inc()
+	return true
+}
+
+// leave gives a place back.
+func (f *fairPen) leave() {
+	f.held.Add(-1)
+	f.heldG.Dec()
+}
+
+// slot returns the channel closed when the clock reaches ms.
+func (f *fairPen) slot(ms int64) <-chan struct{} {
+	f.start.Do(func() { go f.run() })
+	f.mu.Lock()
+	ch, ok := f.slots[ms]
+	if !ok {
+		ch = make(chan struct{})
+		f.slots[ms] = ch
+		heap.Push(&f.due, ms)
+		if f.due[0] == ms {
+			select {
+			case f.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+	f.mu.Unlock()
+	return ch
+}
+
+// run is the one sleeper: it closes each slot's channel once the clock has
+// reached it, earliest first.
+func (f *fairPen) run() {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	var ready []chan struct{}
+	for {
+		nowMs := f.now().UnixMilli()
+		f.mu.Lock()
+		for len(f.due) > 0 && f.due[0] <= nowMs {
+			ms := heap.Pop(&f.due).(int64)
+			ready = append(ready, f.slots[ms])
+			delete(f.slots, ms)
+		}
+		next := int64(-1)
+		if len(f.due) > 0 {
+			next = f.due[0]
+		}
+		f.mu.Unlock()
+		for i, ch := range ready {
+			close(ch)
+			ready[i] = nil
+		}
+		ready = ready[:0]
+		var timer <-chan time.Time
+		if next >= 0 {
+			d := min(time.Duration(next-nowMs)*time.Millisecond, fairSleepMax)
+			t.Reset(d)
+			timer = t.C
+		}
+		select {
+		case <-timer:
+		case <-f.wake:
+			if timer != nil && !t.Stop() {
+				<-t.C
+			}
+		case <-f.done:
+			f.mu.Lock()
+			for ms, ch := range f.slots {
+				close(ch) // let every held buy go: the instance is closing
+				delete(f.slots, ms)
+			}
+			f.due = f.due[:0]
+			f.mu.Unlock()
+			return
+		}
+	}
+}
+
+func (f *fairPen) close() { f.closeOnce.Do(func() { close(f.done) }) }
+
+// holdFair holds r until its drawn release moment. It returns done with
+// the answer when the buy is not to go on: the pen is full (BUSY, at
+// once) or the buyer disconnected while held (nothing reserved).
+func (p *Pipeline) holdFair(ctx context.Context, r *Request) (Decision, bool) {
+	f := p.fair
+	if !f.enter() {
+		return p.refuse(rFairFull, retryAfterDefault), true
+	}
+	ch := f.slot(f.releaseAt(r.Activity))
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	}
+	f.leave()
+	if r.Conn != nil && connGone(r.Conn) {
+		f.gone.Inc()
+		return p.refuse(rFairGone, 0), true
+	}
+	f.released.Inc()
+	return Decision{}, false
+}
+
+// msHeap is a min-heap of release slots (Unix ms).
+type msHeap []int64
+
+func (h msHeap) Len() int           { return len(h) }
+func (h msHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h msHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *msHeap) Push(x any)        { *h = append(*h, x.(int64)) }
+func (h *msHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}

@@ -1,0 +1,124 @@
+package admission
+
+import (
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/metrics"
+)
+
+// tcpPair returns both ends of a real loopback TCP connection.
+func tcpPair(t *testing.T) (server, client net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if server, err = ln.Accept(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Close(); client.Close() })
+	return server, client
+}
+
+// wrapped embeds the connection as fasthttp's perIPConn does.
+type wrapped struct {
+	net.Conn
+	n int
+}
+
+func TestConnGone(t *testing.T) {
+	for _, wrap := range []bool{false, true} {
+		server, client := tcpPair(t)
+		var c net.Conn = server
+		if wrap {
+			c = &wrapped{Conn: server}
+		}
+		if connGone(c) {
+			t.Fatalf("wrap %v: open connection reported gone", wrap)
+		}
+		// A pipelined byte waiting: still there, and the byte is not eaten.
+		if _, err := client.Write([]byte("G")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // let it cross loopback
+		if connGone(c) {
+			t.Fatalf("wrap %v: connection with unread bytes reported gone", wrap)
+		}
+		buf := make([]byte, 1)
+		_ = server.SetReadDeadline(time.Now().Add(time.Second))
+		if n, err := server.Read(buf); n != 1 || buf[0] != 'G' {
+			t.Fatalf("wrap %v: the peeked byte was consumed: read %d %q %v", wrap, n, buf[:n], err)
+		}
+		_ = server.SetReadDeadline(time.Time{})
+		client.Close()
+		deadline := time.Now().Add(5 * time.Second)
+		for !connGone(c) {
+			if time.Now().After(deadline) {
+				t.Fatalf("wrap %v: closed connection never reported gone", wrap)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if connGone(nil) {
+		t.Errorf("nil connection reported gone")
+	}
+}
+
+// Slots open earliest first and only once the clock reaches them; the pen
+// never holds more than max.
+func TestFairPenSlots(t *testing.T) {
+	m := metrics.New()
+	var nowNs atomic.Int64
+	nowNs.Store(time.Unix(1000, 0).UnixNano())
+	clock := func() time.Time { return time.Unix(0, nowNs.Load()) }
+	f := newFairPen(clock, m.FairHeld, m.FairReleases)
+	defer f.close()
+	f.max.Store(2)
+	if !f.enter() || !f.enter() || f.enter() {
+		t.Fatalf("pen of 2 let in a third")
+	}
+	f.leave()
+	f.leave()
+	a := &config.Activity{Start: time.Unix(1000, 0), FairStart: 500 * time.Millisecond, FairStartSpread: 500 * time.Millisecond}
+	for range 10000 {
+		ms := f.releaseAt(a)
+		if ms < 1000_500 || ms > 1001_000 {
+			t.Fatalf("release at %d ms, want within [1000500, 1001000]", ms)
+		}
+	}
+	early, late := f.slot(1000_600), f.slot(1000_800)
+	if f.slot(1000_600) != early {
+		t.Fatalf("one ms, two channels")
+	}
+	select {
+	case <-early:
+		t.Fatalf("slot released before its time")
+	case <-time.After(20 * time.Millisecond):
+	}
+	nowNs.Store(time.Unix(1000, 700*int64(time.Millisecond)).UnixNano())
+	select {
+	case <-early:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("slot not released once due")
+	}
+	select {
+	case <-late:
+		t.Fatalf("later slot released early")
+	case <-time.After(20 * time.Millisecond):
+	}
+	f.close()
+	select {
+	case <-late:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("close left a slot shut")
+	}
+}
