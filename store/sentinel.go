@@ -46,7 +46,9 @@ func Where(cfg config.Redis) string {
 // its absence) after the client's handshake is done, and the client may
 // see only the reset, not the server's alert.
 func explainDial(cfg config.Redis, err error) error {
-	if !cfg.TLS.Enabled || !(errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || strings.Contains(err.Error(), "connection reset")) {
+	closed := errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) ||
+		strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "broken pipe")
+	if !cfg.TLS.Enabled || !closed {
 		return err
 	}
 	if cfg.TLS.CertFile == "" {

@@ -59,6 +59,15 @@ func TestSentinelFailover(t *testing.T) {
 		return err == nil
 	})
 	p.Preheat(t, snAct)
+	// The proxy learns of the preheat through an invalidation (NOT_READY
+	// until then): one buyer retries as Retry-After tells them.
+	e2e.Eventually(t, 5*time.Second, "a first win through the sentinels' master", func() bool {
+		r := e2e.Buy(p.Addr, snAct, "first")
+		if r.Code != "WIN" && r.Code != "NOT_READY" {
+			t.Fatalf("first buy: %d %s %v", r.Status, r.Code, r.Err)
+		}
+		return r.Code == "WIN"
+	})
 	e2e.Eventually(t, 10*time.Second, "preheat replicated", func() bool {
 		return replica.Info("replication", "master_repl_offset") == master.Info("replication", "master_repl_offset")
 	})

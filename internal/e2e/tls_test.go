@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -33,14 +34,23 @@ func TestRedisTLS(t *testing.T) {
 	tlsFlow := "{ ca_file: %q, cert_file: %q, key_file: %q, server_name: %q }"
 	opts := e2e.Options{Redis: []string{srv.Addr}, ShopURL: shop.URL,
 		RedisTLS:   fmt.Sprintf(tlsFlow, f.CA, f.ClientCert, f.ClientKey, f.ServerName),
-		Activities: []e2e.Activity{{ID: "tl", Stock: 20, Shards: 1}}}
+		Activities: []e2e.Activity{{ID: "tl", Stock: 21, Shards: 1}}}
 	p := e2e.StartProxy(t, opts.Config(t))
 	p.Preheat(t, "tl")
+	// The proxy learns of the preheat through an invalidation (NOT_READY
+	// until then): one buyer retries as Retry-After tells them.
+	e2e.Eventually(t, 5*time.Second, "a first win over TLS", func() bool {
+		r := e2e.Buy(p.Addr, "tl", "first")
+		if r.Code != "WIN" && r.Code != "NOT_READY" {
+			t.Fatalf("first buy over TLS: %d %s %v", r.Status, r.Code, r.Err)
+		}
+		return r.Code == "WIN"
+	})
 	res := e2e.Spike{Addrs: []string{p.Addr}, Activity: "tl", Users: 100, Tries: 1, Conc: 16}.Fire(t)
 	if res.ByCode["WIN"] != 20 || len(res.Odd) > 0 {
 		t.Fatalf("spike over TLS: %v, odd %v", res.ByCode, res.Odd)
 	}
-	p.WantStock(t, "tl", 0, 0, 20)
+	p.WantStock(t, "tl", 0, 0, 21)
 
 	other := redistest.NewTLSFiles(t) // a CA the server's certificate is not from
 	refusals := []struct {
