@@ -64,6 +64,10 @@ type Request struct {
 	SigTimestamp string
 	SigNonce     string
 	Signature    string
+
+	// Items, when not nil, make the request a bundle (issue 13 §3): every
+	// item reserved all or none, SKU is store.BundleSKU and Qty the total.
+	Items []store.BundleItem
 }
 
 // Decision is the outcome of admission.
@@ -80,6 +84,8 @@ type Decision struct {
 	// Replay is the shop's answer to the first copy of a repeated request
 	// id, for AlreadyPurchased when it was kept: the proxy answers with it.
 	Replay *store.Replay
+	// Short is the SKU a bundle could not get enough of (SoldOut).
+	Short string
 }
 
 // retryAfterDefault is what buyers are told to wait on a retryable refusal
@@ -286,12 +292,18 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 	if !now.Before(a.End) {
 		return p.refuse(rEnded, 0)
 	}
-	sku := a.SKU(r.SKU)
-	if sku == nil {
-		return p.refuse(rUnknownItem, 0)
-	}
-	if r.Qty < 1 || r.Qty > a.MaxQty {
-		return p.refuse(rBadQty, 0)
+	var sku *config.SKU
+	if r.Items != nil {
+		if d, bad := p.checkBundle(r); bad {
+			return d
+		}
+	} else {
+		if sku = a.SKU(r.SKU); sku == nil {
+			return p.refuse(rUnknownItem, 0)
+		}
+		if r.Qty < 1 || r.Qty > a.MaxQty {
+			return p.refuse(rBadQty, 0)
+		}
 	}
 	// 2. Activity state from the local snapshot.
 	st := p.stateFor(a)
@@ -322,6 +334,11 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 	// answers a fresh id SOLD_OUT and reads the record of a possible
 	// repeat; every other buy of a sold-out SKU is answered here.
 	soldOut := false
+	if fresh && r.Items != nil {
+		if d, out := p.bundleSoldOut(st, r); out {
+			return d
+		}
+	}
 	if fresh {
 		if k := st.skus[r.SKU]; k != nil && k.soldOut.Load() {
 			if r.RequestID == "" {
@@ -424,6 +441,9 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 		if d, done := p.claimNonce(ctx, st, r); done {
 			return d
 		}
+	}
+	if r.Items != nil {
+		return p.reserveBundle(ctx, r, flags, now)
 	}
 	return p.reserve(ctx, r, sku, flags, now)
 }

@@ -65,6 +65,7 @@ func setOnce[T any](m *meta, p *T, v T) {
 // defaults live, so SPEC §3 and the code are compared in one read.
 func (c *Config) setDefaults(m *meta) {
 	setOnce(m, &c.Listen, DefaultListen)
+	c.bundleDefaults(m)
 	setOnce(m, &c.PublicPrefix, DefaultPublicPrefix)
 	setOnce(m, &c.Admin.Listen, DefaultAdminListen)
 	setOnce(m, &c.Admin.TokenEnv, DefaultAdminTokenEnv)

@@ -371,8 +371,11 @@ type Verify struct {
 
 // Activity is one flash sale.
 type Activity struct {
-	ID             string        `yaml:"id"`
-	Route          Route         `yaml:"route"`
+	ID    string `yaml:"id"`
+	Route Route  `yaml:"route"`
+	// BundleRoute, when its path is set, takes bundles: several SKUs of
+	// the activity reserved all or none (see config/bundle.go).
+	BundleRoute    BundleRoute   `yaml:"bundle_route"`
 	Start          time.Time     `yaml:"start"`
 	End            time.Time     `yaml:"end"`
 	SKUs           []SKU         `yaml:"skus"`

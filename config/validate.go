@@ -95,6 +95,7 @@ func (v *validator) config(c *Config) {
 		}
 	}
 	v.activities(c)
+	v.bundleRouteClashes(c)
 }
 
 func (v *validator) upstream(c *Config) {
@@ -299,6 +300,7 @@ func (v *validator) activities(c *Config) {
 			}
 		}
 
+		v.bundleRoute(a, name)
 		v.window(a, name)
 		v.fairStart(a, name)
 		v.skus(a, name)

@@ -24,5 +24,12 @@ func All() map[string]string {
 		"qgroup":         QueueGroup,
 		"bucket":         Bucket,
 		"fleet":          Fleet,
+
+		// Bundles (issue 13 §3).
+		"bundle":               Bundle,
+		"bundlerelease":        BundleRelease,
+		"bundleconfirm":        BundleConfirm,
+		"fenced_bundleconfirm": FencedBundleConfirm,
+		"fenced_bundlerelease": FencedBundleRelease,
 	}
 }

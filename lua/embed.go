@@ -86,3 +86,26 @@ var Bucket string
 //
 //go:embed fleet.lua
 var Fleet string
+
+// Bundle reserves every item of a bundle (several SKUs) for one buyer on
+// the buyer's home shard, all or none (see bundle.lua).
+//
+//go:embed bundle.lua
+var Bundle string
+
+// BundleRelease gives every item of a bundle reservation back, or settles
+// a bundle call whose reply never came (see bundlerelease.lua).
+//
+//go:embed bundlerelease.lua
+var BundleRelease string
+
+// BundleConfirm confirms every item of a bundle reservation (see bundleconfirm.lua).
+//
+//go:embed bundleconfirm.lua
+var BundleConfirm string
+
+// Fenced variants of the bundle transitions (see Fence).
+var (
+	FencedBundleConfirm = Fence + BundleConfirm
+	FencedBundleRelease = Fence + BundleRelease
+)

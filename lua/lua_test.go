@@ -1062,6 +1062,9 @@ func TestScriptSHA(t *testing.T) {
 		{name: "abort", src: lua.Abort, want: "cc7d6b5c56ed8b75da8815a66701500553041cb8"},
 		{name: "settlemove", src: lua.SettleMove, want: "d18a52fc394960a482388ca298c0cc0b63ab4e27"},
 		{name: "fleet", src: lua.Fleet, want: "ba92c253300e8a8d4e53ed053e50fea443aa81c7"},
+		{name: "bundle", src: lua.Bundle, want: "63221fb2b1f8c265688dccc5850d3e04f406c310"},
+		{name: "bundlerelease", src: lua.BundleRelease, want: "6f7a54955176d0c579b0aca4dc1f549b7d5be3ec"},
+		{name: "bundleconfirm", src: lua.BundleConfirm, want: "f2e4893e32a4c119be0df8fbb6593c6a28f3d1c8"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

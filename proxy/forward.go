@@ -157,6 +157,7 @@ func (s *Server) forwardWinner(ctx *fasthttp.RequestCtx, st *state, r *admission
 	h.Set("X-Seckill-Sku", r.SKU)
 	h.Set("X-Seckill-Qty", qty)
 	h.Set("X-Seckill-User", r.User)
+	items := bundleHeaders(h, r)
 	up.prepare(ctx)
 	// v2 signs the request line as it goes out: the canonical path after
 	// rewrite and the base path, the query as fasthttp writes it (the buy
@@ -164,7 +165,7 @@ func (s *Server) forwardWinner(ctx *fasthttp.RequestCtx, st *state, r *admission
 	uri := ctx.Request.URI()
 	uri.DisablePathNormalizing = true
 	h.Set("X-Seckill-Signature", up.keys.Sign(time.Now().UnixMilli(), signing.Request{Token: tok, Activity: a.ID, SKU: r.SKU,
-		Qty: qty, User: r.User, Method: string(h.Method()), Target: string(uri.RequestURI())}))
+		Qty: qty, User: r.User, Method: string(h.Method()), Target: string(uri.RequestURI()), Items: items}))
 
 	t0 := time.Now()
 	err := up.buy.DoTimeout(&ctx.Request, &ctx.Response, up.timeout)

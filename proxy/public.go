@@ -167,7 +167,7 @@ func (s *Server) reservation(ctx *fasthttp.RequestCtx, st *state, raw string) {
 		jsonError(ctx, fasthttp.StatusNotFound, "no such reservation")
 		return
 	}
-	if a := st.cfg.Activity(tok.Activity); a == nil || a.SKU(tok.SKU) == nil {
+	if a := st.cfg.Activity(tok.Activity); a == nil || (a.SKU(tok.SKU) == nil && tok.SKU != store.BundleSKU) {
 		jsonError(ctx, fasthttp.StatusNotFound, "no such reservation")
 		return
 	}
@@ -207,6 +207,9 @@ func (s *Server) reservation(ctx *fasthttp.RequestCtx, st *state, raw string) {
 	b = appendJSONString(b, tok.SKU)
 	b = append(b, `,"qty":`...)
 	b = strconv.AppendInt(b, r.Qty, 10)
+	if tok.SKU == store.BundleSKU {
+		b = appendBundleItems(cctx, s.book, b, tok, f.Shards)
+	}
 	b = append(b, `,"created_ms":`...)
 	b = strconv.AppendInt(b, r.CreatedMs, 10)
 	if r.OrderID != "" {

@@ -55,6 +55,9 @@ type route struct {
 	// pattern has no {activity} (config validation makes that unique).
 	byID   map[string]*config.Activity
 	single *config.Activity
+	// bundle marks an activity's bundle_route (issue 13 §3): its requests
+	// carry items, not one SKU.
+	bundle bool
 }
 
 // routeTable is every buy route of one config, with the prefixes under
@@ -135,6 +138,7 @@ func compileRoutes(acts []config.Activity) routeTable {
 			r.single = a
 		}
 	}
+	t.addBundleRoutes(acts)
 	return t
 }
 

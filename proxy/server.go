@@ -302,7 +302,9 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, st *state, m match) {
 		st.outcome[a.ID].latency.Observe(time.Since(t0).Seconds())
 		return
 	}
-	ans.sku = req.SKU
+	if req.Items == nil {
+		ans.sku = req.SKU
+	}
 	// The request goes to admission behind an interface, so it would escape
 	// to the heap: take it from a pool instead (nothing keeps it past Decide
 	// and forwardWinner, both done before this handler returns).
@@ -318,6 +320,9 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, st *state, m match) {
 	// context it would cost a goroutine per Redis call (STYLE.md).
 	d := s.decide.Decide(context.Background(), rp)
 	ans.code, ans.retryAfter = d.Code, d.RetryAfter
+	if d.Short != "" {
+		ans.sku = d.Short // a bundle's SOLD_OUT names the SKU that was short
+	}
 	if d.Token.ID != "" && (rp.Verified || a.Signature.Enabled() || ownReservation(d.Code)) {
 		// SPEC §9 / issue 9 §4: a reservation this very request did not
 		// make is shown only to a verified buyer; anyone can send someone
@@ -378,29 +383,35 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, 
 	} else if code := st.readBuyer(ctx, &body, &req); code != admission.Admitted {
 		return admission.Request{}, code
 	}
-	sx := st.skuFrom[a]
-	sku, err := sx.get(ctx, m.sku, &body)
-	if err != nil || !validID(sku) {
-		return admission.Request{}, admission.BadRequest
-	}
-	if k := a.SKU(string(sku)); k != nil {
-		req.SKU = k.ID // the config's string: no per-request allocation kept
+	if m.r.bundle {
+		if code := parseItems(ctx, &body, a, &req); code != admission.Admitted {
+			return admission.Request{}, code
+		}
 	} else {
-		return admission.Request{}, admission.UnknownItem
-	}
-	if qx, ok := st.qtyFrom[a]; ok {
-		q, err := qx.get(ctx, m.sku, &body)
-		if err != nil {
+		sx := st.skuFrom[a]
+		sku, err := sx.get(ctx, m.sku, &body)
+		if err != nil || !validID(sku) {
 			return admission.Request{}, admission.BadRequest
 		}
-		if q != nil {
-			if req.Qty = parseQty(q); req.Qty == 0 {
+		if k := a.SKU(string(sku)); k != nil {
+			req.SKU = k.ID // the config's string: no per-request allocation kept
+		} else {
+			return admission.Request{}, admission.UnknownItem
+		}
+		if qx, ok := st.qtyFrom[a]; ok {
+			q, err := qx.get(ctx, m.sku, &body)
+			if err != nil {
 				return admission.Request{}, admission.BadRequest
 			}
+			if q != nil {
+				if req.Qty = parseQty(q); req.Qty == 0 {
+					return admission.Request{}, admission.BadRequest
+				}
+			}
 		}
-	}
-	if req.Qty > a.MaxQty {
-		return admission.Request{}, admission.BadRequest
+		if req.Qty > a.MaxQty {
+			return admission.Request{}, admission.BadRequest
+		}
 	}
 	if dev, err := st.device.getID(ctx, &body); err != nil || len(dev) > 0 {
 		if err != nil || !validID(dev) {
@@ -408,7 +419,7 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, 
 		}
 		req.Device = string(dev)
 	}
-	if rid, err := st.reqID.getID(ctx, &body); err != nil || len(rid) > 0 {
+	if rid, err := st.reqID.getID(ctx, &body); req.Items == nil && (err != nil || len(rid) > 0) {
 		if err != nil || !validID(rid) {
 			return admission.Request{}, admission.BadRequest
 		}

@@ -282,8 +282,15 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 	// Per-reservation evidence of what stays unsettled, graded with its SKU.
 	unsettledEx := map[string][]store.Exception{}
 	seen := 0
-	for _, sku := range a.SKUs {
-		err := r.st.StalePending(ctx, a.ID, sku.ID, f.Shards, cutoff, stalePage, func(stale []store.Reservation) error {
+	// Bundles' reservations (token SKU store.BundleSKU) are settled too,
+	// whole, even when the config no longer has a bundle_route.
+	skuIDs := make([]string, 0, len(a.SKUs)+1)
+	for _, k := range a.SKUs {
+		skuIDs = append(skuIDs, k.ID)
+	}
+	skuIDs = append(skuIDs, store.BundleSKU)
+	for _, skuID := range skuIDs {
+		err := r.st.StalePending(ctx, a.ID, skuID, f.Shards, cutoff, stalePage, func(stale []store.Reservation) error {
 			for _, res := range stale {
 				if repair && seen > 0 && seen%100 == 0 {
 					if err := r.renew(ctx, fenceToken); err != nil {
@@ -296,16 +303,19 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 					return err
 				}
 				if !fd.settled() {
-					unsettled[sku.ID] += res.Qty
-					unsettledEx[sku.ID] = append(unsettledEx[sku.ID], store.Exception{Activity: a.ID, Kind: "unsettled", SKU: sku.ID,
-						Token: fd.Token, User: fd.User, Qty: fd.Qty, State: res.State, Shop: shopAnswer(fd), At: now,
-						Reason: unsettledReason(fd)})
+					// A bundle's units count under each item's SKU.
+					for _, it := range r.unitsOf(ctx, skuID, res, f.Shards) {
+						unsettled[it.SKU] += it.Qty
+						unsettledEx[it.SKU] = append(unsettledEx[it.SKU], store.Exception{Activity: a.ID, Kind: "unsettled", SKU: it.SKU,
+							Token: fd.Token, User: fd.User, Qty: it.Qty, State: res.State, Shop: shopAnswer(fd), At: now,
+							Reason: unsettledReason(fd)})
+					}
 				}
 				if fd.Detail == detailReleasedWithOrder {
-					msg := fmt.Sprintf("sku %s: %s: the shop holds order %s for a released reservation", sku.ID, fd.Token, fd.OrderID)
+					msg := fmt.Sprintf("sku %s: %s: the shop holds order %s for a released reservation", skuID, fd.Token, fd.OrderID)
 					r.alert(&ar, "order_for_released", msg)
 					ar.Exceptions = append(ar.Exceptions, store.Exception{Activity: a.ID, Kind: "order_for_released", Severity: "alert",
-						SKU: sku.ID, Token: fd.Token, User: fd.User, Qty: fd.Qty, State: store.StateReleased, Shop: shopAnswer(fd), At: now, Reason: msg})
+						SKU: skuID, Token: fd.Token, User: fd.User, Qty: fd.Qty, State: store.StateReleased, Shop: shopAnswer(fd), At: now, Reason: msg})
 				}
 				ar.Stale = append(ar.Stale, fd)
 			}
@@ -586,4 +596,16 @@ func (r *Reconciler) shopCount(ctx context.Context, tmpl, act, sku string) (int6
 func instanceName() string {
 	host, _ := os.Hostname()
 	return fmt.Sprintf("%s/%d/%d", host, os.Getpid(), time.Now().UnixNano())
+}
+
+// unitsOf is what a stale reservation holds, by SKU: its own SKU's qty,
+// or a bundle's items (its total under store.BundleSKU when the items
+// cannot be read).
+func (r *Reconciler) unitsOf(ctx context.Context, skuID string, res store.Reservation, shards int) []store.BundleItem {
+	if skuID == store.BundleSKU {
+		if items, err := r.st.BundleItems(ctx, res.Token, shards); err == nil && len(items) > 0 {
+			return items
+		}
+	}
+	return []store.BundleItem{{SKU: skuID, Qty: res.Qty}}
 }

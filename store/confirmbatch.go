@@ -44,6 +44,11 @@ func (s *Store) ConfirmMany(ctx context.Context, items []ConfirmItem) (codes []l
 			codes[i] = lua.Unknown
 			continue
 		}
+		if it.Token.SKU == BundleSKU {
+			// A bundle's items are on several SKUs' stock: its own script.
+			codes[i], errs[i] = s.Confirm(ctx, it.Token, it.Shards, it.OrderID)
+			continue
+		}
 		k, err := s.skuKeys(ctx, it.Token.Activity, it.Token.SKU, it.Shards)
 		if err != nil {
 			errs[i] = err

@@ -134,6 +134,9 @@ func (s *Store) ConfirmReplay(ctx context.Context, t Token, shards int, orderID,
 }
 
 func (s *Store) confirmAs(ctx context.Context, t Token, shards int, orderID string, f *Fence, user, requestID string, rp *Replay) (lua.Code, error) {
+	if t.SKU == BundleSKU {
+		return s.bundleConfirm(ctx, t, shards, orderID, f) // no replays: bundles take no request id
+	}
 	// ARGV[3] is always sent (empty: no replay), so the fence's trailing
 	// KEYS and ARGV never stand where confirm.lua reads its own.
 	args := []string{t.Field(), sanitize(orderID), ""}
@@ -190,6 +193,9 @@ func (s *Store) Release(ctx context.Context, t Token, shards int, reason string,
 }
 
 func (s *Store) releaseAs(ctx context.Context, t Token, shards int, reason string, nowMs int64, pendingOnly bool, f *Fence) (lua.Code, error) {
+	if t.SKU == BundleSKU {
+		return s.bundleRelease(ctx, t, shards, reason, nowMs, pendingOnly, f)
+	}
 	only := "0"
 	if pendingOnly {
 		only = "1"

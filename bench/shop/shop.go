@@ -274,7 +274,8 @@ func Sign(secret []byte, tMillis int64, token, activity, sku, qty, user string) 
 // with SigningV1Only) with the key the header names.
 func (s *Shop) checkSignature(h *fasthttp.RequestHeader, token, act, sku, qty, user string) error {
 	r := signing.Request{Token: token, Activity: act, SKU: sku, Qty: qty, User: user,
-		Method: string(h.Method()), Target: string(h.RequestURI())}
+		Method: string(h.Method()), Target: string(h.RequestURI()),
+		Items: string(h.Peek("X-Seckill-Items"))} // a bundle's items are signed too
 	verify := s.keys.Verify
 	if s.cfg.SigningV1Only {
 		verify = s.keys.VerifyV1

@@ -63,6 +63,8 @@ type Activity struct {
 	// FairStart and FairStartSpread are fair_start and fair_start_spread
 	// (0: left out).
 	FairStart, FairStartSpread time.Duration
+	// BundleRoute is the activity's bundle_route as YAML flow; default none.
+	BundleRoute string
 }
 
 // Options is one proxy config. Zero fields take the harness defaults.
@@ -223,6 +225,9 @@ func (o Options) YAML(t testing.TB) string {
 		}
 		if a.FairStartSpread != 0 {
 			w("    fair_start_spread: %s", a.FairStartSpread)
+		}
+		if a.BundleRoute != "" {
+			w("    bundle_route: %s", a.BundleRoute)
 		}
 		if !a.NoVerify {
 			w("    verify:")

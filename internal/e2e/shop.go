@@ -39,6 +39,8 @@ type Shop struct {
 // Order is one order the shop created.
 type Order struct {
 	Token, Activity, SKU, Qty, User, OrderID string
+	// Items is a bundle's X-Seckill-Items ("" for a single buy).
+	Items string
 	// SigOK says X-Seckill-Signature's v2 verified with the shop's keys
 	// (SetKeys; by default the harness's key "default" with Secret) over
 	// the method and request-target the shop received, and is fresh.
@@ -162,12 +164,13 @@ func (s *Shop) buy(w http.ResponseWriter, r *http.Request, tok string) {
 		SKU:      r.Header.Get("X-Seckill-Sku"),
 		Qty:      r.Header.Get("X-Seckill-Qty"),
 		User:     r.Header.Get("X-Seckill-User"),
+		Items:    r.Header.Get("X-Seckill-Items"),
 	}
 	o.Method, o.Target, o.Signature = r.Method, r.RequestURI, r.Header.Get("X-Seckill-Signature")
 	s.mu.Lock()
 	keys := s.keys
 	s.mu.Unlock()
-	sr := signing.Request{Token: o.Token, Activity: o.Activity, SKU: o.SKU, Qty: o.Qty, User: o.User, Method: r.Method, Target: r.RequestURI}
+	sr := signing.Request{Token: o.Token, Activity: o.Activity, SKU: o.SKU, Qty: o.Qty, User: o.User, Method: r.Method, Target: r.RequestURI, Items: o.Items}
 	o.SigKey, o.SigErr = keys.Verify(o.Signature, sr, time.Now(), time.Minute)
 	o.SigOK = o.SigErr == nil
 	_, err := keys.VerifyV1(o.Signature, sr, time.Now(), time.Minute)

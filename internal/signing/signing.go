@@ -8,7 +8,10 @@
 //	v1 = HMAC-SHA256(secret, "<t>.<token>.<activity>.<sku>.<qty>.<user>")
 //	v2 = HMAC-SHA256(secret, "v2\n<t>\n<k>\n<METHOD>\n<target>\n<token>\n<activity>\n<sku>\n<qty>\n<user>")
 //
-// both lower-case hex, keyed with the secret of key k. target is the
+// both lower-case hex, keyed with the secret of key k. A bundle (issue 13
+// §3) also carries X-Seckill-Items ("a:1,b:2"); then, and only then, both
+// messages end with it: v1 with ".<items>", v2 with "\n<items>" (a buy
+// without items signs exactly the bytes it always did). target is the
 // request-target of the request line the shop receives: the path as sent
 // and, when there is a query, "?" and the query as sent. v2's fields are
 // joined with "\n", which no field can hold (HTTP forbids it in request
@@ -62,6 +65,8 @@ type Request struct {
 	// Target is the request line's target: path, plus "?query" when there
 	// is one, byte for byte as sent (not decoded).
 	Target string
+	// Items is a bundle's X-Seckill-Items ("" for a single buy: not signed).
+	Items string
 }
 
 // Sign returns the X-Seckill-Signature value for r at nowMs, signed with the
@@ -202,6 +207,10 @@ func macV1(m hash.Hash, t string, r Request) []byte {
 		}
 		m.Write([]byte(s))
 	}
+	if r.Items != "" {
+		m.Write([]byte{'.'})
+		m.Write([]byte(r.Items))
+	}
 	return m.Sum(nil)
 }
 
@@ -211,6 +220,10 @@ func macV2(m hash.Hash, t, k string, r Request) []byte {
 	for _, s := range [...]string{t, k, r.Method, r.Target, r.Token, r.Activity, r.SKU, r.Qty, r.User} {
 		m.Write([]byte{'\n'})
 		m.Write([]byte(s))
+	}
+	if r.Items != "" {
+		m.Write([]byte{'\n'})
+		m.Write([]byte(r.Items))
 	}
 	return m.Sum(nil)
 }
@@ -269,6 +282,9 @@ func (s *Signer) Sign(nowMs int64, r Request) string {
 	for _, f := range [...]string{r.Token, r.Activity, r.SKU, r.Qty, r.User} {
 		msg = append(append(msg, '.'), f...)
 	}
+	if r.Items != "" {
+		msg = append(append(msg, '.'), r.Items...)
+	}
 	var sum [sha256.Size]byte
 	b := make([]byte, 0, 16+len(s.key.ID)+2*(64+4))
 	b = append(append(b, "t="...), t...)
@@ -281,6 +297,9 @@ func (s *Signer) Sign(nowMs int64, r Request) string {
 	msg = append(msg[:0], "v2"...)
 	for _, f := range [...]string{string(t), s.key.ID, r.Method, r.Target, r.Token, r.Activity, r.SKU, r.Qty, r.User} {
 		msg = append(append(msg, '\n'), f...)
+	}
+	if r.Items != "" {
+		msg = append(append(msg, '\n'), r.Items...)
 	}
 	m.Reset()
 	m.Write(msg)

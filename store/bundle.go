@@ -1,0 +1,461 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+	"go.uber.org/zap"
+
+	"github.com/seckill-proxy/seckill-proxy/lua"
+)
+
+// Bundles (issue 13 §3, seed 002 §4.3): several SKUs of one activity
+// reserved for one buyer all or none, by lua/bundle.lua on the buyer's home
+// shard (every SKU's keys of shard s share the shard's hash tag, so one
+// script sees them all). A bundle is one reservation: its token's SKU is
+// BundleSKU, its record is reserve.lua's with qty the bundle's total units,
+// and its items are kept next to it in the shard's res hash under
+// "<field>:i" ("a:1,b:2"). Confirm, Release and their fenced forms route
+// bundle tokens to bundleconfirm.lua and bundlerelease.lua, which act on
+// every item at once.
+
+// BundleSKU is the SKU part of a bundle's token ("<act>.*.<shard>.<id>"):
+// no configured SKU can be named so (ids match [A-Za-z0-9_-]).
+const BundleSKU = "*"
+
+// MaxBundleItems bounds the items of one bundle: each costs two keys and
+// four arguments of bundle.lua, and a steal round trip when its SKU's
+// units are on another shard.
+const MaxBundleItems = 16
+
+// BundleItem is one line of a bundle.
+type BundleItem struct {
+	SKU string
+	Qty int64
+}
+
+// FormatItems is the items' text form, "a:1,b:2": the record's, and
+// X-Seckill-Items'.
+func FormatItems(items []BundleItem) string {
+	var b strings.Builder
+	for i, it := range items {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(it.SKU)
+		b.WriteByte(':')
+		b.WriteString(strconv.FormatInt(it.Qty, 10))
+	}
+	return b.String()
+}
+
+// ParseItems reads FormatItems' form.
+func ParseItems(s string) ([]BundleItem, error) {
+	if s == "" {
+		return nil, ErrInvalidResponse
+	}
+	parts := strings.Split(s, ",")
+	items := make([]BundleItem, 0, len(parts))
+	for _, p := range parts {
+		sku, q, ok := strings.Cut(p, ":")
+		n, err := strconv.ParseInt(q, 10, 64)
+		if !ok || sku == "" || err != nil || n < 1 {
+			return nil, ErrInvalidResponse
+		}
+		items = append(items, BundleItem{SKU: sku, Qty: n})
+	}
+	return items, nil
+}
+
+// BundleRequest is one buyer asking for every item of a bundle.
+type BundleRequest struct {
+	Activity string
+	User     string
+	Items    []BundleItem
+	Limit    int64 // per-user limit: counts every unit of every item
+	Shards   int
+	NowMs    int64
+	ExpireAt int64
+}
+
+// BundleResult is what Redis decided for a bundle.
+type BundleResult struct {
+	Code    lua.Code // OK, Empty (Short names the SKU), Pending, Purchased, NotReady
+	Token   Token    // the bundle's reservation (OK), or the buyer's last one
+	OrderID string   // Purchased
+	// Short is the SKU that had too few units (Empty).
+	Short string
+	// FromMemory: answered from client-side cached sold-out flags.
+	FromMemory bool
+	Moves      int
+}
+
+var (
+	bundleScript         = rueidis.NewLuaScript(lua.Bundle)
+	bundleReleaseScript  = rueidis.NewLuaScript(lua.BundleRelease)
+	bundleConfirmScript  = rueidis.NewLuaScript(lua.BundleConfirm)
+	fencedBundleRelease  = rueidis.NewLuaScript(lua.FencedBundleRelease)
+	fencedBundleConfirm  = rueidis.NewLuaScript(lua.FencedBundleConfirm)
+	errBundleItemsBroken = fmt.Errorf("%w: bundle items unreadable", ErrInvalidResponse)
+)
+
+// checkBundle validates a bundle's shape (the proxy checks it first and
+// answers BAD_REQUEST; this is the store's backstop).
+func checkBundle(items []BundleItem, limit int64) error {
+	if len(items) < 1 || len(items) > MaxBundleItems {
+		return fmt.Errorf("%w: a bundle has 1 to %d items, got %d", ErrBadRequest, MaxBundleItems, len(items))
+	}
+	var total int64
+	for i, it := range items {
+		if it.SKU == "" || strings.ContainsAny(it.SKU, ":,.*|") || it.Qty < 1 {
+			return fmt.Errorf("%w: bundle item %q qty %d", ErrBadRequest, it.SKU, it.Qty)
+		}
+		for _, o := range items[:i] {
+			if o.SKU == it.SKU {
+				return fmt.Errorf("%w: sku %q twice in a bundle", ErrBadRequest, it.SKU)
+			}
+		}
+		total += it.Qty
+	}
+	if total > limit {
+		return fmt.Errorf("%w: bundle of %d units over the per-user limit %d", ErrBadRequest, total, limit)
+	}
+	return nil
+}
+
+// ReserveBundle reserves every item of q for q.User on the buyer's home
+// shard, all or none, in one bundle.lua call. When an item's SKU lacks
+// units there, units are moved from a donor shard of that SKU (stealFrom,
+// as Reserve does) and the script runs again with the move to deposit;
+// other buyers may take the deposit first, so it gives up (SOLD_OUT, Short
+// the item) after 2×shards moves per item.
+func (s *Store) ReserveBundle(ctx context.Context, q BundleRequest) (BundleResult, error) {
+	if q.Shards < 1 {
+		return BundleResult{}, fmt.Errorf("%w: shards %d", ErrBadRequest, q.Shards)
+	}
+	if err := checkBundle(q.Items, q.Limit); err != nil {
+		return BundleResult{}, err
+	}
+	c, err := s.Client()
+	if err != nil {
+		return BundleResult{}, err
+	}
+	n := len(q.Items)
+	ks := make([]*SKUKeys, n)
+	for i, it := range q.Items {
+		if ks[i], err = s.skuKeys(ctx, q.Activity, it.SKU, q.Shards); err != nil {
+			return BundleResult{}, err
+		}
+	}
+	home := HomeShard(q.User, q.Shards)
+	if s.retry.Len() > 0 {
+		if err := s.retry.RunNow(ctx, buyerKey(q.Activity, q.User)); err != nil {
+			return BundleResult{}, err
+		}
+	}
+	outs := make([][]bool, n)
+	for i := range q.Items {
+		if outs[i], err = s.outFlags(ctx, c, ks[i]); err != nil {
+			return BundleResult{}, err
+		}
+		if allTrue(outs[i]) {
+			return BundleResult{Code: lua.Empty, Short: q.Items[i].SKU, FromMemory: true}, nil
+		}
+	}
+	tok := Token{Activity: q.Activity, SKU: BundleSKU, Shard: home, ID: newID()}
+	items := FormatItems(q.Items)
+	hk := ks[0].Shards[home]
+	keys := make([]string, 0, 4+2*n)
+	keys = append(keys, hk.Users, hk.Res, hk.Pending, hk.MovesIn)
+	args := make([]string, 0, 7+4*n)
+	args = append(args, q.User, itoa(q.Limit), tok.Field(), itoa(q.NowMs), itoa(q.ExpireAt), items, strconv.Itoa(n))
+	for i, it := range q.Items {
+		sk := ks[i].Shards[home]
+		keys = append(keys, sk.Stock, sk.Out)
+		args = append(args, itoa(it.Qty), "0", "", "0")
+	}
+	var res BundleResult
+	moves := make([]int, n)
+	for {
+		cctx, cancel := s.ctx(ctx)
+		arr, err := bundleScript.Exec(cctx, c, keys, args).ToArray()
+		cancel()
+		if err != nil {
+			err = wrap(err)
+			s.abortBundleLater(err, q, hk, tok, items, keys, args)
+			return BundleResult{}, err
+		}
+		var code int64
+		if len(arr) == 0 {
+			return BundleResult{}, ErrInvalidResponse
+		}
+		if code, err = arr[0].AsInt64(); err != nil {
+			return BundleResult{}, ErrInvalidResponse
+		}
+		switch lua.Code(code) {
+		case lua.OK:
+			return BundleResult{Code: lua.OK, Token: tok, Moves: res.Moves}, nil
+		case lua.NotReady:
+			return BundleResult{Code: lua.NotReady, Moves: res.Moves}, nil
+		case lua.Aborted:
+			return BundleResult{}, fmt.Errorf("%w: bundle %s was aborted", ErrUnavailable, tok)
+		case lua.Pending, lua.Purchased:
+			// The buyer's last reservation: a bundle or a single buy.
+			field, err := arr[1].ToString()
+			last, ok := tokenOfField(q.Activity, home, field)
+			if err != nil || !ok {
+				return BundleResult{}, ErrInvalidResponse
+			}
+			r := BundleResult{Code: lua.Code(code), Token: last, Moves: res.Moves}
+			if len(arr) >= 3 {
+				r.OrderID, _ = arr[2].ToString()
+			}
+			return r, nil
+		case lua.Empty:
+			if len(arr) != 3 {
+				return BundleResult{}, ErrInvalidResponse
+			}
+			idx, err1 := arr[1].AsInt64()
+			rem, err2 := arr[2].AsInt64()
+			if err1 != nil || err2 != nil || idx < 1 || int(idx) > n {
+				return BundleResult{}, ErrInvalidResponse
+			}
+			i := int(idx) - 1
+			it := q.Items[i]
+			if moves[i] >= 2*q.Shards {
+				// Every deposit went to other buyers first: all but gone.
+				return BundleResult{Code: lua.Empty, Short: it.SKU, Moves: res.Moves}, nil
+			}
+			need := max(it.Qty-rem, 1)
+			moved, moveID, gen, err := s.stealFrom(ctx, c, ks[i], outs[i], home, need,
+				ReserveRequest{Activity: q.Activity, SKU: it.SKU, User: q.User, NowMs: q.NowMs, ExpireAt: q.ExpireAt})
+			if err != nil {
+				return BundleResult{}, err
+			}
+			if moved == 0 {
+				return BundleResult{Code: lua.Empty, Short: it.SKU, Moves: res.Moves}, nil
+			}
+			moves[i]++
+			res.Moves++
+			at := 7 + 4*i
+			args[at+1], args[at+2], args[at+3] = itoa(moved), moveID, itoa(gen)
+		default:
+			return BundleResult{}, ErrInvalidResponse
+		}
+	}
+}
+
+// abortBundleLater settles a bundle.lua call whose reply never came, as
+// abortLater does for reserve.lua: the moves it carried are deposited
+// (deposit.lua, idempotent by move id), then bundlerelease.lua in abort
+// mode releases the bundle if the call ran, or leaves a tombstone so it
+// takes nothing when it runs later.
+func (s *Store) abortBundleLater(cause error, q BundleRequest, hk ShardKeys, tok Token, items string, keys, args []string) {
+	hasMove := false
+	for i := range q.Items {
+		hasMove = hasMove || args[7+4*i+2] != ""
+	}
+	if !mayHaveRun(cause) && !hasMove {
+		return
+	}
+	n := len(q.Items)
+	keys, args = append([]string(nil), keys...), append([]string(nil), args...)
+	s.retry.Submit("abort", buyerKey(q.Activity, q.User), func(ctx context.Context) error {
+		c, err := s.Client()
+		if err != nil {
+			return err
+		}
+		exp := itoa(q.ExpireAt)
+		for i := 0; i < n; i++ {
+			at := 7 + 4*i
+			if args[at+2] == "" {
+				continue
+			}
+			cctx, cancel := s.ctx(ctx)
+			_, err := ints(s.deposit.Exec(cctx, c, []string{keys[4+2*i], keys[5+2*i], keys[3]},
+				[]string{args[at+2], args[at+1], exp, args[at+3]}))
+			cancel()
+			if err != nil {
+				return err
+			}
+		}
+		// bundlerelease.lua's KEYS: users res pending epoch, then the items'.
+		rk := append([]string{hk.Users, hk.Res, hk.Pending, hk.Epoch}, keys[4:]...)
+		cctx, cancel := s.ctx(ctx)
+		defer cancel()
+		r, err := ints(bundleReleaseScript.Exec(cctx, c, rk, []string{tok.Field(), abortReason,
+			itoa(time.Now().UnixMilli()), "0", items, "1", q.User, exp}))
+		if err != nil {
+			return err
+		}
+		switch lua.Code(r[0]) {
+		case lua.OK, lua.Aborted, lua.Same:
+			return nil
+		case lua.Confirmed:
+			s.log.Warn("aborted bundle was already confirmed", zap.String("token", tok.String()))
+			return nil
+		default:
+			return fmt.Errorf("abort bundle %s: %v", tok, lua.Code(r[0]))
+		}
+	})
+}
+
+// bundleKeys reads a bundle reservation's items and builds the keys of its
+// shard: the shared ones (users, res, pending, epoch, fence: any SKU's) and
+// each item's stock and out. ok is false when there is no such bundle.
+func (s *Store) bundleKeys(ctx context.Context, c rueidis.Client, t Token, shards int) (ShardKeys, []ShardKeys, string, bool, error) {
+	hk, err := s.shardKeys(ctx, t.Activity, BundleSKU, shards, t.Shard)
+	if err != nil {
+		return ShardKeys{}, nil, "", false, err
+	}
+	cctx, cancel := s.ctx(ctx)
+	items, err := c.Do(cctx, c.B().Hget().Key(hk.Res).Field(t.Field()+":i").Build()).ToString()
+	cancel()
+	if rueidis.IsRedisNil(err) {
+		return hk, nil, "", false, nil
+	}
+	if err != nil {
+		return ShardKeys{}, nil, "", false, wrap(err)
+	}
+	list, err := ParseItems(items)
+	if err != nil || len(list) > MaxBundleItems {
+		return ShardKeys{}, nil, "", false, errBundleItemsBroken
+	}
+	sks := make([]ShardKeys, len(list))
+	for i, it := range list {
+		if sks[i], err = s.shardKeys(ctx, t.Activity, it.SKU, shards, t.Shard); err != nil {
+			return ShardKeys{}, nil, "", false, err
+		}
+	}
+	return hk, sks, items, true, nil
+}
+
+// BundleItems returns a bundle reservation's items (nil when the token is
+// no bundle's or names none).
+func (s *Store) BundleItems(ctx context.Context, t Token, shards int) ([]BundleItem, error) {
+	if t.SKU != BundleSKU || t.Shard < 0 || t.Shard >= shards {
+		return nil, nil
+	}
+	c, err := s.Client()
+	if err != nil {
+		return nil, err
+	}
+	_, _, items, ok, err := s.bundleKeys(ctx, c, t, shards)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return ParseItems(items)
+}
+
+// bundleConfirm is confirmAs for a bundle token.
+func (s *Store) bundleConfirm(ctx context.Context, t Token, shards int, orderID string, f *Fence) (lua.Code, error) {
+	if t.Shard < 0 || t.Shard >= shards {
+		return lua.Unknown, nil
+	}
+	c, err := s.Client()
+	if err != nil {
+		return 0, err
+	}
+	hk, sks, items, ok, err := s.bundleKeys(ctx, c, t, shards)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		// No items: no bundle (or a tombstone): the script reads the record.
+		sks, items = nil, ""
+	}
+	keys := []string{hk.Res, hk.Pending}
+	for _, sk := range sks {
+		keys = append(keys, sk.Stock)
+	}
+	args := []string{t.Field(), sanitize(orderID), items}
+	script := bundleConfirmScript
+	if f != nil {
+		keys, args = f.wrap(keys, args, hk)
+		script = fencedBundleConfirm
+	}
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	r, err := ints(script.Exec(cctx, c, keys, args))
+	if err != nil {
+		return 0, err
+	}
+	return lua.Code(r[0]), nil
+}
+
+// bundleRelease is releaseAs for a bundle token.
+func (s *Store) bundleRelease(ctx context.Context, t Token, shards int, reason string, nowMs int64, pendingOnly bool, f *Fence) (lua.Code, error) {
+	if t.Shard < 0 || t.Shard >= shards {
+		return lua.Unknown, nil
+	}
+	c, err := s.Client()
+	if err != nil {
+		return 0, err
+	}
+	hk, sks, items, ok, err := s.bundleKeys(ctx, c, t, shards)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		sks, items = nil, ""
+	}
+	keys := []string{hk.Users, hk.Res, hk.Pending, hk.Epoch}
+	for _, sk := range sks {
+		keys = append(keys, sk.Stock, sk.Out)
+	}
+	args := []string{t.Field(), sanitize(reason), itoa(nowMs), queueFlag(pendingOnly), items, "0", "", "0"}
+	script := bundleReleaseScript
+	if f != nil {
+		keys, args = f.wrap(keys, args, hk)
+		script = fencedBundleRelease
+	}
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	r, err := ints(script.Exec(cctx, c, keys, args))
+	if err != nil {
+		return 0, err
+	}
+	return lua.Code(r[0]), nil
+}
+
+// MakeDurableBundle is MakeDurable for a bundle that won (tok): it waits
+// for the replicas of the home shard's node (units moved from donors were
+// checked onto theirs by stealFrom) and, when they do not acknowledge in
+// time and on_timeout is refuse, releases the whole bundle before the
+// buyer is answered (through the retrier, keyed by the buyer, when Redis
+// does not answer the release).
+func (s *Store) MakeDurableBundle(ctx context.Context, q BundleRequest, tok Token) (Durability, error) {
+	if s.dur == nil {
+		return DurableOff, nil
+	}
+	ok, _, err := s.WaitReplicas(ctx, tok, q.Shards, q.ExpireAt)
+	if ok {
+		return DurableOK, nil
+	}
+	if !s.DurableRefuses() {
+		return DurableLate, err
+	}
+	job := func(ctx context.Context) error {
+		code, err := s.bundleRelease(ctx, tok, q.Shards, durableReason, time.Now().UnixMilli(), true, nil)
+		if err != nil {
+			return err
+		}
+		switch code {
+		case lua.OK, lua.Same, lua.Confirmed:
+			return nil
+		}
+		return fmt.Errorf("release of not durable bundle %s: %v", tok, code)
+	}
+	if rerr := job(ctx); rerr != nil {
+		if Retryable(rerr) && s.retry.Submit("abort", buyerKey(q.Activity, q.User), job) {
+			return DurableRefused, err
+		}
+		return DurableRefused, errors.Join(err, rerr)
+	}
+	return DurableRefused, err
+}
