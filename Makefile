@@ -4,7 +4,7 @@ BIN       := bin
 GOLANGCI  := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 export CGO_ENABLED := 0
 
-.PHONY: all build demo run test race test-short test-cluster test-failover bench compare shop-protect-bench fuzz lint fmt vet redis clean
+.PHONY: all build demo run test race test-short test-cluster test-failover test-failover-lagging bench compare shop-protect-bench fuzz lint fmt vet redis clean
 
 all: build
 
@@ -42,13 +42,21 @@ test-short: redis
 test-cluster: redis
 	$(GO) test -count=1 -run 'Cluster' -v ./...
 
-# On demand, not part of `test`: a spike against a 3-master, 3-replica
-# cluster while the master holding the most stock shards is SIGKILLed
-# (internal/e2e/failover_test.go; figures in BENCHMARKS.md "Cluster failover").
-# Three variants, ~1 min: plain, with the victim's replica lagging, and the
-# lagging one with redis.durable_winners (must lose no order).
+# Every failover test: a spike against a 3-master, 3-replica cluster while
+# the master holding the most stock shards is SIGKILLed, in three variants
+# (plain; the victim's replica lagging; lagging with redis.durable_winners,
+# which must lose no order), and a master + replica + 3 sentinels whose
+# master is SIGKILLed (internal/e2e/failover_test.go,
+# failover_variants_test.go, sentinel_test.go; figures in BENCHMARKS.md
+# "Cluster failover", "Sentinel failover"). ~1.5 min. The plain cluster one
+# and the Sentinel one (~18 s each) also run in `test`.
 test-failover: redis
-	$(GO) test -tags failover -count=1 -run Failover -v ./internal/e2e/
+	$(GO) test -tags failover -count=1 -run 'ClusterFailover|SentinelFailover' -v ./internal/e2e/
+
+# The two lagging-replica cluster failover variants, ~20 s each: too long
+# for `test`; .ci/run runs them on their own.
+test-failover-lagging: redis
+	$(GO) test -tags failover -count=1 -run 'ClusterFailoverLagging|ClusterFailoverDurable' -v ./internal/e2e/
 
 # Go benchmarks plus the standard seckill-bench profiles (see BENCHMARKS.md).
 bench: redis build

@@ -5,6 +5,7 @@ package admin
 import (
 	"context"
 	"crypto/subtle"
+	"errors"
 	"net/http"
 	"net/http/pprof"
 	"strings"
@@ -18,6 +19,10 @@ import (
 	"github.com/seckill-proxy/seckill-proxy/reservation"
 	"github.com/seckill-proxy/seckill-proxy/store"
 )
+
+// ErrDraining is the readiness error of an instance that is stopping
+// gracefully (SIGTERM): /readyz answers 503 with it.
+var ErrDraining = errors.New("draining: shutting down, not taking buys")
 
 // Checker reports whether the process is ready to take buys.
 type Checker interface {
@@ -43,7 +48,11 @@ func New(m *metrics.Metrics, ready Checker, token string, log *zap.Logger) *Serv
 		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 		defer cancel()
 		if err := ready.Ping(ctx); err != nil {
-			http.Error(w, "redis: "+err.Error(), http.StatusServiceUnavailable)
+			msg := "redis: " + err.Error()
+			if errors.Is(err, ErrDraining) {
+				msg = err.Error()
+			}
+			http.Error(w, msg, http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ready\n"))

@@ -99,9 +99,15 @@ func (c *Config) setDefaults(m *meta) {
 	setOnce(m, &c.Server.ReadTimeout, 30*time.Second)
 	setOnce(m, &c.Server.WriteTimeout, 30*time.Second)
 	setOnce(m, &c.Server.IdleTimeout, 90*time.Second)
+	setOnce(m, &c.Server.DrainDelay, DefaultDrainDelay)
+	setOnce(m, &c.Server.ShutdownTimeout, 2*c.Upstream.Timeout+5*time.Second)
 	setOnce(m, &c.Server.FairStartMaxHeld, DefaultFairStartMaxHeld)
 
-	setOnce(m, &c.Redis.Addrs, []string{DefaultRedisAddr})
+	if !c.Redis.Sentinel.Enabled() {
+		// Behind Sentinel the master's address comes from the sentinels.
+		setOnce(m, &c.Redis.Addrs, []string{DefaultRedisAddr})
+	}
+	c.Redis.TLS.Enabled = m.has(&c.Redis.TLS)
 	setOnce(m, &c.Redis.Timeout, 200*time.Millisecond)
 	setOnce(m, &c.Redis.ClientCache, true)
 	setOnce(m, &c.Redis.KeyPrefix, DefaultKeyPrefix)
@@ -200,6 +206,10 @@ func setRate(m *meta, r *Rate, rate float64, burst int) {
 	setOnce(m, &r.Rate, rate)
 	setOnce(m, &r.Burst, burst)
 }
+
+// DefaultDrainDelay is server.drain_delay's default: a balancer probing
+// readiness every second has seen the instance go unready by then.
+const DefaultDrainDelay = time.Second
 
 // DefaultBuyerMemo is redis.buyer_memo's default: at most ~40 MiB per
 // instance for buyers remembered at their limit.

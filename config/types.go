@@ -159,6 +159,16 @@ type Server struct {
 	WriteTimeout time.Duration `yaml:"write_timeout"`
 	// IdleTimeout closes keep-alive connections idle this long.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// DrainDelay is how long a stopping instance (SIGTERM, SIGINT) keeps
+	// its listener open with readiness false, answering buys 503 BUSY with
+	// Retry-After, so balancers take it out before it stops accepting
+	// (default 1s; 0..5m).
+	DrainDelay time.Duration `yaml:"drain_delay"`
+	// ShutdownTimeout bounds the wait, after the drain delay, for buys in
+	// flight at the shop and their confirms (default 2 × upstream.timeout
+	// + 5s; at least upstream.timeout). What is cut off stays pending for
+	// the reconciler.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// FairStartMaxHeld bounds the buys this instance holds at once during
 	// activities' fair_start windows (all activities together, default
 	// 100,000); one more is answered 503 BUSY. Each held buy keeps its
@@ -189,6 +199,36 @@ type Redis struct {
 	// DurableWinners makes a winner wait, before the shop sees it, until
 	// its reservation is on replicas (README "Durable winners").
 	DurableWinners DurableWinners `yaml:"durable_winners"`
+	// Sentinel, when master_set is set, finds the master through Redis
+	// Sentinel (addrs are the sentinels) and follows it across failovers.
+	// Excludes redis.addrs and redis.cluster.
+	Sentinel Sentinel `yaml:"sentinel"`
+	// TLS, when the block is present, speaks TLS to every Redis node (and
+	// to the sentinels).
+	TLS RedisTLS `yaml:"tls"`
+}
+
+// Sentinel is redis.sentinel.
+type Sentinel struct {
+	// MasterSet is the name the sentinels monitor the master under.
+	MasterSet string `yaml:"master_set"`
+	// Addrs are sentinels' host:port (one suffices; list all of them).
+	Addrs []string `yaml:"addrs"`
+}
+
+// Enabled reports whether Redis is reached through Sentinel.
+func (s *Sentinel) Enabled() bool { return s.MasterSet != "" }
+
+// RedisTLS is redis.tls. Files are PEM. Without ca_file the system's roots
+// verify the server; cert_file and key_file (both or neither) are the
+// client certificate for servers that require one (tls-auth-clients).
+type RedisTLS struct {
+	CAFile     string `yaml:"ca_file"`
+	CertFile   string `yaml:"cert_file"`
+	KeyFile    string `yaml:"key_file"`
+	ServerName string `yaml:"server_name"` // default: the host of the address dialled
+	// Enabled is set when the file has a redis.tls block (even `tls: {}`).
+	Enabled bool `yaml:"-"`
 }
 
 // DurableWinners is redis.durable_winners: after a winning reserve, WAIT

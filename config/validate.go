@@ -138,6 +138,13 @@ func (v *validator) upstream(c *Config) {
 	if v.ok(&sv.MaxConnsPerIP) && sv.MaxConnsPerIP < 0 {
 		v.errorf(v.m.line(&sv.MaxConnsPerIP, &c.Server), "server.max_conns_per_ip must be 0 (no bound) or more, got %d", sv.MaxConnsPerIP)
 	}
+	if v.ok(&sv.DrainDelay) && (sv.DrainDelay < 0 || sv.DrainDelay > 5*time.Minute) {
+		v.errorf(v.m.line(&sv.DrainDelay, &c.Server), "server.drain_delay must be between 0s and 5m, got %s", sv.DrainDelay)
+	}
+	if v.ok(&sv.ShutdownTimeout) && v.ok(&u.Timeout) && sv.ShutdownTimeout < u.Timeout {
+		v.errorf(v.m.line(&sv.ShutdownTimeout, &c.Server),
+			"server.shutdown_timeout (%s) must be at least upstream.timeout (%s): winners still at the shop would be cut off and left pending", sv.ShutdownTimeout, u.Timeout)
+	}
 	if v.ok(&sv.FairStartMaxHeld) && (sv.FairStartMaxHeld < 1 || sv.FairStartMaxHeld > MaxFairStartHeld) {
 		v.errorf(v.m.line(&sv.FairStartMaxHeld, &c.Server), "server.fair_start_max_held must be between 1 and %d, got %d", MaxFairStartHeld, sv.FairStartMaxHeld)
 	}
@@ -153,7 +160,13 @@ func (v *validator) upstream(c *Config) {
 
 func (v *validator) redis(c *Config) {
 	r := &c.Redis
-	if v.ok(&r.Addrs) && len(r.Addrs) == 0 {
+	if v.m.has(&r.Sentinel) {
+		v.sentinel(c)
+	}
+	if r.TLS.Enabled {
+		v.redisTLS(c)
+	}
+	if v.ok(&r.Addrs) && len(r.Addrs) == 0 && !r.Sentinel.Enabled() {
 		v.errorf(v.m.line(&r.Addrs, &c.Redis), "redis.addrs needs at least one address")
 	}
 	for i, a := range r.Addrs {
@@ -199,6 +212,51 @@ func (v *validator) durableWinners(c *Config) {
 	}
 	if v.ok(&d.OnTimeout) && d.OnTimeout != DurableRefuse && d.OnTimeout != DurableForward {
 		v.errorf(at(&d.OnTimeout), "redis.durable_winners.on_timeout must be %q or %q, got %q", DurableRefuse, DurableForward, d.OnTimeout)
+	}
+}
+
+// sentinel checks redis.sentinel: a master set and at least one sentinel,
+// and neither redis.addrs nor redis.cluster beside it.
+func (v *validator) sentinel(c *Config) {
+	r, s := &c.Redis, &c.Redis.Sentinel
+	if v.ok(&s.MasterSet) && (s.MasterSet == "" || strings.ContainsAny(s.MasterSet, " \t\r\n")) {
+		v.errorf(v.m.line(&s.MasterSet, s, &c.Redis), "redis.sentinel.master_set is required: the name the sentinels monitor the master under (`sentinel monitor NAME ...`), with no spaces, got %q", s.MasterSet)
+	}
+	if v.ok(&s.Addrs) && len(s.Addrs) == 0 {
+		v.errorf(v.m.line(&s.Addrs, s, &c.Redis), "redis.sentinel.addrs needs at least one sentinel address (host:port, usually port 26379)")
+	}
+	for i, a := range s.Addrs {
+		v.hostPort(&s.Addrs[i], "redis.sentinel.addrs", a, &s.Addrs, s)
+	}
+	if v.m.has(&r.Addrs) {
+		v.errorf(v.m.line(&r.Addrs), "redis.addrs and redis.sentinel exclude each other: behind Sentinel the master's address comes from the sentinels; list the sentinels in redis.sentinel.addrs")
+	}
+	if r.Cluster && v.m.has(&r.Cluster) {
+		v.errorf(v.m.line(&r.Cluster), "redis.cluster and redis.sentinel exclude each other: a Redis Cluster fails over by itself; use redis.addrs with cluster: true, or redis.sentinel for a master watched by sentinels")
+	}
+}
+
+// redisTLS checks redis.tls by loading what it names, so a missing or
+// unreadable file is reported at its line, not when the proxy dials.
+func (v *validator) redisTLS(c *Config) {
+	t := &c.Redis.TLS
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		at := &t.CertFile
+		if t.CertFile == "" {
+			at = &t.KeyFile
+		}
+		v.errorf(v.m.line(at, t, &c.Redis), "redis.tls: cert_file and key_file go together (the client certificate and its key), got only one")
+		return
+	}
+	if t.CAFile != "" {
+		if _, err := loadCAPool(t.CAFile); err != nil {
+			v.errorf(v.m.line(&t.CAFile, t), "redis.tls.ca_file: %v", err)
+		}
+	}
+	if t.CertFile != "" {
+		if _, err := loadKeyPair(t.CertFile, t.KeyFile); err != nil {
+			v.errorf(v.m.line(&t.CertFile, t), "redis.tls.cert_file/key_file: %v", err)
+		}
 	}
 }
 

@@ -326,8 +326,11 @@ func checkProxyContainer(t *testing.T, m manifests, d *appsv1.Deployment, c core
 	if pod.TerminationGracePeriodSeconds != nil {
 		grace = time.Duration(*pod.TerminationGracePeriodSeconds) * time.Second
 	}
-	if grace < pre+cfg.Upstream.Timeout+5*time.Second {
-		t.Errorf("%s: terminationGracePeriodSeconds %s < preStop %s + upstream.timeout %s + 5s", d.Name, grace, pre, cfg.Upstream.Timeout)
+	// After preStop, SIGTERM: server.drain_delay, then up to
+	// server.shutdown_timeout for winners at the shop (README "Graceful stop").
+	if need := pre + cfg.Server.DrainDelay + cfg.Server.ShutdownTimeout; grace < need {
+		t.Errorf("%s: terminationGracePeriodSeconds %s < preStop %s + server.drain_delay %s + server.shutdown_timeout %s",
+			d.Name, grace, pre, cfg.Server.DrainDelay, cfg.Server.ShutdownTimeout)
 	}
 
 	// A sidecar forwards to the shop in its own Pod, which stays up

@@ -50,6 +50,8 @@ type env struct {
 	end       time.Time
 	preheatAt string
 	extra     string // more redis: lines
+	// redis replaces the addrs and cluster lines (e.g. a sentinel block).
+	redis string
 }
 
 func (e env) config(t *testing.T) *config.Config {
@@ -72,12 +74,14 @@ func (e env) config(t *testing.T) *config.Config {
 	for i, a := range e.addrs {
 		addrs[i] = strconv.Quote(a)
 	}
+	redis := fmt.Sprintf("  addrs: [%s]\n  cluster: %v\n", strings.Join(addrs, ", "), e.cluster)
+	if e.redis != "" {
+		redis = e.redis
+	}
 	y := fmt.Sprintf(`admin: { token_env: %s }
 upstream: { url: %q, signing_secret_env: %s }
 redis:
-  addrs: [%s]
-  cluster: %v
-  timeout: 1s
+%s  timeout: 1s
 %sactivities:
   - id: pfact
     start: %s
@@ -85,7 +89,7 @@ redis:
     skus: [{ id: sku1, stock: %d }, { id: sku2, stock: 5 }]
     shards: %d
     verify: { url: "%s/internal/orders?token={token}" }
-`, tokenEnv, e.shopURL, secretEnv, strings.Join(addrs, ", "), e.cluster, e.extra,
+`, tokenEnv, e.shopURL, secretEnv, redis, e.extra,
 		e.start.Format(time.RFC3339Nano), e.end.Format(time.RFC3339Nano), e.stock, e.shards, e.shopURL)
 	if e.preheatAt != "" {
 		y += "    preheat_at: " + e.preheatAt + "\n"

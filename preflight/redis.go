@@ -45,7 +45,12 @@ func (r *run) clustered() bool { return r.cfg.Redis.Cluster || len(r.cfg.Redis.A
 // connect opens a client to one node alone, with the configured ACL user.
 func (r *run) connect(addr string) (rueidis.Client, error) {
 	d := net.Dialer{Timeout: r.timeout(), KeepAlive: 10 * time.Second}
+	tlsConf, err := r.cfg.Redis.TLS.Config()
+	if err != nil {
+		return nil, err
+	}
 	return rueidis.NewClient(rueidis.ClientOption{
+		TLSConfig:         tlsConf,
 		InitAddress:       []string{addr},
 		Username:          r.cfg.Redis.Username,
 		Password:          r.cfg.RedisPassword(),
@@ -74,7 +79,15 @@ func (r *run) connectFix(addr string, err error) string {
 // redisNodes connects to every node and learns a cluster's topology.
 func (r *run) redisNodes(ctx context.Context) {
 	seen := map[string]*node{}
-	for _, addr := range r.cfg.Redis.Addrs {
+	addrs := r.cfg.Redis.Addrs
+	if r.cfg.Redis.Sentinel.Enabled() {
+		m := r.sentinelMaster(ctx)
+		if m == "" {
+			return
+		}
+		addrs = []string{m}
+	}
+	for _, addr := range addrs {
 		if seen[addr] != nil {
 			continue
 		}

@@ -64,6 +64,7 @@ type Server struct {
 	confirms confirms
 	// inflight is the shop's in-flight budgets (upstream.max_inflight).
 	inflight *inflight.Fleet
+	draining atomic.Bool // Drain: a graceful stop has begun (drain.go)
 	// shadow records shadow-mode decisions (shadow.go).
 	shadow shadowLog
 }
@@ -277,6 +278,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.pass(ctx, st)
 	}
 	m.release()
+	if s.draining.Load() {
+		ctx.SetConnectionClose()
+	}
 }
 
 // buy runs one buy request through admission and, for a winner, the shop.
@@ -289,6 +293,10 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, st *state, m match) {
 	}
 	if a.Shadow() != nil {
 		s.shadowBuy(ctx, st, m, a)
+		return
+	}
+	if s.draining.Load() {
+		s.refuseDraining(ctx, st, a)
 		return
 	}
 	ans := answer{activity: a.ID}

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -68,6 +67,9 @@ type Store struct {
 	retry                      *Retrier
 	memo                       *buyerMemo // nil without client-side caching or with redis.buyer_memo 0
 	deadlines                  deadlines
+	// dialErr is why Open's first dial failed; written before Open
+	// returns and never again (the background redial does not touch it).
+	dialErr error
 	// dur is redis.durable_winners (durable.go); nil when off.
 	dur *durable
 }
@@ -76,8 +78,12 @@ type Store struct {
 // keeps dialling in the background while every call answers ErrUnavailable,
 // so a proxy started before Redis serves ordinary routes meanwhile.
 func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
-	if len(cfg.Addrs) == 0 {
+	if len(cfg.Addrs) == 0 && !cfg.Sentinel.Enabled() {
 		return nil, errors.New("redis: no addresses")
+	}
+	tlsConf, err := cfg.TLS.Config()
+	if err != nil {
+		return nil, err
 	}
 	s := &Store{
 		opt: rueidis.ClientOption{
@@ -90,6 +96,7 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 			Dialer:            netDialer(cfg.Timeout),
 			ConnWriteTimeout:  max(cfg.Timeout*5, time.Second),
 			MaxFlushDelay:     cfg.FlushDelay,
+			TLSConfig:         tlsConf,
 		},
 		timeout:     cfg.Timeout,
 		clientCache: cfg.ClientCache,
@@ -116,6 +123,11 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 		retry:         NewRetrier(log.Named("retry"), retryQueueMax, max(10*cfg.Timeout, 2*time.Second)),
 		dur:           newDurable(cfg.DurableWinners),
 	}
+	if cfg.Sentinel.Enabled() {
+		s.opt.InitAddress = cfg.Sentinel.Addrs
+		s.opt.ForceSingleClient = false
+		s.opt.Sentinel = sentinelOption(cfg, tlsConf)
+	}
 	s.opt.OnInvalidations = func(keys []rueidis.RedisMessage) {
 		if keys == nil {
 			// The whole cache of a connection went (it closed, or Redis
@@ -136,6 +148,7 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 		s.prefix, s.keys.prefix = "seckill", "seckill"
 	}
 	if err := s.connect(); err != nil {
+		s.dialErr = explainDial(cfg, err)
 		log.Warn("redis not reachable yet; retrying in the background", zap.Error(err))
 		go s.redial()
 	}
@@ -151,7 +164,12 @@ func OpenNow(cfg config.Redis, log *zap.Logger) (*Store, error) {
 	}
 	if s.client.Load() == nil {
 		s.Close()
-		return nil, fmt.Errorf("redis %s: %w", strings.Join(cfg.Addrs, ","), ErrUnavailable)
+		if s.dialErr != nil {
+			// Why matters to the operator: refused, a TLS certificate
+			// not trusted, a wrong password, no such master set.
+			return nil, fmt.Errorf("redis %s: %w: %v", Where(cfg), ErrUnavailable, s.dialErr)
+		}
+		return nil, fmt.Errorf("redis %s: %w", Where(cfg), ErrUnavailable)
 	}
 	return s, nil
 }

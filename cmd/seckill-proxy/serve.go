@@ -54,7 +54,7 @@ func cmdServe(c *cli) error {
 	if err != nil {
 		return fail(exitFailed, "serve: listen %s: %v", cfg.Listen, err)
 	}
-	adm := admin.New(m, st, cfg.AdminToken(), log.Named("admin"))
+	adm := admin.New(m, readiness{st, srv}, cfg.AdminToken(), log.Named("admin"))
 	aln, err := net.Listen("tcp", cfg.Admin.Listen)
 	if err != nil {
 		_ = ln.Close() // the admin listen error is the one to report
@@ -151,15 +151,14 @@ func cmdServe(c *cli) error {
 				reload("SIGHUP")
 				continue
 			}
-			log.Info("shutting down", zap.Stringer("signal", sig))
+			// Nothing is admitted from here on: the fleet roll call is left
+			// at once (the others' shares grow), background work stops.
+			srv.Drain()
 			stop()
-			// The workers first: their sends end while this instance still
-			// holds their in-flight slots, which Shutdown then gives back.
+			// The queue workers first: their sends end while this instance
+			// still holds their in-flight slots, which Shutdown then gives back.
 			queue.Stop()
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_ = srv.Shutdown(sctx)
-			_ = adminSrv.Shutdown(sctx)
-			cancel()
+			gracefulStop(srv, adminSrv, current().Server, sig, sigs, log)
 			// The others' shares grow at their next beat, not FleetStale later.
 			select {
 			case <-piped:

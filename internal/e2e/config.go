@@ -92,6 +92,12 @@ type Options struct {
 	UpstreamExtra []string
 	// Server is the body of `server:` as YAML flow; default none.
 	Server string
+	// SentinelMaster and Sentinels, when set, reach Redis through
+	// Sentinel (redis.sentinel) instead of Redis/Cluster.
+	SentinelMaster string
+	Sentinels      []string
+	// RedisTLS is redis.tls as YAML flow; default none (plain TCP).
+	RedisTLS string
 	// RedisExtra are more `redis:` keys, one "key: value" a line.
 	RedisExtra []string
 }
@@ -121,8 +127,15 @@ func (o Options) YAML(t testing.TB) string {
 		w("server: %s", o.Server)
 	}
 	w("redis:")
-	w("  addrs: [%s]", quoteAll(o.Redis))
-	w("  cluster: %v", o.Cluster)
+	if o.SentinelMaster != "" {
+		w("  sentinel: { master_set: %q, addrs: [%s] }", o.SentinelMaster, quoteAll(o.Sentinels))
+	} else {
+		w("  addrs: [%s]", quoteAll(o.Redis))
+		w("  cluster: %v", o.Cluster)
+	}
+	if o.RedisTLS != "" {
+		w("  tls: %s", o.RedisTLS)
+	}
 	w("  timeout: %s", orDur(o.RedisTimeout, redistest.TimeoutScale*200*time.Millisecond))
 	w("  key_prefix: %s", or(o.KeyPrefix, "seckill"))
 	for _, l := range o.RedisExtra {

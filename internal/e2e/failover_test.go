@@ -1,7 +1,7 @@
-//go:build failover
-
-// The cluster failover test runs on demand only: `make test-failover`
-// (go test -tags failover -run Failover ./internal/e2e/).
+// The plain cluster failover test (~18 s) runs in `make test`; -short
+// skips it (the race pass). Its two lagging-replica variants
+// (failover_variants_test.go, build tag failover) run in `make
+// test-failover` and, on their own, in .ci/run.
 
 package e2e_test
 
@@ -60,32 +60,12 @@ type foAnswer struct {
 // stock invariant and no user holds more than per_user_limit. Units lost to
 // asynchronous replication (orders the shop holds whose reservation the
 // promoted replica never received) are measured and logged, not failed on.
-func TestClusterFailover(t *testing.T) { runFailover(t, foCase{}) }
-
-// TestClusterFailoverLagging is TestClusterFailover with the killed
-// master's replica lagging: foLag before the kill it is SIGSTOPped and its
-// link to the master cut (CLIENT KILL TYPE replica), and it is SIGCONTed
-// right after the kill, so the winners of those moments are on the master
-// only. Their orders are lost to the failover (their units sold
-// twice): measured and logged, not failed on — the case durable winners
-// exist for.
-func TestClusterFailoverLagging(t *testing.T) { runFailover(t, foCase{lag: foLag}) }
-
-// TestClusterFailoverDurable is the lagging failover with durable winners
-// (redis.durable_winners: replicas 1, timeout 50ms, refuse): no order the
-// shop holds may be lost, no unit sold twice. Winners homed on the killed
-// master's shards are refused (STORE_UNAVAILABLE) while its replica lags,
-// and again after the failover until the killed master, restarted, has
-// rejoined as the new master's replica (a master with no replica cannot
-// acknowledge a winner).
-func TestClusterFailoverDurable(t *testing.T) {
-	runFailover(t, foCase{lag: foLag, durable: true})
+func TestClusterFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 6-node cluster failover under a spike (~18 s)")
+	}
+	runFailover(t, foCase{})
 }
-
-// foLag is how long the killed master's replica lags before the kill:
-// below the cluster's node timeout (1 s), so the replica is not marked
-// failed and is promoted once SIGCONTed.
-const foLag = 700 * time.Millisecond
 
 // foCase is one variant of the failover spike.
 type foCase struct {

@@ -5,6 +5,7 @@ package redistest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -23,6 +24,9 @@ type Server struct {
 	Port int
 	Dir  string
 	args []string
+	// tls, when set, is how Do reaches a server that listens only on a
+	// TLS port (StartTLS).
+	tls *tls.Config
 
 	mu  sync.Mutex // guards cmd: Kill and Alive may run on different goroutines
 	cmd *exec.Cmd
@@ -126,6 +130,13 @@ func (s *Server) Restart(t testing.TB) {
 // text (integers and strings as-is, arrays joined by newlines). It is for
 // test set-up and inspection, not for the code under test.
 func (s *Server) Do(args ...string) (string, error) {
+	if s.tls != nil {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", s.Addr, s.tls)
+		if err != nil {
+			return "", err
+		}
+		return doOn(c, args)
+	}
 	return Do(s.Addr, args...)
 }
 
@@ -135,6 +146,10 @@ func Do(addr string, args ...string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return doOn(c, args)
+}
+
+func doOn(c net.Conn, args []string) (string, error) {
 	defer func() { _ = c.Close() }() // one command per connection; the reply is read by then
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	var b strings.Builder

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/seckill-proxy/seckill-proxy/admin"
+	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/proxy"
+)
+
+// readiness is /readyz: false once a graceful stop has begun, else
+// whether Redis answers.
+type readiness struct {
+	redis admin.Checker
+	srv   *proxy.Server
+}
+
+func (r readiness) Ping(ctx context.Context) error {
+	if r.srv.Draining() {
+		return admin.ErrDraining
+	}
+	return r.redis.Ping(ctx)
+}
+
+// gracefulStop is serve's answer to SIGTERM or SIGINT:
+//  1. readiness goes false and every new buy is answered 503 BUSY with
+//     Retry-After (nothing reserved), for server.drain_delay, while the
+//     listener stays open so balancers take the instance out first;
+//  2. the listener closes; buys already admitted finish at the shop and
+//     their confirms or releases are written (proxy.Server.Shutdown), for
+//     at most server.shutdown_timeout;
+//  3. the admin listener (metrics, /readyz) closes last.
+//
+// A second signal skips what is left of the drain delay. Whatever the
+// timeout cuts off stays pending in Redis for the reconciler.
+func gracefulStop(srv *proxy.Server, adminSrv *http.Server, sv config.Server, sig os.Signal, sigs <-chan os.Signal, log *zap.Logger) {
+	t0 := time.Now()
+	srv.Drain()
+	log.Info("shutting down: not admitting buys, readiness false", zap.Stringer("signal", sig),
+		zap.Duration("drain_delay", sv.DrainDelay), zap.Duration("shutdown_timeout", sv.ShutdownTimeout))
+	if sv.DrainDelay > 0 {
+		t := time.NewTimer(sv.DrainDelay)
+	wait:
+		for {
+			select {
+			case <-t.C:
+				break wait
+			case s := <-sigs:
+				if s == syscall.SIGHUP {
+					continue // no reload while stopping
+				}
+				t.Stop()
+				log.Info("second signal: drain delay cut short", zap.Stringer("signal", s))
+				break wait
+			}
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), sv.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("shutdown timeout: buys still in flight are left pending for the reconciler", zap.Error(err))
+	} else {
+		log.Info("buys in flight settled", zap.Duration("after", time.Since(t0)))
+	}
+	actx, acancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer acancel()
+	_ = adminSrv.Shutdown(actx)
+}
