@@ -136,8 +136,24 @@ func (p *Proxy) Preheat(t testing.TB, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// A shadow activity's stock is its shadow copy's.
-	if _, err := p.Store.Preheat(ctx, p.Activity(t, id).ShadowOrSelf(), false, time.Now()); err != nil {
+	a := p.Activity(t, id).ShadowOrSelf()
+	if _, err := p.Store.Preheat(ctx, a, false, time.Now()); err != nil {
 		t.Fatalf("preheat %s: %v", id, err)
+	}
+	// The proxy reads the activity's flags through client-side caching:
+	// Redis sends the invalidation of the cached "not preheated" after the
+	// preheat's own replies, so for a moment the proxy may still answer
+	// NOT_READY (as it would to any preheat done elsewhere). Tests that
+	// buy at once wait for that moment to pass.
+	for {
+		f, err := p.Store.Flags(ctx, a.ID)
+		if err == nil && f.Ready {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("preheat %s: the proxy never saw it: %v", id, err)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
