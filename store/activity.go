@@ -226,7 +226,24 @@ func (s *Store) Preheat(ctx context.Context, a *config.Activity, force bool, now
 			return 0, err
 		}
 	}
+	s.awaitOwnPreheat(cctx, a.ID)
 	return outcome, nil
+}
+
+// awaitOwnPreheat waits (at most a second) until this client's
+// client-side cached flags show the preheat it just wrote: Redis sends the
+// invalidation of a key a connection tracks after that connection's own
+// write is answered, so for a moment this process (a proxy whose serve
+// ran the scheduled preheat, a test) would still read "not preheated" and
+// answer NOT_READY.
+func (s *Store) awaitOwnPreheat(ctx context.Context, act string) {
+	deadline := time.Now().Add(time.Second)
+	for {
+		if f, err := s.Flags(ctx, act); err != nil || f.Ready || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // placement chooses the tags of a's shards on a cluster and returns the

@@ -374,18 +374,7 @@ func (s *Store) bundleConfirm(ctx context.Context, t Token, shards int, orderID 
 		keys = append(keys, sk.Stock)
 	}
 	args := []string{t.Field(), sanitize(orderID), items}
-	script := bundleConfirmScript
-	if f != nil {
-		keys, args = f.wrap(keys, args, hk)
-		script = fencedBundleConfirm
-	}
-	cctx, cancel := s.ctx(ctx)
-	defer cancel()
-	r, err := ints(script.Exec(cctx, c, keys, args))
-	if err != nil {
-		return 0, err
-	}
-	return lua.Code(r[0]), nil
+	return s.execTransition(ctx, c, bundleConfirmScript, fencedBundleConfirm, keys, args, f, hk)
 }
 
 // bundleRelease is releaseAs for a bundle token.
@@ -409,18 +398,7 @@ func (s *Store) bundleRelease(ctx context.Context, t Token, shards int, reason s
 		keys = append(keys, sk.Stock, sk.Out)
 	}
 	args := []string{t.Field(), sanitize(reason), itoa(nowMs), queueFlag(pendingOnly), items, "0", "", "0"}
-	script := bundleReleaseScript
-	if f != nil {
-		keys, args = f.wrap(keys, args, hk)
-		script = fencedBundleRelease
-	}
-	cctx, cancel := s.ctx(ctx)
-	defer cancel()
-	r, err := ints(script.Exec(cctx, c, keys, args))
-	if err != nil {
-		return 0, err
-	}
-	return lua.Code(r[0]), nil
+	return s.execTransition(ctx, c, bundleReleaseScript, fencedBundleRelease, keys, args, f, hk)
 }
 
 // MakeDurableBundle is MakeDurable for a bundle that won (tok): it waits

@@ -220,9 +220,15 @@ func (s *Store) transition(ctx context.Context, t Token, shards int, f *Fence, p
 	if err != nil {
 		return 0, err
 	}
-	keys, script := keysOf(k), plain
+	return s.execTransition(ctx, c, plain, fenced, keysOf(k), args, f, k)
+}
+
+// execTransition runs a state-change script, or its fenced variant under
+// f (the fence key of shard fk), and returns the script's code.
+func (s *Store) execTransition(ctx context.Context, c rueidis.Client, plain, fenced *rueidis.Lua, keys, args []string, f *Fence, fk ShardKeys) (lua.Code, error) {
+	script := plain
 	if f != nil {
-		keys, args = f.wrap(keys, args, k)
+		keys, args = f.wrap(keys, args, fk)
 		script = fenced
 	}
 	cctx, cancel := s.ctx(ctx)
