@@ -33,7 +33,7 @@ test: redis
 # -short: real-time measurements, multi-process and cluster runs already ran in
 # the plain pass above; under the detector's slowdown they measure nothing.
 race: redis
-	CGO_ENABLED=1 $(GO) test -race -short -count=1 -timeout 15m ./admission/ ./store/ ./proxy/ ./reservation/ ./internal/e2e/ ./admin/ ./cmd/seckill-proxy/
+	CGO_ENABLED=1 $(GO) test -race -short -count=1 -timeout 15m ./admission/ ./store/ ./proxy/ ./reservation/ ./internal/e2e/ ./admin/ ./cmd/seckill-proxy/ ./inflight/ ./preheat/ ./collector/
 
 test-short: redis
 	$(GO) test -count=1 -short ./...
