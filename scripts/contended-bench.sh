@@ -138,8 +138,10 @@ reset() { redis-cli -p "$1" config resetstat >/dev/null; }
 profile() { # name: a CPU profile of the proxy while wrk runs (run 1 only)
   [ -n "${PROFILE:-}" ] && [ "$run" = 1 ] || return 0
   mkdir -p "$PROFILE"
+  local admin=$ap
+  [ "$1" = proxy-script ] && admin=$ap2 # the second proxy (buyer_memo: 0)
   curl -s -H "Authorization: Bearer $SECKILL_ADMIN_TOKEN" -o "$PROFILE/$1.pprof" \
-    "http://127.0.0.1:$ap/debug/pprof/profile?seconds=$((secs - 1))" &
+    "http://127.0.0.1:$admin/debug/pprof/profile?seconds=$((secs - 1))" &
   prof_pid=$!
 }
 profile_done() {
