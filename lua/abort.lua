@@ -64,15 +64,5 @@ redis.call('HINCRBY', KEYS[1], 'r', qty)
 redis.call('DEL', KEYS[5])
 redis.call('HSET', KEYS[3], ARGV[1], 'x|' .. user .. '|' .. qty .. '|' .. ms .. '|' .. oid .. '|' .. ARGV[3] .. '|' .. ARGV[4])
 redis.call('ZREM', KEYS[4], ARGV[1])
-local held = redis.call('HGET', KEYS[2], user)
-if held then
-  local u, last = string.match(held, '^(%d+)|(.*)$')
-  u = tonumber(u) - qty
-  if u <= 0 then
-    redis.call('HDEL', KEYS[2], user)
-  else
-    redis.call('HSET', KEYS[2], user, u .. '|' .. last)
-  end
-  if redis.call('EXISTS', KEYS[7]) == 1 then redis.call('INCR', KEYS[7]) end
-end
+giveBack(KEYS[2], KEYS[7], user, qty)
 return {1}

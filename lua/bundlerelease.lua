@@ -60,15 +60,5 @@ end
 qty = tonumber(qty)
 redis.call('HSET', KEYS[2], ARGV[1], 'x|' .. user .. '|' .. qty .. '|' .. ms .. '|' .. oid .. '|' .. ARGV[2] .. '|' .. ARGV[3])
 redis.call('ZREM', KEYS[3], ARGV[1])
-local held = redis.call('HGET', KEYS[1], user)
-if held then
-  local u, last = string.match(held, '^(%d+)|(.*)$')
-  u = tonumber(u) - qty
-  if u <= 0 then
-    redis.call('HDEL', KEYS[1], user)
-  else
-    redis.call('HSET', KEYS[1], user, u .. '|' .. last)
-  end
-  if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('INCR', KEYS[4]) end
-end
+giveBack(KEYS[1], KEYS[4], user, qty)
 return {1}

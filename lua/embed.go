@@ -25,10 +25,20 @@ var Confirm string
 //go:embed confirmbatch.lua
 var ConfirmBatch string
 
+// GiveBack is a fragment (giveback.lua) defining giveBack, which lowers a
+// buyer's units and moves the shard's epoch: prepended to every script that
+// gives units back, so the rule is written once.
+//
+//go:embed giveback.lua
+var GiveBack string
+
 // Release gives a reservation's units back (see release.lua).
 //
 //go:embed release.lua
-var Release string
+var releaseBody string
+
+// Release is release.lua after the giveBack fragment it calls.
+var Release = GiveBack + releaseBody
 
 // Claim turns a queued reservation into a pending (sent) one just before
 // a queue worker calls the shop (see claim.lua).
@@ -44,7 +54,10 @@ var Deposit string
 // Abort settles a reserve whose reply never came, by its token id (see abort.lua).
 //
 //go:embed abort.lua
-var Abort string
+var abortBody string
+
+// Abort is abort.lua after the giveBack fragment it calls.
+var Abort = GiveBack + abortBody
 
 // SettleMove settles a steal whose reply never came, by its move id (see settlemove.lua).
 //
@@ -97,7 +110,10 @@ var Bundle string
 // a bundle call whose reply never came (see bundlerelease.lua).
 //
 //go:embed bundlerelease.lua
-var BundleRelease string
+var bundlereleaseBody string
+
+// BundleRelease is bundlerelease.lua after the giveBack fragment it calls.
+var BundleRelease = GiveBack + bundlereleaseBody
 
 // BundleConfirm confirms every item of a bundle reservation (see bundleconfirm.lua).
 //

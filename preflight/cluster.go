@@ -160,31 +160,8 @@ func (r *run) masters() map[string]bool {
 	return out
 }
 
-// keySlot is Redis Cluster's slot of key: CRC16 (XMODEM) of the hash tag
-// (the first non-empty {...}) or of the whole key, mod 16384.
-func keySlot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	return int(crc16(key) % numSlots)
-}
-
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for b := 0; b < 8; b++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
+// keySlot is Redis Cluster's slot of key (the store's own computation).
+func keySlot(key string) int { return store.KeySlot(key) }
 
 // shardSlots is where each stock shard of one SKU lives: the cluster slot
 // of its stock key, named by the key layout of store/keys.go (all keys of

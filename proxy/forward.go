@@ -333,7 +333,7 @@ const confirmWorkers = 2
 // With a store that confirms in batches, the confirms that gather while
 // one batch is in flight go in one script call per shard (issue 10).
 func (s *Server) confirmAfter(tok, oid string, item store.ConfirmItem, f func(context.Context) (lua.Code, error)) {
-	cm, batched := s.book.(confirmer)
+	cm := s.batcher
 	select {
 	case s.confirms.slots <- struct{}{}:
 	default:
@@ -343,7 +343,7 @@ func (s *Server) confirmAfter(tok, oid string, item store.ConfirmItem, f func(co
 	rc := &runningConfirm{done: make(chan struct{}), orderID: oid}
 	s.confirms.remember(tok, rc)
 	s.confirms.running.Add(1)
-	if batched {
+	if cm != nil {
 		s.confirms.queue <- confirmJob{tok: tok, item: item, rc: rc, single: f} // a slot was free: never blocks
 		s.confirms.spawn(s, cm)
 		return

@@ -60,8 +60,10 @@ type Server struct {
 	display displayCache
 	obs     observers
 	refused routeRefusals
-	// confirms are winners' confirms settled after their answers (issue 10).
+	// confirms are winners' confirms settled after their answers (issue 10);
+	// batcher is the Book's batch confirm, nil when it has none.
 	confirms confirms
+	batcher  confirmer
 	// inflight is the shop's in-flight budgets (upstream.max_inflight).
 	inflight *inflight.Fleet
 	draining atomic.Bool // Drain: a graceful stop has begun (drain.go)
@@ -98,6 +100,7 @@ type outcomeCounters struct {
 // New builds a Server for cfg.
 func New(cfg *config.Config, d Deciders, b Book, m *metrics.Metrics, log *zap.Logger) (*Server, error) {
 	s := &Server{decide: d, book: b, m: m, log: log, obs: newObservers(m), refused: newRouteRefusals(m), confirms: newConfirms(), shadow: newShadowLog()}
+	s.batcher, _ = b.(confirmer)
 	if is, ok := b.(inflight.Store); ok {
 		s.inflight = inflight.NewFleet(is, m.Inflight, m.InflightLimit, log.Named("inflight"), "")
 	}

@@ -446,6 +446,9 @@ func keySlot(key string) uint16 {
 	return crc16(key) & 16383
 }
 
+// KeySlot is keySlot for other packages (preflight): the cluster hash slot of key.
+func KeySlot(key string) int { return int(keySlot(key)) }
+
 var crcTable = func() (t [256]uint16) {
 	for i := range t {
 		c := uint16(i) << 8

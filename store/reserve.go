@@ -177,9 +177,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 				if !ok {
 					return ReserveResult{}, ErrInvalidResponse
 				}
-				if r.epoch != "" {
-					s.remember(&q, &r, last)
-				}
+				s.remember(&q, &r, last) // only a reply with an epoch is remembered
 				return ReserveResult{Code: lua.Code(r.code), Token: last, OrderID: r.orderID, Replay: r.replay, Moves: res.Moves}, nil
 			case lua.NotReady:
 				return ReserveResult{Code: lua.NotReady}, nil
