@@ -292,6 +292,11 @@ func TestIdempotencyTwoInstances(t *testing.T) {
 	rc := redisCfg([]string{srv.Addr}, false)
 	i1, i2 := startInstance(t, rc, cfg, time.Now), startInstance(t, rc, cfg, time.Now)
 	preheat(t, i1.st, a)
+	// The second instance learns of the preheat by invalidation too.
+	eventually(t, 2*time.Second, "preheat visible to the second instance", func() bool {
+		f, err := i2.st.Flags(bg(t), a.ID)
+		return err == nil && f.Ready
+	})
 	for round := 0; round < 20; round++ {
 		user := "idem" + strconv.Itoa(round)
 		r1, r2 := req(a, user), req(a, user)

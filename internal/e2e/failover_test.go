@@ -84,6 +84,7 @@ func runFailover(t *testing.T, fc foCase) {
 	p1 := e2e.StartProxy(t, opts.Config(t))
 	p2 := e2e.StartProxy(t, opts.Config(t))
 	p1.Preheat(t, foAct)
+	p2.WaitPreheated(t, foAct)
 	e2e.Eventually(t, 10*time.Second, "preheat replicated", cl.Replicated)
 
 	// The victim: the master holding the most stock shards.

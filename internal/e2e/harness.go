@@ -140,11 +140,19 @@ func (p *Proxy) Preheat(t testing.TB, id string) {
 	if _, err := p.Store.Preheat(ctx, a, false, time.Now()); err != nil {
 		t.Fatalf("preheat %s: %v", id, err)
 	}
-	// The proxy reads the activity's flags through client-side caching:
-	// Redis sends the invalidation of the cached "not preheated" after the
-	// preheat's own replies, so for a moment the proxy may still answer
-	// NOT_READY (as it would to any preheat done elsewhere). Tests that
-	// buy at once wait for that moment to pass.
+	p.WaitPreheated(t, id)
+}
+
+// WaitPreheated waits until this proxy's flags show activity id preheated.
+// The proxy reads them through client-side caching, and learns of a
+// preheat done elsewhere (another instance, the CLI) by Redis's
+// invalidation: for a moment it may still answer NOT_READY. Tests that
+// buy at once on other instances call it on each.
+func (p *Proxy) WaitPreheated(t testing.TB, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a := p.Activity(t, id).ShadowOrSelf()
 	for {
 		f, err := p.Store.Flags(ctx, a.ID)
 		if err == nil && f.Ready {

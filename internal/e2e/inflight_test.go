@@ -112,6 +112,7 @@ func TestInflightShopNeverAboveLimit(t *testing.T) {
 	o := inflightOptions(r, shop.URL, stock, "max_inflight: 4", "overflow: queue")
 	p1, p2 := StartProxy(t, o.Config(t)), StartProxy(t, o.Config(t))
 	p1.Preheat(t, "act_if")
+	p2.WaitPreheated(t, "act_if")
 	p1.StartQueue(t)
 	p2.StartQueue(t)
 

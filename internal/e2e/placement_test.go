@@ -57,6 +57,7 @@ func TestSpikeClusterPlaced(t *testing.T) {
 	p1 := e2e.StartProxy(t, opts.Config(t))
 	p2 := e2e.StartProxy(t, opts.Config(t))
 	p1.Preheat(t, "place")
+	p2.WaitPreheated(t, "place")
 	wantEven(t, p1, "place", []int{2, 2, 2})
 
 	before := evalsha(rd)

@@ -31,6 +31,7 @@ func TestSpikeTwoInstances(t *testing.T) {
 	p1 := e2e.StartProxy(t, opts.Config(t))
 	p2 := e2e.StartProxy(t, opts.Config(t))
 	p1.Preheat(t, "spike")
+	p2.WaitPreheated(t, "spike")
 
 	res := e2e.Spike{Addrs: []string{p1.Addr, p2.Addr}, Activity: "spike", Users: 2000, Tries: 3, Conc: 200}.Fire(t)
 	t.Logf("outcomes: %v, at most %d in flight", res.ByCode, res.MaxInFlight)
