@@ -25,7 +25,8 @@
 # against the proxy and the bare handler, alternated, once per run: p99.9 side by side
 # (USERS_1000=0 skips it). Last, the median ratio of each row against issue 10's target.
 # Knobs: BIN (prebuilt binaries; default: build into a temp dir), PROFILE, USERS_1000,
-# FLUSH_DELAY (redis.flush_delay of both proxies, e.g. 20us).
+# FLUSH_DELAY (redis.flush_delay of both proxies, e.g. 20us), ROWS (the rows to run, of
+# "repeat script winner sold"; default all).
 set -euo pipefail
 secs=${1:-5}; conns=${2:-64}; runs=${3:-3}
 for c in wrk redis-server redis-cli curl python3; do
@@ -185,6 +186,7 @@ for run in $(seq "$runs"); do
          "sold out|bare|http://127.0.0.1:$bp/|$post|-|proxy-soldout|http://127.0.0.1:$pp/api/seckill/so/s/buy|$post|$rp")
   for pair in "${pairs[@]}"; do
     IFS='|' read -r path rn ru rl rr pn pu pl pr <<<"$pair"
+    case " ${ROWS:-repeat script winner sold} " in *" ${path%% *} "*) ;; *) continue ;; esac
     la=$(cut -d' ' -f1-3 /proc/loadavg)
     if [ $((run % 2)) = 1 ]; then
       ref=$(one "$rn" "$ru" "$rl" "$rr" "h$run-$RANDOM-"); sleep 1

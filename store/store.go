@@ -55,6 +55,9 @@ type Store struct {
 	// this client cached, or the cache is dropped with a connection.
 	inval chan struct{}
 	epoch atomic.Uint64 // bumped whenever a connection's cache is dropped whole
+	// scriptsLost is signalled (never blocking) with epoch: the node of a
+	// dropped connection may hold no scripts (see KeepScriptsLoaded).
+	scriptsLost chan struct{}
 
 	reserve, steal, confirm, release *rueidis.Lua
 	confirmMany                      *rueidis.Lua
@@ -104,6 +107,7 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 		log:         log,
 		stop:        make(chan struct{}),
 		inval:       make(chan struct{}, 1),
+		scriptsLost: make(chan struct{}, 1),
 		reserve:     rueidis.NewLuaScript(lua.Reserve),
 		steal:       rueidis.NewLuaScript(lua.Steal),
 		confirm:     rueidis.NewLuaScript(lua.Confirm),
@@ -134,6 +138,10 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 			// flushed): whatever was read through it may be from a Redis
 			// that is gone, e.g. one that restarted empty.
 			s.epoch.Add(1)
+			select {
+			case s.scriptsLost <- struct{}{}:
+			default:
+			}
 		}
 		select {
 		case s.inval <- struct{}{}:

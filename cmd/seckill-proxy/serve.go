@@ -42,6 +42,7 @@ func cmdServe(c *cli) error {
 		return fail(exitFailed, "serve: %v", err)
 	}
 	defer st.Close()
+	st.KeepScriptsLoaded()
 	st.Retrier().Observe(func(kind, outcome string) { m.RedisRetries.WithLabelValues(kind, outcome).Inc() })
 	pipe := admission.New(st, m, log.Named("admission"), time.Now)
 	pipe.Apply(cfg)
