@@ -14,6 +14,9 @@
 #   sold out       proxy: SOLD_OUT after sell-out (refused from local memory)
 #     reference    seckill-bench bare: a fixed 410 body
 #
+# The last column is the machine's CPU per answered request (all processes and the kernel,
+# /proc/stat) and its ratio reference/proxy: while the 2 cores are saturated, the throughput
+# ratio cannot exceed it, so it tells a path that costs more CPU from one that waits.
 # Redis CPU per call (usec_per_call of INFO commandstats, cmdstat_evalsha; CONFIG
 # RESETSTAT before each run) and script calls per answered request are printed next
 # to each: the proxy and bare-redis use separate redis-servers of the same build.
@@ -150,6 +153,9 @@ profile_done() {
   wait "$prof_pid" || true; prof_pid=
   go tool pprof -top -nodecount=25 "$BIN/seckill-proxy" "$PROFILE/$1.pprof" > "$PROFILE/$1.top.txt" 2>/dev/null || true
 }
+# the machine's busy CPU seconds so far (user + nice + system + irq + softirq, all cores):
+# per request, what the whole path cost (client, proxy or reference, Redis, shop, kernel)
+mcpu() { awk -v t="$(getconf CLK_TCK)" '/^cpu / { printf "%.4f", ($2 + $3 + $4 + $7 + $8) / t }' /proc/stat; }
 # a process's CPU seconds so far (utime + stime)
 pcpu() { awk -v t="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / t }' "/proc/$1/stat"; }
 one() { # name url lua redis-port(or -) [wrk args]
@@ -157,11 +163,13 @@ one() { # name url lua redis-port(or -) [wrk args]
   local pid
   case $name in proxy-script) pid=$proxy2_pid ;; proxy-*) pid=$proxy_pid ;; hop) pid=$hop_pid ;; bare) pid=$bare_pid ;; bare-redis) pid=$bare_redis_pid ;; esac
   local p0; p0=$(pcpu "$pid")
+  local m0; m0=$(mcpu)
   local c0=0
   if [ "$rport" != - ]; then reset "$rport"; c0=$(rcpu "$rport"); fi
   case $name in proxy-*) profile "$name" ;; esac
   read -r rps p99 n < <(drive "$url" "$lua" "$@")
   local p1; p1=$(pcpu "$pid")
+  local m1; m1=$(mcpu)
   profile_done "$name"
   local cpu; cpu=$(awk -v a="$p0" -v b="$p1" -v n="$n" 'BEGIN { if (n > 0) printf "%.0f", (b - a) * 1e6 / n; else print "-" }')
   local us=- per=-
@@ -172,12 +180,13 @@ one() { # name url lua redis-port(or -) [wrk args]
     us="$us($(awk -v a="$c0" -v b="$c1" -v c="${calls:-0}" 'BEGIN { if (c > 0) printf "%.1f", (b - a) * 1e6 / c; else print "-" }'))"
     per=$(awk -v c="${calls:-0}" -v n="$n" 'BEGIN { if (n > 0) printf "%.2f", c / n; else print "-" }')
   fi
-  echo "$name $rps $p99 ${us:--} $per $cpu"
+  local mach; mach=$(awk -v a="$m0" -v b="$m1" -v n="$n" 'BEGIN { if (n > 0) printf "%.0f", (b - a) * 1e6 / n; else print "-" }')
+  echo "$name $rps $p99 ${us:--} $per $cpu $mach"
 }
 post="$w/post.lua"; printf 'wrk.method="POST"\nwrk.headers["X-User-Id"]="u1"\n' > "$post"
 echo "== $(nproc) cores, $(uname -r), $(date -u +%FT%TZ), $(redis-server --version | cut -d' ' -f1-3), wrk -t1 -c$conns -d${secs}s, $runs runs"
-echo "| run | load avg | path | proxy req/s | reference req/s | ratio | p99 ms proxy / ref | Redis µs/call, wall (CPU), proxy / ref | script calls/req proxy / ref | process CPU µs/req proxy / ref |"
-echo "|---|---|---|---:|---:|---:|---|---|---|---|"
+echo "| run | load avg | path | proxy req/s | reference req/s | ratio | p99 ms proxy / ref | Redis µs/call, wall (CPU), proxy / ref | script calls/req proxy / ref | process CPU µs/req proxy / ref | machine CPU µs/req proxy / ref (ref/proxy) |"
+echo "|---|---|---|---:|---:|---:|---|---|---|---|---|"
 for run in $(seq "$runs"); do
   # Alternate which side goes first, so neither always meets a warmer machine.
   pairs=("repeat|bare-redis|http://127.0.0.1:$bpr/|$w/repeat.lua|$brp|proxy-repeat|http://127.0.0.1:$pp/api/seckill/rep/s/buy|$w/repeat.lua|$rp"
@@ -195,11 +204,12 @@ for run in $(seq "$runs"); do
       prx=$(one "$pn" "$pu" "$pl" "$pr" "p$run-$RANDOM-"); sleep 1
       ref=$(one "$rn" "$ru" "$rl" "$rr" "h$run-$RANDOM-")
     fi
-    read -r _ prps pp99 pus pper pcpuq <<<"$prx"
-    read -r _ rrps rp99 rus rper rcpuq <<<"$ref"
+    read -r _ prps pp99 pus pper pcpuq pmach <<<"$prx"
+    read -r _ rrps rp99 rus rper rcpuq rmach <<<"$ref"
+    cratio=$(awk -v a="$pmach" -v b="$rmach" 'BEGIN { if (a > 0) printf "%.2f", b / a; else print "-" }')
     ratio=$(awk -v a="$prps" -v b="$rrps" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
-    printf '| %s | %s | %s (vs %s) | %.0f | %.0f | **%s** | %s / %s | %s / %s | %s / %s | %s / %s |\n' \
-      "$run" "$la" "$path" "$rn" "$prps" "$rrps" "$ratio" "$pp99" "$rp99" "$pus" "$rus" "$pper" "$rper" "$pcpuq" "$rcpuq"
+    printf '| %s | %s | %s (vs %s) | %.0f | %.0f | **%s** | %s / %s | %s / %s | %s / %s | %s / %s | %s / %s (%s) |\n' \
+      "$run" "$la" "$path" "$rn" "$prps" "$rrps" "$ratio" "$pp99" "$rp99" "$pus" "$rus" "$pper" "$rper" "$pcpuq" "$rcpuq" "$pmach" "$rmach" "$cratio"
     echo "$path $ratio" >> "$w/ratios"
     sleep 1
   done
