@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,5 +119,43 @@ func TestExecuteReportsBrokenInvariant(t *testing.T) {
 	})
 	if !errors.Is(err, ErrInvariant) || res == nil || res.OK {
 		t.Fatalf("err %v, res ok %v", err, res != nil && res.OK)
+	}
+}
+
+// --slowest keeps exactly the N slowest answered requests, slowest first,
+// naming their user and try: here user 7's second request is held 150 ms
+// and user 3's first 80 ms, every other answer is at once.
+func TestSlowestRequests(t *testing.T) {
+	url := serve(t, func(ctx *fasthttp.RequestCtx) {
+		user := string(ctx.Request.Header.Peek("X-User-Id"))
+		rid := string(ctx.Request.Header.Peek("X-Request-Id"))
+		k := rid[strings.LastIndexByte(rid, '-')+1:]
+		switch {
+		case user == "u7" && k == "27": // users 20, tries 2: k = 20 + 7
+			time.Sleep(150 * time.Millisecond)
+		case user == "u3" && k == "3":
+			time.Sleep(80 * time.Millisecond)
+		}
+		ctx.SetStatusCode(410)
+		ctx.SetBodyString(`{"code":"SOLD_OUT"}`)
+	})
+	res, err := load.Run(context.Background(), load.Config{Target: url, Activity: "a", SKUs: []string{"1"},
+		Users: 20, Tries: 2, Concurrency: 4, Slowest: 2, UserPrefix: "u"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Slowest) != 2 {
+		t.Fatalf("slowest = %+v, want 2", res.Slowest)
+	}
+	first, second := res.Slowest[0], res.Slowest[1]
+	if first.User != 7 || first.Try != 1 || first.K != 27 || first.Latency < 150*time.Millisecond || first.Status != 410 || first.Outcome != "SOLD_OUT" {
+		t.Fatalf("slowest = %+v, want user 7 try 1 (k 27), ≥ 150 ms, 410 SOLD_OUT", first)
+	}
+	if second.User != 3 || second.Try != 0 || second.Latency < 80*time.Millisecond || second.Latency > first.Latency {
+		t.Fatalf("second slowest = %+v, want user 3 try 0, ≥ 80 ms", second)
+	}
+	rep := report.Build("t", res, nil, nil)
+	if len(rep.Slowest) != 2 || rep.Slowest[0].User != 7 || rep.Slowest[0].LatencyMS < 150 {
+		t.Fatalf("report slowest = %+v", rep.Slowest)
 	}
 }

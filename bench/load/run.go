@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/url"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,6 +60,9 @@ type Config struct {
 	Progress io.Writer
 	// Clock defaults to RealClock.
 	Clock Clock
+	// Slowest keeps the N slowest answered requests (Result.Slowest): which
+	// user and loop they were, when they were sent and what they got.
+	Slowest int
 }
 
 // DefaultPath is the buy route of SPEC §3.
@@ -121,6 +125,35 @@ type Result struct {
 	Outcomes map[string]int64
 	Status   map[int]int64
 	Seconds  []Second // by second of the answer since Start
+	Slowest  []Slow   // the Config.Slowest slowest answered requests, slowest first
+}
+
+// Slow is one answered request, kept because it was among the slowest.
+type Slow struct {
+	K       int64         // the request's index in the run
+	User    int           // user index (k % users)
+	Try     int           // the user's how-many-th request (k / users), 0-based
+	Sent    time.Duration // intended send time, since the run's start
+	Latency time.Duration
+	Status  int
+	Outcome string
+}
+
+// keepSlow adds s to w's slowest, which holds at most n.
+func (w *worker) keepSlow(n int, s Slow) {
+	if len(w.slow) < n {
+		w.slow = append(w.slow, s)
+		return
+	}
+	low := 0
+	for i := range w.slow {
+		if w.slow[i].Latency < w.slow[low].Latency {
+			low = i
+		}
+	}
+	if s.Latency > w.slow[low].Latency {
+		w.slow[low] = s
+	}
 }
 
 // Answered is the number of requests that got an HTTP answer.
@@ -186,6 +219,7 @@ type worker struct {
 	outcomes map[string]int64
 	status   map[int]int64
 	secs     []Second
+	slow     []Slow
 }
 
 func (w *worker) second(i int) *Second {
@@ -309,6 +343,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if o == OutcomeWin {
 			cnt.wins.Add(1)
 		}
+		if cfg.Slowest > 0 {
+			w.keepSlow(cfg.Slowest, Slow{K: j.k, User: user, Try: int(j.k / int64(cfg.Users)),
+				Sent: j.intended.Sub(start), Latency: lat, Status: status, Outcome: o})
+		}
 		w.outcomes[o]++
 		sec.Outcomes[o]++
 	}
@@ -380,6 +418,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.Elapsed = time.Duration(lastDone.Load())
 
 	for _, w := range workers {
+		res.Slowest = append(res.Slowest, w.slow...)
 		if err := res.Latency.Merge(w.lat); err != nil {
 			return nil, fmt.Errorf("merge latency: %w", err)
 		}
@@ -408,6 +447,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if res.Seconds[i].Latency == nil {
 			res.Seconds[i] = Second{Latency: hist.New(secondSubBits), Outcomes: map[string]int64{}}
 		}
+	}
+	sort.Slice(res.Slowest, func(a, b int) bool { return res.Slowest[a].Latency > res.Slowest[b].Latency })
+	if len(res.Slowest) > cfg.Slowest {
+		res.Slowest = res.Slowest[:cfg.Slowest]
 	}
 	return res, nil
 }

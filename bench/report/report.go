@@ -60,8 +60,20 @@ type Result struct {
 	Status          map[string]int64 `json:"status"`
 	Timeline        []Point          `json:"timeline"`
 	Redis           *redisinfo.Delta `json:"redis,omitempty"`
-	Checks          []verify.Check   `json:"checks,omitempty"`
-	OK              bool             `json:"ok"`
+	// Slowest: --slowest N, the slowest answered requests, slowest first.
+	Slowest []SlowRequest  `json:"slowest,omitempty"`
+	Checks  []verify.Check `json:"checks,omitempty"`
+	OK      bool           `json:"ok"`
+}
+
+// SlowRequest is one of the slowest answered requests of a run.
+type SlowRequest struct {
+	User      int     `json:"user"`
+	Try       int     `json:"try"` // 0-based: the user's first request is try 0
+	SentMS    float64 `json:"sent_ms"`
+	LatencyMS float64 `json:"latency_ms"`
+	Status    int     `json:"status"`
+	Outcome   string  `json:"outcome"`
 }
 
 type quantiler interface {
@@ -71,6 +83,8 @@ type quantiler interface {
 }
 
 func ms(us int64) float64 { return float64(us) / 1000 }
+
+func msDur(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func percentiles(h quantiler) Percentiles {
 	return Percentiles{
@@ -92,6 +106,9 @@ func Build(name string, r *load.Result, rd *redisinfo.Delta, checks []verify.Che
 	}
 	for s, n := range r.Status {
 		out.Status[strconv.Itoa(s)] = n
+	}
+	for _, s := range r.Slowest {
+		out.Slowest = append(out.Slowest, SlowRequest{User: s.User, Try: s.Try, SentMS: msDur(s.Sent), LatencyMS: msDur(s.Latency), Status: s.Status, Outcome: s.Outcome})
 	}
 	for i, s := range r.Seconds {
 		var n int64
@@ -221,6 +238,17 @@ func Print(w io.Writer, r *Result) {
 		rt.Row("redis CPU", fmt.Sprintf("%.2f s", r.Redis.CPUSeconds))
 		rt.Row("used memory", fmt.Sprintf("%.1f MiB", float64(r.Redis.UsedMemory)/(1<<20)))
 		rt.Write(w)
+	}
+	if len(r.Slowest) > 0 {
+		fmt.Fprintln(w)
+		var st Table
+		st.Row("slowest", "user", "try", "sent at", "latency", "status", "outcome")
+		for i, s := range r.Slowest {
+			st.Row(strconv.Itoa(i+1), strconv.Itoa(s.User), strconv.Itoa(s.Try), FormatMS(s.SentMS)+" ms",
+				FormatMS(s.LatencyMS)+" ms", strconv.Itoa(s.Status), s.Outcome)
+		}
+		st.AlignLeft(6)
+		st.Write(w)
 	}
 	if len(r.Checks) > 0 {
 		fmt.Fprintln(w)

@@ -16,7 +16,7 @@ import (
 type loadFlags struct {
 	target, activity, path, userPrefix, preset string
 	skus                                       listFlag
-	users, tries, concurrency                  int
+	users, tries, concurrency, slowest         int
 	rate                                       float64
 	ramp, hold, timeout                        time.Duration
 	xff, quiet                                 bool
@@ -49,6 +49,7 @@ func (l *loadFlags) register(fs *flag.FlagSet, withTarget bool, defaultPreset st
 	fs.StringVar(&l.userPrefix, "user-prefix", "u", "user ids are PREFIX+index")
 	fs.DurationVar(&l.timeout, "timeout", 5*time.Second, "per-request timeout")
 	fs.BoolVar(&l.quiet, "quiet", false, "no progress line on stderr")
+	fs.IntVar(&l.slowest, "slowest", 0, "list the N slowest answered requests (user, try, when sent, outcome), at most 1000")
 }
 
 // config applies the preset to every load flag not set explicitly.
@@ -84,6 +85,9 @@ func (l *loadFlags) config(fs *flag.FlagSet, stderr io.Writer) (load.Config, *be
 	if l.users <= 0 || l.concurrency <= 0 || l.tries < 0 || l.rate < 0 {
 		return load.Config{}, nil, usagef("--users and --concurrency must be > 0, --tries and --rate ≥ 0")
 	}
+	if l.slowest < 0 || l.slowest > 1000 {
+		return load.Config{}, nil, usagef("--slowest must be between 0 and 1000")
+	}
 	if l.rate > 0 && l.ramp+l.hold <= 0 {
 		return load.Config{}, nil, usagef("--rate needs --ramp and/or --hold")
 	}
@@ -93,7 +97,7 @@ func (l *loadFlags) config(fs *flag.FlagSet, stderr io.Writer) (load.Config, *be
 	c := load.Config{
 		Target: l.target, Activity: l.activity, SKUs: l.skus, Path: l.path, Users: l.users, Tries: l.tries,
 		Concurrency: l.concurrency, Rate: l.rate, Ramp: l.ramp, Hold: l.hold, XFF: l.xff,
-		UserPrefix: l.userPrefix, Timeout: l.timeout,
+		UserPrefix: l.userPrefix, Timeout: l.timeout, Slowest: l.slowest,
 	}
 	if !l.quiet {
 		c.Progress = stderr
