@@ -43,13 +43,15 @@ type SKUKeys struct {
 	// built once so the hot path allocates none.
 	reserveKeys [][]string
 	outKeys     []string
+	// gates bound each shard's reserve calls in flight (see reserveGate).
+	gates []reserveGate
 }
 
 func newSKUKeys(prefix, act, sku string, shards int, salts []string) *SKUKeys {
 	if len(salts) != shards {
 		salts = nil // no placement for this many shards: the original tags
 	}
-	k := &SKUKeys{Shards: make([]ShardKeys, shards), reserveKeys: make([][]string, shards), outKeys: make([]string, shards)}
+	k := &SKUKeys{Shards: make([]ShardKeys, shards), reserveKeys: make([][]string, shards), outKeys: make([]string, shards), gates: make([]reserveGate, shards)}
 	for s := 0; s < shards; s++ {
 		salt := ""
 		if salts != nil {

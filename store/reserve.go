@@ -115,6 +115,30 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	if r, ok := s.memoAnswer(cctx, c, &k.Shards[home], &q); ok {
 		return r, nil
 	}
+	// No more calls in flight than the shard has units (reserveGate): a
+	// waiter reads the sold-out flags again when its turn comes.
+	g := &k.gates[home]
+	if !g.tryEnter(nil, q.Stock, q.Shards) {
+		for {
+			w, err := g.wait(cctx)
+			if err != nil {
+				return ReserveResult{}, fmt.Errorf("%w: waited for a turn: %v", ErrUnavailable, err)
+			}
+			if out, err = s.outFlagsIn(cctx, c, k); err != nil {
+				g.pass()
+				return ReserveResult{}, err
+			}
+			if allTrue(out) && q.RequestID == "" {
+				g.pass()
+				return ReserveResult{Code: lua.Empty, FromMemory: true}, nil
+			}
+			if g.tryEnter(w, q.Stock, q.Shards) {
+				break
+			}
+		}
+	}
+	left, leftKnown := int64(0), false
+	defer func() { g.leave(left, leftKnown) }()
 	id := newID()
 	tok := Token{Activity: q.Activity, SKU: q.SKU, Shard: home, ID: id}
 	// ARGV[10..11] are read in queue mode only, ARGV[12] with a request id
@@ -161,6 +185,9 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 				argv = args[:7] // nothing to deposit: reserve.lua takes the short ARGV
 			}
 			r, err := s.runReserve(cctx, c, keys, argv)
+			if err == nil && res.Moves == 0 && (r.code == int64(lua.OK) || r.code == int64(lua.Empty)) {
+				left, leftKnown = r.remaining, true // the home shard's units after this call
+			}
 			if err != nil {
 				// The script may still run: settle the token id (and the
 				// move it carried) once Redis answers, so the buyer, told
