@@ -14,22 +14,9 @@
 # many slowest requests to list, default 5), BIN (prebuilt binaries).
 set -euo pipefail
 runs=${1:-3}
-for c in redis-server redis-cli curl python3; do
-  command -v "$c" >/dev/null || { echo "burst-bench.sh: $c not found (apt-get install -y redis-server curl python3)" >&2; exit 2; }
-done
 cd "$(dirname "$0")/.."
-w=$(mktemp -d); pids=()
-cleanup() {
-  for ((i=${#pids[@]}-1; i>=0; i--)); do kill "${pids[i]}" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$w"
-}
-trap cleanup EXIT
-if [ -z "${BIN:-}" ]; then
-  go build -o "$w/" ./cmd/seckill-proxy ./cmd/seckill-bench
-  BIN=$w
-fi
 . scripts/lib.sh
+bench_setup burst-bench.sh "redis-server curl python3" redis-server redis-cli curl python3
 rp=$(port); pp=$(port); ap=$(port); sp=$(port); bp=$(port)
 export SECKILL_SIGNING_SECRET="burst-$$-$RANDOM" SECKILL_ADMIN_TOKEN="burst-admin-$$"
 redis-server --port "$rp" --bind 127.0.0.1 --save '' --appendonly no --dir "$w" --logfile "$w/redis.log" & pids+=($!)

@@ -32,22 +32,9 @@
 # "repeat script winner sold"; default all).
 set -euo pipefail
 secs=${1:-5}; conns=${2:-64}; runs=${3:-3}
-for c in wrk redis-server redis-cli curl python3; do
-  command -v "$c" >/dev/null || { echo "contended-bench.sh: $c not found (apt-get install -y wrk redis-server curl python3)" >&2; exit 2; }
-done
 cd "$(dirname "$0")/.."
-w=$(mktemp -d); pids=()
-cleanup() {
-  for ((i=${#pids[@]}-1; i>=0; i--)); do kill "${pids[i]}" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$w"
-}
-trap cleanup EXIT
-if [ -z "${BIN:-}" ]; then
-  go build -o "$w/" ./cmd/seckill-proxy ./cmd/seckill-bench
-  BIN=$w
-fi
-. scripts/lib.sh  # the cd above made the repository root the working directory
+. scripts/lib.sh
+bench_setup contended-bench.sh "wrk redis-server curl python3" wrk redis-server redis-cli curl python3
 rp=$(port); brp=$(port); pp=$(port); ap=$(port); sp=$(port); hp=$(port); bp=$(port); bpr=$(port); pp2=$(port); ap2=$(port)
 export SECKILL_SIGNING_SECRET="contended-$$-$RANDOM" SECKILL_ADMIN_TOKEN="contended-admin-$$"
 for p in "$rp" "$brp"; do

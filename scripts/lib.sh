@@ -25,3 +25,26 @@ limits:
   per_user: { rate: 1000000, burst: 1000000 }
 YAML
 }
+
+# bench_setup NAME "PACKAGES" TOOL...: exits 2 naming the packages to install when a TOOL is
+# missing; makes the work dir $w and the process list $pids (append every background process:
+# killed in reverse order and the dir removed on exit); builds seckill-proxy and seckill-bench
+# into $w unless $BIN names prebuilt ones. Call it from the repository root.
+bench_setup() {
+  local name=$1 packages=$2; shift 2
+  for c in "$@"; do
+    command -v "$c" >/dev/null || { echo "$name: $c not found (apt-get install -y $packages)" >&2; exit 2; }
+  done
+  w=$(mktemp -d); pids=()
+  trap bench_cleanup EXIT
+  if [ -z "${BIN:-}" ]; then
+    go build -o "$w/" ./cmd/seckill-proxy ./cmd/seckill-bench
+    BIN=$w
+  fi
+}
+
+bench_cleanup() {
+  for ((i=${#pids[@]}-1; i>=0; i--)); do kill "${pids[i]}" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$w"
+}
