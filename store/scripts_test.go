@@ -59,8 +59,10 @@ func TestPreheatLoadsScripts(t *testing.T) {
 	if n := redistest.ParseStat(srv.Info("commandstats", "cmdstat_eval"), "calls"); n != 0 {
 		t.Fatalf("the first burst sent %d EVALs, want 0 (scripts loaded at preheat)", n)
 	}
-	if n := evalCalls(srv); n < 200 {
-		t.Fatalf("EVALSHA calls = %d, want >= 200", n)
+	// At least one script per unit (the reserve gate keeps the calls that
+	// could only say EMPTY from Redis, so not one per buyer).
+	if n := evalCalls(srv); n < 50 {
+		t.Fatalf("EVALSHA calls = %d, want >= 50", n)
 	}
 	wantStatus(t, s, a, 0, 50, 0)
 }
