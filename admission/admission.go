@@ -116,6 +116,7 @@ type Pipeline struct {
 	savedMemo      prometheus.Counter
 	savedLease     prometheus.Counter
 	savedBuyerMemo prometheus.Counter
+	savedGate      prometheus.Counter
 
 	acts         atomic.Pointer[map[*config.Activity]*actState]
 	actsMu       sync.Mutex
@@ -178,6 +179,7 @@ func New(s Store, m *metrics.Metrics, log *zap.Logger, now func() time.Time, opt
 	p.savedMemo = m.RedisSaved.WithLabelValues("idempotency_memo")
 	p.savedLease = m.RedisSaved.WithLabelValues("admission_lease")
 	p.savedBuyerMemo = m.RedisSaved.WithLabelValues("buyer_memo")
+	p.savedGate = m.RedisSaved.WithLabelValues("reserve_gate")
 	for _, o := range opts {
 		o(p)
 	}
@@ -486,7 +488,9 @@ func (p *Pipeline) reserve(ctx context.Context, r *Request, sku *config.SKU, fla
 	if err != nil {
 		return p.storeDown(err)
 	}
-	if res.FromMemory {
+	if res.FromGate {
+		p.savedGate.Inc()
+	} else if res.FromMemory {
 		p.refusals[rSoldOut].saved.Inc()
 	} else if res.FromMemo {
 		p.savedBuyerMemo.Inc()

@@ -27,6 +27,7 @@ func TestGateBoundsScriptsAtSellOut(t *testing.T) {
 	start := make(chan struct{})
 	codes := make([]lua.Code, buyers)
 	toks := make([]store.Token, buyers)
+	gated := make([]bool, buyers)
 	for i := range buyers {
 		wg.Add(1)
 		go func() {
@@ -39,7 +40,7 @@ func TestGateBoundsScriptsAtSellOut(t *testing.T) {
 				t.Errorf("reserve: %v", err)
 				return
 			}
-			codes[i], toks[i] = r.Code, r.Token
+			codes[i], toks[i], gated[i] = r.Code, r.Token, r.FromGate
 		}()
 	}
 	close(start)
@@ -65,7 +66,19 @@ func TestGateBoundsScriptsAtSellOut(t *testing.T) {
 	// did sends its slack). Without the gate every buyer in flight sent one:
 	// 598 of 600 when this test was written.
 	calls := evalCalls(srv) - before
-	t.Logf("%d reserve scripts for %d buyers and 20 units", calls, buyers)
+	fromGate := 0
+	for i, g := range gated {
+		if g {
+			fromGate++
+			if codes[i] != lua.Empty {
+				t.Errorf("buyer %d answered %v from the gate, want EMPTY", i, codes[i])
+			}
+		}
+	}
+	t.Logf("%d reserve scripts for %d buyers and 20 units; %d answered SOLD_OUT at their turn", calls, buyers, fromGate)
+	if fromGate == 0 {
+		t.Error("no buyer was answered from the sold-out flags at their turn: the gate held nobody")
+	}
 	if calls > 20+6*16 {
 		t.Fatalf("%d reserve scripts for 20 units, want at most %d", calls, 20+6*16)
 	}

@@ -57,6 +57,10 @@ type ReserveResult struct {
 	// FromMemo is true when a repeat of a buyer at their limit was
 	// answered from the buyer memo (see buyerMemo), with no script run.
 	FromMemo bool
+	// FromGate is true (with FromMemory) when the buyer waited at the
+	// reserve gate and the sold-out flags had shown by their turn: a call
+	// that would have been written, and answered EMPTY, was not.
+	FromGate bool
 	// Moves counts stock moves between shards this request needed.
 	Moves int
 	// Backlog (code Backlog) estimates the activity's queued entries not
@@ -130,7 +134,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 			}
 			if allTrue(out) && q.RequestID == "" {
 				g.pass()
-				return ReserveResult{Code: lua.Empty, FromMemory: true}, nil
+				return ReserveResult{Code: lua.Empty, FromMemory: true, FromGate: true}, nil
 			}
 			if g.tryEnter(w, q.Stock, q.Shards) {
 				break
