@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // ShardKeys are the names of every key of one stock shard of one SKU. All
@@ -45,6 +46,8 @@ type SKUKeys struct {
 	outKeys     []string
 	// gates bound each shard's reserve calls in flight (see reserveGate).
 	gates []reserveGate
+	// snap is the latest read of the shards' sold-out flags (outFlagsIn).
+	snap atomic.Pointer[outSnap]
 }
 
 func newSKUKeys(prefix, act, sku string, shards int, salts []string) *SKUKeys {

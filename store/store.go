@@ -55,6 +55,10 @@ type Store struct {
 	// this client cached, or the cache is dropped with a connection.
 	inval chan struct{}
 	epoch atomic.Uint64 // bumped whenever a connection's cache is dropped whole
+	// invalGen counts the invalidations (of any key, or a whole cache) that
+	// reached this instance: a flag snapshot read at one value is as fresh
+	// as the cache while it holds (see outFlagsIn).
+	invalGen atomic.Uint64
 	// scriptsLost is signalled (never blocking) with epoch: the node of a
 	// dropped connection may hold no scripts (see KeepScriptsLoaded).
 	scriptsLost chan struct{}
@@ -133,6 +137,7 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 		s.opt.Sentinel = sentinelOption(cfg, tlsConf)
 	}
 	s.opt.OnInvalidations = func(keys []rueidis.RedisMessage) {
+		s.invalGen.Add(1)
 		if keys == nil {
 			// The whole cache of a connection went (it closed, or Redis
 			// flushed): whatever was read through it may be from a Redis
