@@ -364,3 +364,36 @@ func victimShards(masterOf []*redistest.Server, victim *redistest.Server) int {
 	}
 	return n
 }
+
+// TestDurableStealRefused: with the replica stopped, a buyer whose home
+// shard is dry moves a unit from the other shard, but the donor's replica
+// cannot have that move either: the buy is refused (ErrUnavailable) and
+// the unit stays in transit — counted as remaining, sold to nobody — until
+// the replica has the move; then the retrier settles it and it is on sale
+// again. (The e2e TestDurableWinnersReplicaStopped meets this when one of
+// its burst's buyers finds its home shard held by would-be winners.)
+func TestDurableStealRefused(t *testing.T) {
+	m := redistest.Start(t)
+	r := redistest.StartReplica(t, m)
+	s := openStore(t, durableConfig([]string{m.Addr}, false, config.DurableRefuse))
+	a := newActivity("act_ds", 2, 2, 1) // one unit per shard
+	mustPreheat(t, s, a)
+	r.Pause(t)
+	// Shard 0's unit is held (a would-be winner not yet refused).
+	mustReserve(t, s, a, userOn(0, 2, 0), 1, lua.OK)
+	eventually(t, 2*time.Second, "shard 0 seen dry", func() bool {
+		_, err := s.Reserve(ctx(t), reserveReq(a, userOn(0, 2, 1), 1))
+		return errors.Is(err, store.ErrUnavailable)
+	})
+	st := wantStatus(t, s, a, 1, 1, 0)
+	if st.InTransit != 1 {
+		t.Fatalf("in transit = %d after a refused steal, want 1", st.InTransit)
+	}
+	r.Resume(t)
+	eventually(t, 20*time.Second, "the move settled once the replica has it", func() bool {
+		return status(t, s, a).InTransit == 0
+	})
+	wantStatus(t, s, a, 1, 1, 0)
+	mustReserve(t, s, a, userOn(1, 2, 0), 1, lua.OK) // the unit is on sale again
+	wantStatus(t, s, a, 0, 2, 0)
+}
