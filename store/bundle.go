@@ -352,22 +352,36 @@ func (s *Store) BundleItems(ctx context.Context, t Token, shards int) ([]BundleI
 	return ParseItems(items)
 }
 
+// bundleTarget is what a bundle's confirm and release start from: the
+// client, the home shard's keys and, while its record lists them, the
+// items and their shards' keys (none, and items "", for no bundle or a
+// tombstone: the script reads the record). ok is false for a token of no
+// shard (answered lua.Unknown).
+func (s *Store) bundleTarget(ctx context.Context, t Token, shards int) (c rueidis.Client, hk ShardKeys, sks []ShardKeys, items string, ok bool, err error) {
+	if t.Shard < 0 || t.Shard >= shards {
+		return nil, ShardKeys{}, nil, "", false, nil
+	}
+	if c, err = s.Client(); err != nil {
+		return nil, ShardKeys{}, nil, "", false, err
+	}
+	hk, sks, items, found, err := s.bundleKeys(ctx, c, t, shards)
+	if err != nil {
+		return nil, ShardKeys{}, nil, "", false, err
+	}
+	if !found {
+		sks, items = nil, ""
+	}
+	return c, hk, sks, items, true, nil
+}
+
 // bundleConfirm is confirmAs for a bundle token.
 func (s *Store) bundleConfirm(ctx context.Context, t Token, shards int, orderID string, f *Fence) (lua.Code, error) {
-	if t.Shard < 0 || t.Shard >= shards {
-		return lua.Unknown, nil
-	}
-	c, err := s.Client()
-	if err != nil {
-		return 0, err
-	}
-	hk, sks, items, ok, err := s.bundleKeys(ctx, c, t, shards)
+	c, hk, sks, items, ok, err := s.bundleTarget(ctx, t, shards)
 	if err != nil {
 		return 0, err
 	}
 	if !ok {
-		// No items: no bundle (or a tombstone): the script reads the record.
-		sks, items = nil, ""
+		return lua.Unknown, nil
 	}
 	keys := []string{hk.Res, hk.Pending}
 	for _, sk := range sks {
@@ -379,19 +393,12 @@ func (s *Store) bundleConfirm(ctx context.Context, t Token, shards int, orderID 
 
 // bundleRelease is releaseAs for a bundle token.
 func (s *Store) bundleRelease(ctx context.Context, t Token, shards int, reason string, nowMs int64, pendingOnly bool, f *Fence) (lua.Code, error) {
-	if t.Shard < 0 || t.Shard >= shards {
-		return lua.Unknown, nil
-	}
-	c, err := s.Client()
-	if err != nil {
-		return 0, err
-	}
-	hk, sks, items, ok, err := s.bundleKeys(ctx, c, t, shards)
+	c, hk, sks, items, ok, err := s.bundleTarget(ctx, t, shards)
 	if err != nil {
 		return 0, err
 	}
 	if !ok {
-		sks, items = nil, ""
+		return lua.Unknown, nil
 	}
 	keys := []string{hk.Users, hk.Res, hk.Pending, hk.Epoch}
 	for _, sk := range sks {

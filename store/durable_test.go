@@ -257,21 +257,9 @@ func TestDurableWinnersCluster(t *testing.T) {
 		masterOf[i] = m
 	}
 	victim := masterOf[0]
-	var stopped *redistest.Server
-	nodes, err := cl.ClusterNodes()
+	stopped, err := cl.ReplicaOf(victim)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var victimID string
-	for _, n := range nodes {
-		if n.Addr == victim.Addr {
-			victimID = n.ID
-		}
-	}
-	for _, n := range nodes {
-		if n.MasterID == victimID {
-			stopped = cl.Server(n.Addr)
-		}
 	}
 	if stopped == nil {
 		t.Fatalf("no replica of %s", victim.Addr)

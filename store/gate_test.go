@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -33,7 +34,7 @@ func TestGateBoundsScriptsAtSellOut(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			q := reserveReq(a, "g"+itoa(i), 1)
+			q := reserveReq(a, "g"+strconv.Itoa(i), 1)
 			q.Stock = a.SKUs[0].Stock // as admission sends it
 			r, err := s.Reserve(ctx(t), q)
 			if err != nil {
@@ -105,7 +106,7 @@ func TestGateBoundsScriptsAtSellOut(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			q := reserveReq(a, "h"+itoa(i), 1)
+			q := reserveReq(a, "h"+strconv.Itoa(i), 1)
 			q.Stock = a.SKUs[0].Stock
 			r, err := s.Reserve(ctx(t), q)
 			if err != nil {

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -42,7 +43,7 @@ func TestOutFlagSnapshotFollowsInvalidations(t *testing.T) {
 				t.Fatalf("round %d: flag flipped with nothing sold", round)
 			}
 		}
-		r := mustReserve(t, b, act, "u"+itoa(round), 1, lua.OK)
+		r := mustReserve(t, b, act, "u"+strconv.Itoa(round), 1, lua.OK)
 		eventually(t, within, "the sale on the other instance seen", soldOut)
 		if code, err := b.Release(ctx(t), r.Token, act.Shards, "test", time.Now().UnixMilli(), true); err != nil || code != lua.OK {
 			t.Fatalf("release = %v, %v", code, err)

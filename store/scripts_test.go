@@ -3,6 +3,7 @@ package store_test
 import (
 	"crypto/sha1"
 	"encoding/hex"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -50,7 +51,7 @@ func TestPreheatLoadsScripts(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := s.Reserve(ctx(t), reserveReq(a, "u"+itoa(i), 1)); err != nil {
+			if _, err := s.Reserve(ctx(t), reserveReq(a, "u"+strconv.Itoa(i), 1)); err != nil {
 				t.Errorf("reserve: %v", err)
 			}
 		}()
@@ -81,12 +82,4 @@ func TestScriptsReloadedAfterRestart(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // the instance sees its connection go, and retries meanwhile
 	srv.Restart(t)                     // empty: a new redis-server holds no scripts (see TestPreheatLoadsScripts)
 	eventually(t, 10*time.Second, "scripts loaded again after the restart", full)
-}
-
-func itoa(i int) string {
-	const digits = "0123456789"
-	if i < 10 {
-		return digits[i : i+1]
-	}
-	return itoa(i/10) + digits[i%10:i%10+1]
 }

@@ -110,20 +110,9 @@ func runFailover(t *testing.T, fc foCase) {
 	t.Logf("victim master %s holds shards %v of %d", victim.Addr, byMaster[victim], foShards)
 	var victimReplica *redistest.Server
 	if fc.lag > 0 {
-		nodes, err := cl.ClusterNodes()
-		if err != nil {
+		var err error
+		if victimReplica, err = cl.ReplicaOf(victim); err != nil {
 			t.Fatal(err)
-		}
-		var victimID string
-		for _, n := range nodes {
-			if n.Addr == victim.Addr {
-				victimID = n.ID
-			}
-		}
-		for _, n := range nodes {
-			if n.MasterID == victimID {
-				victimReplica = cl.Server(n.Addr)
-			}
 		}
 		if victimReplica == nil {
 			t.Fatalf("no replica of the victim %s", victim.Addr)

@@ -499,6 +499,28 @@ func (c *Cluster) MasterFor(key string) (*Server, error) {
 	return nil, fmt.Errorf("no master serves slot %d", slot)
 }
 
+// ReplicaOf returns a replica of master, as the cluster sees it, or nil
+// when it has none.
+func (c *Cluster) ReplicaOf(master *Server) (*Server, error) {
+	nodes, err := c.ClusterNodes()
+	if err != nil {
+		return nil, err
+	}
+	var id string
+	for _, n := range nodes {
+		if n.Addr == master.Addr {
+			id = n.ID
+		}
+	}
+	var replica *Server
+	for _, n := range nodes {
+		if id != "" && n.MasterID == id {
+			replica = c.Server(n.Addr)
+		}
+	}
+	return replica, nil
+}
+
 // Healthy reports whether every live server says cluster_state:ok with all
 // 16384 slots ok, and no slot is served by a master flagged fail: a killed
 // master's slots have moved to a promoted replica. It says why not.
