@@ -566,17 +566,23 @@ func (s *Server) pass(ctx *fasthttp.RequestCtx, st *state) {
 	err := up.pass.DoTimeout(&ctx.Request, &ctx.Response, up.passTimeout)
 	s.obs.passLatency.Observe(time.Since(t0).Seconds())
 	if err != nil {
-		ctx.Response.Reset()
-		if errors.Is(err, fasthttp.ErrTimeout) {
-			ctx.Error("upstream timeout", fasthttp.StatusGatewayTimeout)
-		} else {
-			ctx.Error("bad gateway", fasthttp.StatusBadGateway)
-		}
+		answerUnreachable(ctx, err)
 		s.obs.passError.Inc()
 		return
 	}
 	if c := ctx.Response.StatusCode() / 100; c >= 1 && c <= 5 {
 		s.obs.passClass[c].Inc()
+	}
+}
+
+// answerUnreachable answers, as a plain proxy does, a request the shop did
+// not answer: 504 when it timed out, 502 otherwise.
+func answerUnreachable(ctx *fasthttp.RequestCtx, err error) {
+	ctx.Response.Reset()
+	if errors.Is(err, fasthttp.ErrTimeout) {
+		ctx.Error("upstream timeout", fasthttp.StatusGatewayTimeout)
+	} else {
+		ctx.Error("bad gateway", fasthttp.StatusBadGateway)
 	}
 }
 

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -98,12 +97,7 @@ func (s *Server) shadowBuy(ctx *fasthttp.RequestCtx, st *state, m match, a *conf
 		up.prepare(ctx)
 		err = up.buy.DoTimeout(&ctx.Request, &ctx.Response, up.timeout)
 		if err != nil {
-			ctx.Response.Reset()
-			if errors.Is(err, fasthttp.ErrTimeout) {
-				ctx.Error("upstream timeout", fasthttp.StatusGatewayTimeout)
-			} else {
-				ctx.Error("bad gateway", fasthttp.StatusBadGateway)
-			}
+			answerUnreachable(ctx, err)
 		}
 	}
 	if err == nil {
