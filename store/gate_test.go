@@ -1,7 +1,9 @@
 package store_test
 
 import (
+	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -123,4 +125,69 @@ func TestGateBoundsScriptsAtSellOut(t *testing.T) {
 		t.Fatalf("after 5 released: %v, want 5 OK and 195 EMPTY", again)
 	}
 	wantStatus(t, s, a, 0, 20, 0)
+}
+
+// TestGateStallHoldsNothing: Redis stalls past the timeout while 60 buyers
+// want 3 units. The calls in flight time out as before (and are settled by
+// abort); the buyers waiting at the gate time out too, unavailable, and
+// write no call. Afterwards nothing is held and the 3 units sell to the
+// next buyers, exactly.
+func TestGateStallHoldsNothing(t *testing.T) {
+	for _, tt := range stalls {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, s := stallStore(t)
+			a := newActivity("act_gstall", 3, 1, 1)
+			mustPreheat(t, s, a)
+			warm(t, s, a, "warm")
+			before := evalCalls(srv)
+			wait := tt.start(t, srv)
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			gated, unavailable := 0, 0
+			for i := range 60 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					q := reserveReq(a, "s"+strconv.Itoa(i), 1)
+					q.Stock = a.SKUs[0].Stock
+					_, err := s.Reserve(ctx(t), q)
+					mu.Lock()
+					defer mu.Unlock()
+					switch {
+					case errors.Is(err, store.ErrUnavailable):
+						unavailable++
+						if strings.Contains(err.Error(), "waited for a turn") {
+							gated++
+						}
+					case err != nil:
+						t.Errorf("reserve: %v", err)
+					}
+				}()
+			}
+			wg.Wait()
+			wait()
+			eventually(t, 5*time.Second, "every call of the stall settled", func() bool {
+				st := status(t, s, a)
+				return st.Pending == 0 && st.Remaining == 3
+			})
+			// Written: at most the 3 units + 16 reserves in flight, and an
+			// abort for each; a waiter whose turn came with its deadline
+			// writes nothing either (the call checks its deadline first).
+			// Without the gate: 60 reserves and 60 aborts.
+			calls := evalCalls(srv) - before
+			t.Logf("%d of 60 unavailable (%d told at the gate); %d scripts reached Redis", unavailable, gated, calls)
+			if max := int64(2*(3+16) + 4); calls > max {
+				t.Fatalf("%d scripts reached Redis during and after the stall, want at most %d", calls, max)
+			}
+			for i := range 3 {
+				q := reserveReq(a, "after"+strconv.Itoa(i), 1)
+				q.Stock = a.SKUs[0].Stock
+				if r, err := s.Reserve(ctx(t), q); err != nil || r.Code != lua.OK {
+					t.Fatalf("buy %d after the stall = %v, %v", i, r.Code, err)
+				}
+			}
+			mustReserve(t, s, a, "after-late", 1, lua.Empty)
+			wantStatus(t, s, a, 0, 3, 0)
+		})
+	}
 }

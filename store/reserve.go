@@ -126,6 +126,13 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	if !g.tryEnter(nil, q.Stock, q.Shards) {
 		for {
 			w, err := g.wait(cctx)
+			if err == nil && !timeLeft(cctx, s.timeout/4) {
+				// The turn came with the deadline (calls in flight timed
+				// out: Redis stalls): a call written now would reach
+				// Redis after its caller gave up, to be aborted.
+				g.pass()
+				err = context.DeadlineExceeded
+			}
 			if err != nil {
 				return ReserveResult{}, fmt.Errorf("%w: waited for a turn: %v", ErrUnavailable, err)
 			}
@@ -241,6 +248,12 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 		cancel()
 		cctx, cancel = s.ctx(ctx)
 	}
+}
+
+// timeLeft reports whether ctx has at least d before its deadline.
+func timeLeft(ctx context.Context, d time.Duration) bool {
+	dl, ok := ctx.Deadline()
+	return !ok || time.Until(dl) >= d
 }
 
 // buyerKey groups the retrier's jobs of one buyer of one activity.
