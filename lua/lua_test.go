@@ -28,7 +28,7 @@ const (
 )
 
 var (
-	reserveKeys = []string{kStock, kUsers, kRes, kPending, kLog, kOut, kMovesIn, kEpoch}
+	reserveKeys = []string{kStock, kUsers, kRes, kPending, kOut, kEpoch, kLog, kMovesIn}
 	stealKeys   = []string{kStock, kMoves, kOut}
 	confirmKeys = []string{kStock, kRes, kPending}
 	releaseKeys = []string{kStock, kUsers, kRes, kPending, kOut, kEpoch}
@@ -352,6 +352,18 @@ func TestReserve(t *testing.T) {
 			want:  []string{"4", "T1", "O-9", "", "2", "17000000"},
 		},
 		{
+			// Without the buyer memo ("2") nobody reads units and epoch:
+			// PURCHASED carries neither, and the epoch is not read.
+			name:  "purchased without the buyer memo leaves the epoch unread",
+			setup: [][]string{stock(4, 6, 0, 2, 0), {"SET", kEpoch, "17000000"}, {"HSET", kUsers, "u1", "2|T1"}, {"HSET", kRes, "T0", "c|u1|1|900|O-8|", "T1", "c|u1|1|900|O-9|"}},
+			give: func(f *fx) []string {
+				a := f.reserveArgs("u1", 1, 2, "T2", false, 0, "")
+				a[6] = "2"
+				return a[:7]
+			},
+			want: []string{"4", "T1", "O-9"},
+		},
+		{
 			name:  "purchased without order id",
 			setup: [][]string{stock(4, 5, 0, 1, 0), {"HSET", kUsers, "u1", "1|T0"}, {"HSET", kRes, "T0", "c|u1|1|900||"}},
 			give:  func(f *fx) []string { return f.reserveArgs("u1", 1, 1, "T1", false, 0, "") },
@@ -502,6 +514,33 @@ func TestReserve(t *testing.T) {
 				tt.check(f)
 			}
 		})
+	}
+}
+
+// TestReserveShortCall: the common call (sync mode, nothing to deposit, no
+// request id) sends 6 KEYS and 7 ARGV; a winner, the sell-out and a repeat
+// all run on them, and "2" (no buyer memo) leaves the epoch unread.
+func TestReserveShortCall(t *testing.T) {
+	f := newFx(t)
+	f.reset([][]string{stock(2, 2, 0, 0, 0), {"SET", kEpoch, "5"}})
+	short := reserveKeys[:6]
+	args := func(user, id, mode string) []string {
+		a := f.reserveArgs(user, 1, 1, id, false, 0, "")[:7]
+		a[6] = mode
+		return a
+	}
+	wantReply(t, f.run(lua.Reserve, short, args("u1", "T1", "2")), []string{"1", "1"})
+	wantReply(t, f.run(lua.Reserve, short, args("u2", "T2", "0")), []string{"1", "0"})
+	if !f.exists(kOut) {
+		t.Error("the sell-out did not set the out flag")
+	}
+	wantReply(t, f.run(lua.Reserve, short, args("u3", "T3", "2")), []string{"2", "0"})
+	f.do("HSET", kRes, "T1", "c|u1|1|900|O-1|")
+	wantReply(t, f.run(lua.Reserve, short, args("u1", "T4", "2")), []string{"4", "T1", "O-1"})
+	wantReply(t, f.run(lua.Reserve, short, args("u1", "T5", "0")), []string{"4", "T1", "O-1", "", "1", "5"})
+	f.wantHash(kStock, map[string]string{"r": "0", "p": "2"})
+	if f.exists(kLog) || f.exists(kMovesIn) {
+		t.Error("a sync call without a deposit wrote log or movesin")
 	}
 }
 
@@ -1052,7 +1091,7 @@ func TestScriptSHA(t *testing.T) {
 		src  string
 		want string
 	}{
-		{name: "reserve", src: lua.Reserve, want: "1aaba029c5c1e415f4cf9646e0bf647112a11c48"},
+		{name: "reserve", src: lua.Reserve, want: "13bbac4b1f9856b0feeb34d25971ae72c8f5003f"},
 		{name: "steal", src: lua.Steal, want: "ecd78a0a5d969304c4db0022c31d3c3e554a6970"},
 		{name: "confirm", src: lua.Confirm, want: "c3919655a6b88d9c4b1943f5a116b57181b3a33c"},
 		{name: "release", src: lua.Release, want: "e088c120e5ba89743a19991b207cb9674ac8e0b7"},
@@ -1147,7 +1186,7 @@ func TestFleetScript(t *testing.T) {
 
 // TestEpochMovesWhenUnitsGoDown: every script that lowers a buyer's units
 // increments the shard's epoch (the buyer memo's validity, reserve.lua
-// KEYS[8]); a script that changes nothing, or a shard without an epoch
+// KEYS[6]); a script that changes nothing, or a shard without an epoch
 // (preheated before it existed), leaves it as it is.
 func TestEpochMovesWhenUnitsGoDown(t *testing.T) {
 	f := newFx(t)

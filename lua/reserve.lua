@@ -11,14 +11,16 @@
 --                 q queued: not sent yet, "q|<user>|<qty>|<queued ms>||<entry id>"
 --                 (claim.lua turns it into p when a worker sends it)
 -- KEYS[4] pending zset  token id -> created (queue mode: sent) ms; never a queued one
--- KEYS[5] log     stream of reservations (queue mode only), entry ids 0-1, 0-2, ...:
---                 the sequence number tells a buyer's place in the queue
--- KEYS[6] out     string, exists while r == 0 (read through client-side caching)
--- KEYS[7] movesin set   move ids already deposited here
--- KEYS[8] epoch   string, an integer set at preheat, incremented by every
+-- KEYS[5] out     string, exists while r == 0 (read through client-side caching)
+-- KEYS[6] epoch   string, an integer set at preheat, incremented by every
 --                 script that lowers a buyer's units (release.lua, abort.lua);
 --                 only read, for a buyer at their limit whose last
 --                 reservation is confirmed (see PURCHASED below)
+-- KEYS[7] log     stream of reservations (queue mode only), entry ids 0-1, 0-2, ...:
+--                 the sequence number tells a buyer's place in the queue
+-- KEYS[8] movesin set   move ids already deposited here
+-- KEYS[7..8] may be left out in sync mode with nothing to deposit and no
+--                 request id (issue 10: each key costs Redis time per call)
 -- KEYS[9] rid     string (optional) the buyer's request id -> "<code>|<token id>",
 --                 so a repeated X-Request-Id never reserves twice
 -- KEYS[10] ridbits string (with KEYS[9]) a bitset of this SKU's shard: the bit
@@ -27,7 +29,9 @@
 --                 sold out, so a fresh request id is answered SOLD_OUT from
 --                 memory and only a possible repeat reads its record
 -- ARGV[1] user  ARGV[2] qty  ARGV[3] per-user limit  ARGV[4] token id
--- ARGV[5] now ms (proxy clock)  ARGV[6] expire-at ms  ARGV[7] "1" = queue mode
+-- ARGV[5] now ms (proxy clock)  ARGV[6] expire-at ms  ARGV[7] "1" = queue mode;
+--          otherwise sync mode: "0" with the buyer memo, "2" without it (no
+--          units and epoch in PURCHASED: the epoch read is work for nobody)
 -- ARGV[8] units to deposit  ARGV[9] move id ("" = no deposit)
 -- ARGV[10] queue mode: the most entries the stream may hold (its share of
 --          queue.max_backlog); never trimmed  ARGV[11] token (full, for the stream)
@@ -46,7 +50,7 @@
 --   {3, token id}             PENDING: limit reached, last reservation still pending
 --   {4, token id, order id}   PURCHASED: limit reached, last reservation confirmed;
 --   {4, token id, order id, "", units, epoch}  the same to a buyer with no
---                             request id: their units and KEYS[8] ("" when
+--                             request id, ARGV[7] "0": their units and KEYS[6] ("" when
 --                             absent), so the caller may answer their repeats
 --                             from memory while the epoch stays the same
 --   {5}                       NOT_READY: shard was never preheated (or expired);
@@ -74,8 +78,8 @@ local function lastAnswer(last, units)
   end
   local oid = ''
   if rec then oid = string.match(rec, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)') or '' end
-  if st == 'c' and not rid then
-    return {4, last, oid, '', units, redis.call('GET', KEYS[8]) or ''}
+  if st == 'c' and not rid and ARGV[7] == '0' then
+    return {4, last, oid, '', units, redis.call('GET', KEYS[6]) or ''}
   end
   return {4, last, oid}
 end
@@ -102,12 +106,12 @@ if move ~= '' then
   if (redis.call('HGET', KEYS[1], 'g') or '0') ~= (ARGV[13] or '0') then move = '' end
 end
 
-if move ~= '' and redis.call('SADD', KEYS[7], move) == 1 then
+if move ~= '' and redis.call('SADD', KEYS[8], move) == 1 then
   local k = tonumber(ARGV[8])
   redis.call('HINCRBY', KEYS[1], 'i', k)
   r = redis.call('HINCRBY', KEYS[1], 'r', k)
-  if r > 0 then redis.call('DEL', KEYS[6]) end
-  if redis.call('SCARD', KEYS[7]) == 1 then redis.call('PEXPIREAT', KEYS[7], ARGV[6]) end
+  if r > 0 then redis.call('DEL', KEYS[5]) end
+  if redis.call('SCARD', KEYS[8]) == 1 then redis.call('PEXPIREAT', KEYS[8], ARGV[6]) end
 end
 
 -- markRid sets the request id's bit (see KEYS[10]).
@@ -161,7 +165,7 @@ if r < qty then
   return {2, r}
 end
 if ARGV[7] == '1' then
-  local backlog = redis.call('XLEN', KEYS[5])
+  local backlog = redis.call('XLEN', KEYS[7])
   if backlog >= tonumber(ARGV[10]) then return {12, backlog} end
 end
 if ARGV[7] == '1' then
@@ -179,13 +183,13 @@ end
 
 r = redis.call('HINCRBY', KEYS[1], 'r', -qty)
 redis.call('HINCRBY', KEYS[1], 'p', qty)
-if r == 0 then redis.call('SET', KEYS[6], '1', 'PXAT', ARGV[6]) end
+if r == 0 then redis.call('SET', KEYS[5], '1', 'PXAT', ARGV[6]) end
 redis.call('HSET', KEYS[2], ARGV[1], (units + qty) .. '|' .. ARGV[4])
 if ARGV[7] == '1' then
   -- Queued, not sent: out of the pending index until a worker claims it.
   -- A stream from before sequence ids ("*" ids) keeps "*"; no place shown.
-  local id = redis.pcall('XADD', KEYS[5], '0-*', 't', ARGV[11])
-  if type(id) == 'table' then id = redis.call('XADD', KEYS[5], '*', 't', ARGV[11]) end
+  local id = redis.pcall('XADD', KEYS[7], '0-*', 't', ARGV[11])
+  if type(id) == 'table' then id = redis.call('XADD', KEYS[7], '*', 't', ARGV[11]) end
   redis.call('HSET', KEYS[3], ARGV[4], 'q|' .. ARGV[1] .. '|' .. qty .. '|' .. ARGV[5] .. '||' .. id)
 else
   redis.call('ZADD', KEYS[4], ARGV[5], ARGV[4])
@@ -200,7 +204,7 @@ end
 if units == 0 and redis.call('HLEN', KEYS[2]) == 1 then
   redis.call('PEXPIREAT', KEYS[2], ARGV[6])
   redis.call('PEXPIREAT', KEYS[3], ARGV[6])
-  if ARGV[7] == '1' then redis.call('PEXPIREAT', KEYS[5], ARGV[6]) end
+  if ARGV[7] == '1' then redis.call('PEXPIREAT', KEYS[7], ARGV[6]) end
 end
 if redis.call('ZCARD', KEYS[4]) == 1 then redis.call('PEXPIREAT', KEYS[4], ARGV[6]) end
 return {1, r}

@@ -41,7 +41,9 @@ type ShardKeys struct {
 type SKUKeys struct {
 	Shards []ShardKeys
 	// reserveKeys and friends are the KEYS slices of each script per shard,
-	// built once so the hot path allocates none.
+	// built once so the hot path allocates none. reserve.lua's common call
+	// (sync mode, no deposit, no request id) sends the first
+	// reserveShortKeys of them.
 	reserveKeys [][]string
 	outKeys     []string
 	// gates bound each shard's reserve calls in flight (see reserveGate).
@@ -49,6 +51,10 @@ type SKUKeys struct {
 	// snap is the latest read of the shards' sold-out flags (outFlagsIn).
 	snap atomic.Pointer[outSnap]
 }
+
+// reserveShortKeys is how many of reserveKeys a sync reserve with nothing to
+// deposit and no request id sends: log and movesin are read by neither.
+const reserveShortKeys = 6
 
 func newSKUKeys(prefix, act, sku string, shards int, salts []string) *SKUKeys {
 	if len(salts) != shards {
@@ -67,7 +73,7 @@ func newSKUKeys(prefix, act, sku string, shards int, salts []string) *SKUKeys {
 			Fence: base + "fence", RidBits: base + "ridbits:" + sku, Epoch: base + "epoch",
 		}
 		k.Shards[s] = sk
-		k.reserveKeys[s] = []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Epoch}
+		k.reserveKeys[s] = []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Out, sk.Epoch, sk.Log, sk.MovesIn}
 		k.outKeys[s] = sk.Out
 	}
 	return k

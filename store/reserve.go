@@ -156,8 +156,11 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	// ARGV[10..11] are read in queue mode only, ARGV[12] with a request id
 	// only: nothing is built for them otherwise.
 	args := []string{q.User, itoa(q.Qty), itoa(q.Limit), tok.Field(), itoa(q.NowMs), itoa(q.ExpireAt), "0", "0", "", "", "", ridTTLms, "0"}
-	if q.Queue {
+	switch {
+	case q.Queue:
 		args[6], args[9], args[10] = "1", shardBacklog(q.MaxBacklog, q.Shards), tok.String()
+	case s.memo == nil:
+		args[6] = "2" // no buyer memo: PURCHASED need not read the epoch
 	}
 	keys := k.reserveKeys[home]
 	rid := ""
@@ -192,11 +195,12 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	// stays in transit when a call fails (SettleMoves finishes those).
 	for {
 		if !skipReserve {
-			argv := args
+			argv, kv := args, keys
 			if !q.Queue && rid == "" && args[8] == "" {
-				argv = args[:7] // nothing to deposit: reserve.lua takes the short ARGV
+				// Nothing to deposit: reserve.lua takes the short ARGV and KEYS.
+				argv, kv = args[:7], keys[:reserveShortKeys]
 			}
-			r, err := s.runReserve(cctx, c, keys, argv)
+			r, err := s.runReserve(cctx, c, kv, argv)
 			if err == nil && res.Moves == 0 && (r.code == int64(lua.OK) || r.code == int64(lua.Empty)) {
 				left, leftKnown = r.remaining, true // the home shard's units after this call
 			}
