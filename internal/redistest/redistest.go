@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"crypto/tls"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -35,15 +36,50 @@ type Server struct {
 // Binary is the redis-server executable used; tests are skipped-fatal when missing.
 var Binary = "redis-server"
 
-// FreePort asks the kernel for a free TCP port on 127.0.0.1.
+// FreePort returns a TCP port on 127.0.0.1 that is free now. It is picked
+// below the kernel's ephemeral range, with room for a cluster node's bus
+// port (port + 10000) below it too: a port in that range can be taken
+// between a server's kill and its restart by any outgoing connection —
+// among them a client reconnecting to that very port, which the kernel
+// may give it as its own source port, connecting the client to itself
+// (TestRedisKilledMidSale saw "Address already in use" on restart).
 func FreePort(t testing.TB) int {
 	t.Helper()
+	lo, hi := 10000, ephemeralLow()-10000
+	for i := 0; hi-lo >= 1000 && i < 200; i++ {
+		p := lo + rand.IntN(hi-lo)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue // in use
+		}
+		_ = l.Close()
+		return p
+	}
+	// An unusual port range: ask the kernel.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("free port: %v", err)
 	}
 	defer func() { _ = l.Close() }() // only held to pick the port number
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// default, 32768, when it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return n
 }
 
 // Start runs a single redis-server with no persistence and returns once it
