@@ -43,11 +43,18 @@ var Binary = "redis-server"
 // among them a client reconnecting to that very port, which the kernel
 // may give it as its own source port, connecting the client to itself
 // (TestRedisKilledMidSale saw "Address already in use" on restart).
+// A port is handed out once per test binary: a client that pooled a
+// keep-alive connection to an earlier test's server on the same port would
+// send its next request into that dead connection (TestUnknownItem saw
+// "the server closed connection before returning the first response byte").
 func FreePort(t testing.TB) int {
 	t.Helper()
 	lo, hi := 10000, ephemeralLow()-10000
-	for i := 0; hi-lo >= 1000 && i < 200; i++ {
+	for i := 0; hi-lo >= 1000 && i < 500; i++ {
 		p := lo + rand.IntN(hi-lo)
+		if !handOut(p) {
+			continue // given to an earlier test of this binary
+		}
 		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
 		if err != nil {
 			continue // in use
@@ -62,6 +69,25 @@ func FreePort(t testing.TB) int {
 	}
 	defer func() { _ = l.Close() }() // only held to pick the port number
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// handOut reports whether p was never handed out before, and marks it.
+func handOut(p int) bool {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports[p] {
+		return false
+	}
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
+	}
+	handedOut.ports[p] = true
+	return true
 }
 
 // ephemeralLow is the first port of the kernel's ephemeral range (Linux's
