@@ -56,6 +56,11 @@ type SKUKeys struct {
 // deposit and no request id sends: log and movesin are read by neither.
 const reserveShortKeys = 6
 
+// reserveKeys is reserve.lua's KEYS[1..8] of this shard, in its order.
+func (sk ShardKeys) reserveKeys() []string {
+	return []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Out, sk.Epoch, sk.Log, sk.MovesIn}
+}
+
 func newSKUKeys(prefix, act, sku string, shards int, salts []string) *SKUKeys {
 	if len(salts) != shards {
 		salts = nil // no placement for this many shards: the original tags
@@ -73,7 +78,7 @@ func newSKUKeys(prefix, act, sku string, shards int, salts []string) *SKUKeys {
 			Fence: base + "fence", RidBits: base + "ridbits:" + sku, Epoch: base + "epoch",
 		}
 		k.Shards[s] = sk
-		k.reserveKeys[s] = []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Out, sk.Epoch, sk.Log, sk.MovesIn}
+		k.reserveKeys[s] = sk.reserveKeys()
 		k.outKeys[s] = sk.Out
 	}
 	return k

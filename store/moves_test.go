@@ -126,7 +126,7 @@ func TestSettleMovesAfterCrashBetweenStealAndDeposit(t *testing.T) {
 	// A late reserve carrying the same move id must not deposit it again.
 	args := []string{"late", "1", "1", testSKU + ":AAAAAAAAAAAAAAAAAAAAAA", "1", strconv.FormatInt(store.ExpireAt(a), 10), "0", "1", testSKU + ":move-1", "100", "x"}
 	reserve := rueidis.NewLuaScript(lua.Reserve)
-	if _, err := reserve.Exec(ctx(t), c, []string{home.Stock, home.Users, home.Res, home.Pending, home.Out, home.Epoch, home.Log, home.MovesIn}, args).ToArray(); err != nil {
+	if _, err := reserve.Exec(ctx(t), c, home.ReserveKeys(), args).ToArray(); err != nil {
 		t.Fatal(err)
 	}
 	wantStatus(t, s, a, 7, 1, 0)

@@ -71,10 +71,10 @@ func FreePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-var handedOut struct {
+var handedOut = struct {
 	sync.Mutex
 	ports map[int]bool
-}
+}{ports: map[int]bool{}}
 
 // handOut reports whether p was never handed out before, and marks it.
 func handOut(p int) bool {
@@ -83,9 +83,6 @@ func handOut(p int) bool {
 	if handedOut.ports[p] {
 		return false
 	}
-	if handedOut.ports == nil {
-		handedOut.ports = map[int]bool{}
-	}
 	handedOut.ports[p] = true
 	return true
 }
@@ -93,19 +90,11 @@ func handOut(p int) bool {
 // ephemeralLow is the first port of the kernel's ephemeral range (Linux's
 // default, 32768, when it cannot be read).
 func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 32768
+	lo := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		_, _ = fmt.Sscan(string(b), &lo) // lo stays 32768 when unreadable
 	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 32768
-	}
-	n, err := strconv.Atoi(f[0])
-	if err != nil {
-		return 32768
-	}
-	return n
+	return lo
 }
 
 // Start runs a single redis-server with no persistence and returns once it
