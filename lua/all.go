@@ -8,6 +8,7 @@ package lua
 func All() map[string]string {
 	return map[string]string{
 		"reserve":        Reserve,
+		"reservebatch":   ReserveBatch,
 		"steal":          Steal,
 		"confirm":        Confirm,
 		"confirmbatch":   ConfirmBatch,

@@ -10,6 +10,12 @@ import _ "embed"
 //go:embed reserve.lua
 var Reserve string
 
+// ReserveBatch is reserve.lua's common call for many buyers of one shard
+// in one call (see reservebatch.lua).
+//
+//go:embed reservebatch.lua
+var ReserveBatch string
+
 // Steal moves units from a donor shard towards a dry home shard (see steal.lua).
 //
 //go:embed steal.lua

@@ -80,9 +80,22 @@ func (f *fx) reset(setup [][]string) {
 // as text, integers formatted in base 10.
 func (f *fx) run(src string, keys, args []string) []string {
 	f.t.Helper()
+	return f.text(f.script(src, keys, args))
+}
+
+// script executes a script (EVALSHA, EVAL on NOSCRIPT).
+func (f *fx) script(src string, keys, args []string) rueidis.RedisResult {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	arr, err := rueidis.NewLuaScript(src).Exec(ctx, f.c, keys, args).ToArray()
+	return rueidis.NewLuaScript(src).Exec(ctx, f.c, keys, args)
+}
+
+// text is an array reply as text, integers formatted in base 10.
+func (f *fx) text(r interface {
+	ToArray() ([]rueidis.RedisMessage, error)
+}) []string {
+	f.t.Helper()
+	arr, err := r.ToArray()
 	if err != nil {
 		f.t.Fatalf("script: %v", err)
 	}
@@ -1092,6 +1105,7 @@ func TestScriptSHA(t *testing.T) {
 		want string
 	}{
 		{name: "reserve", src: lua.Reserve, want: "13bbac4b1f9856b0feeb34d25971ae72c8f5003f"},
+		{name: "reservebatch", src: lua.ReserveBatch, want: "223e662cb94bcee8c55b1c1c6fd8f643777dd513"},
 		{name: "steal", src: lua.Steal, want: "ecd78a0a5d969304c4db0022c31d3c3e554a6970"},
 		{name: "confirm", src: lua.Confirm, want: "c3919655a6b88d9c4b1943f5a116b57181b3a33c"},
 		{name: "release", src: lua.Release, want: "e088c120e5ba89743a19991b207cb9674ac8e0b7"},

@@ -48,6 +48,8 @@ type SKUKeys struct {
 	outKeys     []string
 	// gates bound each shard's reserve calls in flight (see reserveGate).
 	gates []reserveGate
+	// batchers gather each shard's common reserve calls (see reserveBatcher).
+	batchers []reserveBatcher
 	// snap is the latest read of the shards' sold-out flags (outFlagsIn).
 	snap atomic.Pointer[outSnap]
 }
@@ -65,7 +67,7 @@ func newSKUKeys(prefix, act, sku string, shards int, salts []string) *SKUKeys {
 	if len(salts) != shards {
 		salts = nil // no placement for this many shards: the original tags
 	}
-	k := &SKUKeys{Shards: make([]ShardKeys, shards), reserveKeys: make([][]string, shards), outKeys: make([]string, shards), gates: make([]reserveGate, shards)}
+	k := &SKUKeys{Shards: make([]ShardKeys, shards), reserveKeys: make([][]string, shards), outKeys: make([]string, shards), gates: make([]reserveGate, shards), batchers: make([]reserveBatcher, shards)}
 	for s := 0; s < shards; s++ {
 		salt := ""
 		if salts != nil {

@@ -195,12 +195,16 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	// stays in transit when a call fails (SettleMoves finishes those).
 	for {
 		if !skipReserve {
-			argv, kv := args, keys
+			var r reserveReply
+			var err error
+			written := true
 			if !q.Queue && rid == "" && args[8] == "" {
-				// Nothing to deposit: reserve.lua takes the short ARGV and KEYS.
-				argv, kv = args[:7], keys[:reserveShortKeys]
+				// Nothing to deposit: reserve.lua's short ARGV and KEYS,
+				// alone or batched with the shard's other buyers.
+				r, written, err = s.reserveShort(cctx, c, k, home, args[:7])
+			} else {
+				r, err = s.runReserve(cctx, c, keys, args)
 			}
-			r, err := s.runReserve(cctx, c, kv, argv)
 			if err == nil && res.Moves == 0 && (r.code == int64(lua.OK) || r.code == int64(lua.Empty)) {
 				left, leftKnown = r.remaining, true // the home shard's units after this call
 			}
@@ -208,7 +212,9 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 				// The script may still run: settle the token id (and the
 				// move it carried) once Redis answers, so the buyer, told
 				// "unavailable", holds nothing.
-				s.abortLater(err, k.Shards[home], tok, q, rid, args[7], args[8], args[12])
+				if written {
+					s.abortLater(err, k.Shards[home], tok, q, rid, args[7], args[8], args[12])
+				}
 				return ReserveResult{}, err
 			}
 			switch lua.Code(r.code) {
@@ -388,6 +394,13 @@ func (s *Store) runReserve(ctx context.Context, c rueidis.Client, keys, args []s
 	if err != nil {
 		return reserveReply{}, wrap(err)
 	}
+	return parseReserve(arr)
+}
+
+// parseReserve reads one reserve.lua reply (reservebatch.lua's replies are
+// the same, one per buyer).
+func parseReserve(arr []rueidis.RedisMessage) (reserveReply, error) {
+	var err error
 	if len(arr) == 0 {
 		return reserveReply{}, ErrInvalidResponse
 	}

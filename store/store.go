@@ -65,6 +65,8 @@ type Store struct {
 
 	reserve, steal, confirm, release *rueidis.Lua
 	confirmMany                      *rueidis.Lua
+	reserveBatch                     *rueidis.Lua
+	batches                          batchStats
 	// Fenced variants for the reconciler's repairs (lua/fence.lua), and
 	// the lease script that hands out fencing tokens.
 	fencedConfirm, fencedRelease, fencedDeposit, fenceOnly, lease *rueidis.Lua
@@ -105,18 +107,19 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 			MaxFlushDelay:     cfg.FlushDelay,
 			TLSConfig:         tlsConf,
 		},
-		timeout:     cfg.Timeout,
-		clientCache: cfg.ClientCache,
-		prefix:      cfg.KeyPrefix,
-		log:         log,
-		stop:        make(chan struct{}),
-		inval:       make(chan struct{}, 1),
-		scriptsLost: make(chan struct{}, 1),
-		reserve:     rueidis.NewLuaScript(lua.Reserve),
-		steal:       rueidis.NewLuaScript(lua.Steal),
-		confirm:     rueidis.NewLuaScript(lua.Confirm),
-		confirmMany: rueidis.NewLuaScript(lua.ConfirmBatch),
-		release:     rueidis.NewLuaScript(lua.Release),
+		timeout:      cfg.Timeout,
+		clientCache:  cfg.ClientCache,
+		prefix:       cfg.KeyPrefix,
+		log:          log,
+		stop:         make(chan struct{}),
+		inval:        make(chan struct{}, 1),
+		scriptsLost:  make(chan struct{}, 1),
+		reserve:      rueidis.NewLuaScript(lua.Reserve),
+		steal:        rueidis.NewLuaScript(lua.Steal),
+		confirm:      rueidis.NewLuaScript(lua.Confirm),
+		confirmMany:  rueidis.NewLuaScript(lua.ConfirmBatch),
+		reserveBatch: rueidis.NewLuaScript(lua.ReserveBatch),
+		release:      rueidis.NewLuaScript(lua.Release),
 
 		fencedConfirm: rueidis.NewLuaScript(lua.FencedConfirm),
 		fencedRelease: rueidis.NewLuaScript(lua.FencedRelease),
