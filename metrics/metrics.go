@@ -175,3 +175,18 @@ func New() *Metrics {
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
+
+// WatchReserveBatches registers the reserve calls sent as batches and the
+// buyers they carried (store.ReserveBatchStats), read at each scrape: their
+// ratio is the average batch, and buyers over all reserve calls tells how
+// much of the load was decided in batches.
+func (m *Metrics) WatchReserveBatches(stats func() (calls, buyers int64)) {
+	m.Registry.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "seckill_reserve_batches_total", Help: "Reserve calls that decided two or more buyers of one SKU shard at once (reservebatch.lua).",
+		}, func() float64 { c, _ := stats(); return float64(c) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "seckill_reserve_batched_buyers_total", Help: "Buyers decided in those calls.",
+		}, func() float64 { _, b := stats(); return float64(b) }),
+	)
+}

@@ -44,6 +44,7 @@ else
 fi
 new=$(r script load "$(cat lua/reserve.lua)")
 batch=$(r script load "$(cat scripts/micro/batch-winners.lua)")
+rbatch=$(r script load "$(cat lua/reservebatch.lua)")
 
 K='{rep:0}'
 r hset "s:$K:stock:s" r 10 i 11 p 0 c 1 x 0 >/dev/null
@@ -63,10 +64,14 @@ W='{win:0}'
 r hset "w:$W:stock:s" r 1000000000 i 1000000000 p 0 c 0 x 0 >/dev/null
 kw="w:$W:stock:s w:$W:users w:$W:res w:$W:pending w:$W:out:s w:$W:epoch"
 b16=""; for i in $(seq 16); do b16="$b16 u$i:__rand_int__ t$i:__rand_int__"; done
+rb16=""; for i in $(seq 16); do rb16="$rb16 u$i:__rand_int__ 1 1 t$i:__rand_int__"; done
+rb6=""; for i in $(seq 6); do rb6="$rb6 u$i:__rand_int__ 1 1 t$i:__rand_int__"; done
 echo "== Redis CPU µs per winner (a new buyer each), redis-benchmark -c 16 -P 4"
 for i in $(seq "$rounds"); do
   # shellcheck disable=SC2086
   { run single 1 200000 4 "$new" 6 $kw u:__rand_int__ 1 1 t:__rand_int__ 1796096866059 1796269648000 2
-    run batch16 16 12500 4 "$batch" 6 $kw 1 1796096866059 1796269648000 $b16; }
+    run batch16 16 12500 4 "$batch" 6 $kw 1 1796096866059 1796269648000 $b16
+    run reservebatch6 6 33000 4 "$rbatch" 6 $kw 1796096866059 1796269648000 2 $rb6
+    run reservebatch16 16 12500 4 "$rbatch" 6 $kw 1796096866059 1796269648000 2 $rb16; }
 done
 echo "  (winners so far: $(r hlen "w:$W:users"); every later round meets bigger hashes)"

@@ -44,6 +44,7 @@ func cmdServe(c *cli) error {
 	defer st.Close()
 	st.KeepScriptsLoaded()
 	st.Retrier().Observe(func(kind, outcome string) { m.RedisRetries.WithLabelValues(kind, outcome).Inc() })
+	m.WatchReserveBatches(st.ReserveBatchStats)
 	pipe := admission.New(st, m, log.Named("admission"), time.Now)
 	pipe.Apply(cfg)
 	defer pipe.Close()
