@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -125,7 +126,7 @@ func (b *reserveBatcher) next(timeout time.Duration) []*batchedBuyer {
 			w.state = buyerSent
 			batch = append(batch, w)
 		}
-		b.queue = append(b.queue[:0], b.queue[n:]...)
+		b.queue = slices.Delete(b.queue, 0, n) // zeroes the tail: no stale buyer kept
 		if len(batch) > 0 {
 			return batch
 		}
@@ -136,11 +137,8 @@ func (b *reserveBatcher) next(timeout time.Duration) []*batchedBuyer {
 
 // remove takes a waiting buyer out of the queue; b.mu is held.
 func (b *reserveBatcher) remove(w *batchedBuyer) {
-	for i, x := range b.queue {
-		if x == w {
-			b.queue = append(b.queue[:i], b.queue[i+1:]...)
-			return
-		}
+	if i := slices.Index(b.queue, w); i >= 0 {
+		b.queue = slices.Delete(b.queue, i, i+1)
 	}
 }
 
