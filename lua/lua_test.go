@@ -580,11 +580,9 @@ func TestSteal(t *testing.T) {
 		wantOut   bool
 		wantMoved string // moves record, "" = none
 	}{
-		{name: "half of the donor when more than needed", setup: [][]string{stock(10, 12, 1, 1, 0)}, need: 1,
-			want: []string{"1", "5", "0"}, wantR: "5", wantMoved: "3|5|1000|0"},
-		{name: "half rounds up", setup: [][]string{stock(5, 5, 0, 0, 0)}, need: 1,
-			want: []string{"1", "3", "0"}, wantR: "2", wantMoved: "3|3|1000|0"},
-		{name: "need when more than half", setup: [][]string{stock(10, 10, 0, 0, 0)}, need: 7,
+		{name: "exactly what is needed, however much the donor has", setup: [][]string{stock(10, 12, 1, 1, 0)}, need: 1,
+			want: []string{"1", "1", "0"}, wantR: "9", wantMoved: "3|1|1000|0"},
+		{name: "more than one when needed", setup: [][]string{stock(10, 10, 0, 0, 0)}, need: 7,
 			want: []string{"1", "7", "0"}, wantR: "3", wantMoved: "3|7|1000|0"},
 		{name: "capped at remaining sets out", setup: [][]string{stock(3, 3, 0, 0, 0)}, need: 5,
 			want: []string{"1", "3", "0"}, wantR: "0", wantOut: true, wantMoved: "3|3|1000|0"},
@@ -594,7 +592,7 @@ func TestSteal(t *testing.T) {
 			want: []string{"2", "0"}, wantR: "0", wantOut: true},
 		{name: "not ready", need: 1, want: []string{"5", "0"}},
 		{name: "stamps the stock generation", setup: [][]string{stock(4, 4, 0, 0, 0), {"HSET", kStock, "g", "77"}}, need: 1,
-			want: []string{"1", "2", "77"}, wantR: "2", wantMoved: "3|2|1000|77"},
+			want: []string{"1", "1", "77"}, wantR: "3", wantMoved: "3|1|1000|77"},
 		{name: "settled before it ran", setup: [][]string{stock(4, 4, 0, 0, 0), {"HSET", kMoves, "M1", "-1|0|900|0"}, {"PEXPIRE", kMoves, "60000"}}, need: 1,
 			want: []string{"14", "0"}, wantR: "4", wantMoved: "-1|0|900|0"},
 	}
@@ -1106,7 +1104,7 @@ func TestScriptSHA(t *testing.T) {
 	}{
 		{name: "reserve", src: lua.Reserve, want: "13bbac4b1f9856b0feeb34d25971ae72c8f5003f"},
 		{name: "reservebatch", src: lua.ReserveBatch, want: "223e662cb94bcee8c55b1c1c6fd8f643777dd513"},
-		{name: "steal", src: lua.Steal, want: "ecd78a0a5d969304c4db0022c31d3c3e554a6970"},
+		{name: "steal", src: lua.Steal, want: "b6856157fe29f93c2b42255f3e61dea17a3005a9"},
 		{name: "confirm", src: lua.Confirm, want: "c3919655a6b88d9c4b1943f5a116b57181b3a33c"},
 		{name: "release", src: lua.Release, want: "e088c120e5ba89743a19991b207cb9674ac8e0b7"},
 		{name: "confirmbatch", src: lua.ConfirmBatch, want: "b1abfda3e760f4a8897c43978f2e65559f390701"},

@@ -26,9 +26,14 @@ r = tonumber(r)
 if r <= 0 then
   return {2, 0}
 end
--- Take half of what the donor has (at least what is needed), so stock flows
--- towards the shards buyers are asking on and later buyers there need no move.
-local k = math.max(tonumber(ARGV[1]), math.floor((r + 1) / 2))
+-- Exactly what the buyer needs (at most what the donor has). Moving more —
+-- half the donor, as this script did until issue 10's fifth round — left
+-- the surplus on the buyer's home shard after the other buyers of that shard,
+-- told EMPTY together, had found the donors dry and heard SOLD_OUT: units
+-- nobody was offered (store TestNoUnitLeftWhenAllAnswered). With exact moves
+-- a shard's r only goes down during a sale (releases aside), so a buyer who
+-- found every shard dry was right.
+local k = tonumber(ARGV[1])
 if k > r then k = r end
 redis.call('HINCRBY', KEYS[1], 'i', -k)
 r = redis.call('HINCRBY', KEYS[1], 'r', -k)

@@ -11,7 +11,10 @@
 #     6keys-memo    the same with the buyer memo on ("0")
 #   winners (a new buyer per call, stock 10^9; the hashes grow as it runs):
 #     single        reserve.lua, one call per winner
-#     batch16       scripts/micro/batch-winners.lua, 16 winners per call
+#     batch16       scripts/micro/batch-winners.lua, 16 winners per call (the bare floor:
+#                   no limit parsing, no per-buyer replies)
+#     reservebatch6, reservebatch16  lua/reservebatch.lua, what the proxy sends under load,
+#                   6 and 16 buyers per call
 #
 #   scripts/redis-micro.sh [rounds]
 set -euo pipefail

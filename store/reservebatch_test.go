@@ -112,3 +112,28 @@ func TestBatchedReserveStallHoldsNothing(t *testing.T) {
 		})
 	}
 }
+
+// One try each, more buyers than units, all at once: once every buyer is
+// answered no unit is left anywhere. A batch tells many buyers of one shard
+// EMPTY together and they go to the donors at once; when a steal moved half
+// a donor (more than its buyer took), the others found the donors dry and
+// heard SOLD_OUT while the surplus sat on their home shard (up to 8 units of
+// 100 left, 1 round in 10). steal.lua now moves exactly what is needed.
+func TestNoUnitLeftWhenAllAnswered(t *testing.T) {
+	srv := redistest.Start(t)
+	s := openStore(t, redisConfig([]string{srv.Addr}, false))
+	for i := range 8 {
+		a := newActivity("act_left"+strconv.Itoa(i), 100, 4, 1)
+		mustPreheat(t, s, a)
+		jobs := spike(t, s, a, 500, 1, 500)
+		won := 0
+		for _, j := range jobs {
+			if j.res.Code == lua.OK {
+				won++
+			}
+		}
+		if st := status(t, s, a); won != 100 || st.Remaining != 0 {
+			t.Fatalf("round %d: %d winners of 500 buyers for 100 units, %d units left after every buyer was answered", i, won, st.Remaining)
+		}
+	}
+}
