@@ -1102,7 +1102,7 @@ func TestScriptSHA(t *testing.T) {
 		src  string
 		want string
 	}{
-		{name: "reserve", src: lua.Reserve, want: "13bbac4b1f9856b0feeb34d25971ae72c8f5003f"},
+		{name: "reserve", src: lua.Reserve, want: "0136d19689ac4c2f1e80ab9a0e5d9ad701ca6f22"},
 		{name: "reservebatch", src: lua.ReserveBatch, want: "223e662cb94bcee8c55b1c1c6fd8f643777dd513"},
 		{name: "steal", src: lua.Steal, want: "b6856157fe29f93c2b42255f3e61dea17a3005a9"},
 		{name: "confirm", src: lua.Confirm, want: "c3919655a6b88d9c4b1943f5a116b57181b3a33c"},

@@ -2,6 +2,9 @@
 -- Optionally first deposits units moved from a donor shard by steal.lua
 -- (idempotent by move id), so a buyer whose home shard ran dry still gets
 -- stock without a second round trip after the move.
+-- reservebatch.lua decides the common call (sync mode, no deposit, no
+-- request id) for many buyers at once by the same rules: a change here is
+-- a change there (lua TestReserveBatchMatchesReserve compares the two).
 --
 -- KEYS[1] stock   hash  r=remaining i=initial p=pending c=confirmed x=released
 -- KEYS[2] users   hash  user -> "<units>|<last token id>"
