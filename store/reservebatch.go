@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -63,7 +62,7 @@ const (
 )
 
 // errNotSent tells a buyer its call was never written to Redis.
-var errNotSent = errors.New("deadline passed before the reserve call was sent")
+var errNotSent = fmt.Errorf("%w: deadline passed before the reserve call was sent", ErrUnavailable)
 
 // reserveShort runs reserve.lua's short call for one buyer (args: its 7
 // ARGV) on shard home, alone or in a batch (see reserveBatcher). written
@@ -98,10 +97,10 @@ func (s *Store) reserveShort(ctx context.Context, c rueidis.Client, k *SKUKeys, 
 		if st == buyerSent {
 			return reserveReply{}, true, wrap(ctx.Err())
 		}
-		return reserveReply{}, false, fmt.Errorf("%w: %w", ErrUnavailable, errNotSent)
+		return reserveReply{}, false, errNotSent
 	}
 	if w.state == buyerDropped {
-		return reserveReply{}, false, fmt.Errorf("%w: %w", ErrUnavailable, errNotSent)
+		return reserveReply{}, false, errNotSent
 	}
 	return w.reply, true, w.err
 }
