@@ -126,7 +126,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	if !g.tryEnter(nil, q.Stock, q.Shards) {
 		for {
 			w, err := g.wait(cctx)
-			if err == nil && !timeLeft(cctx, s.timeout/4) {
+			if dl, _ := cctx.Deadline(); err == nil && !s.worthSending(dl) {
 				// The turn came with the deadline (calls in flight timed
 				// out: Redis stalls): a call written now would reach
 				// Redis after its caller gave up, to be aborted.
@@ -260,10 +260,12 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	}
 }
 
-// timeLeft reports whether ctx has at least d before its deadline.
-func timeLeft(ctx context.Context, d time.Duration) bool {
-	dl, ok := ctx.Deadline()
-	return !ok || time.Until(dl) >= d
+// worthSending reports whether a reserve call whose caller gives up at
+// deadline (zero: never) is still worth writing: at least a quarter of
+// redis.timeout left. One written later would reach Redis after its caller
+// gave up, only to be aborted. The reserve gate and the batcher both ask.
+func (s *Store) worthSending(deadline time.Time) bool {
+	return deadline.IsZero() || time.Until(deadline) >= s.timeout/4
 }
 
 // buyerKey groups the retrier's jobs of one buyer of one activity.

@@ -75,7 +75,7 @@ func (s *Store) reserveShort(ctx context.Context, c rueidis.Client, k *SKUKeys, 
 		b.sending++
 		b.mu.Unlock()
 		r, err = s.runReserve(ctx, c, k.reserveKeys[home][:reserveShortKeys], args)
-		if next := b.next(s.timeout); next != nil {
+		if next := b.next(s.worthSending); next != nil {
 			go s.sendBatches(c, k, home, next)
 		}
 		return r, true, err
@@ -106,18 +106,16 @@ func (s *Store) reserveShort(ctx context.Context, c rueidis.Client, k *SKUKeys, 
 }
 
 // next ends a call of the shard and takes the buyers that waited for it as
-// the next call (nil: none waited, the call's place is free). Buyers with
-// less than a quarter of redis.timeout left are dropped, not sent: a call
-// reaching Redis after its caller gave up would only be aborted.
-func (b *reserveBatcher) next(timeout time.Duration) []*batchedBuyer {
+// the next call (nil: none waited, the call's place is free). Buyers whose
+// deadline makes their call no longer worth sending are dropped, not sent.
+func (b *reserveBatcher) next(worthSending func(deadline time.Time) bool) []*batchedBuyer {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for len(b.queue) > 0 {
 		n := min(len(b.queue), MaxReserveBatch)
 		batch := make([]*batchedBuyer, 0, n)
-		now := time.Now()
 		for _, w := range b.queue[:n] {
-			if !w.deadline.IsZero() && w.deadline.Sub(now) < timeout/4 {
+			if !worthSending(w.deadline) {
 				w.state = buyerDropped
 				close(w.done)
 				continue
@@ -147,7 +145,7 @@ func (s *Store) sendBatches(c rueidis.Client, k *SKUKeys, home int, batch []*bat
 	b := &k.batchers[home]
 	for batch != nil {
 		s.sendBatch(c, k, home, batch)
-		batch = b.next(s.timeout)
+		batch = b.next(s.worthSending)
 	}
 }
 

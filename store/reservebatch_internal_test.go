@@ -45,7 +45,7 @@ func TestBatcherDropsBuyersNeverSent(t *testing.T) {
 		b.mu.Unlock()
 	}
 	// 200 ms left is less than a quarter of the 1 s timeout.
-	if batch := b.next(s.timeout); batch != nil {
+	if batch := b.next(s.worthSending); batch != nil {
 		t.Fatalf("next sent %d buyers, want the one with too little time dropped", len(batch))
 	}
 	if b.sending != reserveCallsPerShard-1 {
