@@ -119,6 +119,19 @@ func (g *reserveGate) pass() {
 	g.mu.Unlock()
 }
 
+// passAll wakes every waiter: the caller found the SKU sold out, so they
+// will all be answered from the same flags, none needs a place in flight.
+func (g *reserveGate) passAll() {
+	g.mu.Lock()
+	for _, w := range g.waiters {
+		w.woken = true
+		close(w.ch)
+	}
+	clear(g.waiters)
+	g.waiters = g.waiters[:0]
+	g.mu.Unlock()
+}
+
 // wakeLocked wakes as many waiters as the bound lets into flight, and at
 // least one while any waits and nothing is in flight, so a bound that went
 // to 0 still lets a waiter read the flag. g.mu is held.

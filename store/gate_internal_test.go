@@ -126,6 +126,35 @@ func TestReserveGateNeverStalls(t *testing.T) {
 	}
 }
 
+// passAll (a waiter found the SKU sold out) wakes every waiter at once,
+// whatever the bound: none of them will need a place in flight.
+func TestReserveGatePassAll(t *testing.T) {
+	var g reserveGate
+	g.known, g.left = true, 0
+	for g.tryEnter(nil, 0, 1) {
+	}
+	woken := make(chan struct{}, 40)
+	for range 40 {
+		go func() {
+			if w, err := g.wait(context.Background()); err == nil && w.woken {
+				woken <- struct{}{}
+			}
+		}()
+	}
+	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.waiters) == 40 })
+	g.passAll()
+	for i := range 40 {
+		select {
+		case <-woken:
+		case <-time.After(2 * time.Second):
+			t.Fatalf("%d of 40 waiters woken", i)
+		}
+	}
+	if g.inflight != gateSlack {
+		t.Fatalf("inflight = %d, want %d: passAll gives no places", g.inflight, gateSlack)
+	}
+}
+
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Second)

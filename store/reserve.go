@@ -114,8 +114,16 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	if err != nil {
 		return ReserveResult{}, err
 	}
-	if allTrue(out) && q.RequestID == "" {
-		return ReserveResult{Code: lua.Empty, FromMemory: true}, nil
+	rid := ""
+	var ridHash uint32
+	if q.RequestID != "" {
+		rid = ridKey(k.Shards[home], q.User, q.RequestID)
+		ridHash = fnv32(rid)
+	}
+	if allTrue(out) {
+		if r, done, err := s.soldOutAnswer(cctx, c, k.Shards[home].RidBits, rid, ridHash); done {
+			return r, err
+		}
 	}
 	if r, ok := s.memoAnswer(cctx, c, &k.Shards[home], &q); ok {
 		return r, nil
@@ -140,9 +148,14 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 				g.pass()
 				return ReserveResult{}, err
 			}
-			if allTrue(out) && q.RequestID == "" {
-				g.pass()
-				return ReserveResult{Code: lua.Empty, FromMemory: true, FromGate: true}, nil
+			if allTrue(out) {
+				if r, done, err := s.soldOutAnswer(cctx, c, k.Shards[home].RidBits, rid, ridHash); done {
+					// Sold out: every waiter behind this one is answered
+					// the same way, none needs a turn.
+					g.passAll()
+					r.FromGate = r.FromMemory
+					return r, err
+				}
 			}
 			if g.tryEnter(w, q.Stock, q.Shards) {
 				break
@@ -163,30 +176,9 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 		args[6] = "2" // no buyer memo: PURCHASED need not read the epoch
 	}
 	keys := k.reserveKeys[home]
-	rid := ""
-	var ridHash uint32
-	if q.RequestID != "" {
-		rid = ridKey(k.Shards[home], q.User, q.RequestID)
-		ridHash = fnv32(rid)
+	if rid != "" {
 		keys = append(keys[:len(keys):len(keys)], rid, k.Shards[home].RidBits)
 		args = append(args, strconv.FormatUint(uint64(ridHash), 10), ridBitsFor(q.Stock, q.Shards))
-	}
-	if allTrue(out) {
-		// Sold out, but a repeat of a won request is still owed its answer
-		// (a replay). The shard's bitset of request ids with a record, read
-		// from local memory (client-side caching), answers nearly every
-		// fresh request id; only a possible repeat costs a GET of its
-		// record, and only a record makes the script read the reservation.
-		if seen, known := s.ridSeen(cctx, c, k.Shards[home].RidBits, ridHash); known && !seen {
-			return ReserveResult{Code: lua.Empty, FromMemory: true}, nil
-		}
-		err := c.Do(cctx, c.B().Get().Key(rid).Build()).Error()
-		if rueidis.IsRedisNil(err) {
-			return ReserveResult{Code: lua.Empty}, nil
-		}
-		if err != nil {
-			return ReserveResult{}, wrap(err)
-		}
 	}
 	var res ReserveResult
 	need := q.Qty
@@ -258,6 +250,33 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 		cancel()
 		cctx, cancel = s.ctx(ctx)
 	}
+}
+
+// soldOutAnswer answers a buyer of a SKU whose every shard is sold out,
+// before any turn at the reserve gate (done false: the script must answer).
+// Without a request id: SOLD_OUT from local memory. A repeat of a won
+// request is still owed its answer (a replay): the shard's bitset of request
+// ids with a record (bits), read from local memory (client-side caching),
+// answers nearly every fresh request id (rid, hash h); only a possible
+// repeat costs a GET of its record, and only a record makes the script read
+// the reservation. Neither needs a turn: a turn is a place for a reserve
+// call, and the buyers answered here would otherwise queue behind the calls
+// in flight (issue 10: the 1000users preset's tail; or behind a stall).
+func (s *Store) soldOutAnswer(ctx context.Context, c rueidis.Client, bits, rid string, h uint32) (ReserveResult, bool, error) {
+	if rid == "" {
+		return ReserveResult{Code: lua.Empty, FromMemory: true}, true, nil
+	}
+	if seen, known := s.ridSeen(ctx, c, bits, h); known && !seen {
+		return ReserveResult{Code: lua.Empty, FromMemory: true}, true, nil
+	}
+	err := c.Do(ctx, c.B().Get().Key(rid).Build()).Error()
+	if rueidis.IsRedisNil(err) {
+		return ReserveResult{Code: lua.Empty}, true, nil
+	}
+	if err != nil {
+		return ReserveResult{}, true, wrap(err)
+	}
+	return ReserveResult{}, false, nil
 }
 
 // worthSending reports whether a reserve call whose caller gives up at

@@ -1,11 +1,15 @@
 package store_test
 
 import (
+	"errors"
 	"strconv"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
 	"github.com/seckill-proxy/seckill-proxy/lua"
+	"github.com/seckill-proxy/seckill-proxy/store"
 )
 
 // TestSoldOutWithRequestIDFromMemory: once a SKU is sold out, a buy with
@@ -69,5 +73,93 @@ func TestSoldOutWithRequestIDFromMemory(t *testing.T) {
 		if res.Code != lua.Pending && res.Code != lua.Purchased {
 			t.Errorf("winner %s's repeat after sell-out: %v, want its reservation's state", u, res.Code)
 		}
+	}
+}
+
+// TestSoldOutRequestIDsWaitForNoTurn: after sell-out, Redis stalls while
+// the repeats of a winner's request id are in flight (each owed its
+// reservation's answer, so each reads its record and runs the script: more
+// of them than the reserve gate lets through at 0 units). A buy with a
+// fresh request id needs no turn: it is answered SOLD_OUT from local
+// memory at once, not queued behind the stalled repeats until its deadline
+// and told unavailable. Afterwards the winner's repeat still gets its own
+// reservation, and nothing else is held.
+func TestSoldOutRequestIDsWaitForNoTurn(t *testing.T) {
+	for _, tt := range stalls {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, s := stallStore(t)
+			a := newActivity("ridturn", 2, 1, 1)
+			mustPreheat(t, s, a)
+			warm(t, s, a, "warm")
+			buy := func(user, rid string) (store.ReserveResult, error) {
+				q := reserveReq(a, user, 1)
+				q.RequestID, q.Stock = rid, a.SKUs[0].Stock
+				return s.Reserve(ctx(t), q)
+			}
+			won := map[string]store.Token{}
+			for _, u := range []string{"w0", "w1"} {
+				if r, err := buy(u, "rid-"+u); err != nil || r.Code != lua.OK {
+					t.Fatalf("winner %s: %v, %v", u, r.Code, err)
+				}
+			}
+			for _, u := range []string{"w0", "w1"} {
+				r, err := buy(u, "rid-"+u)
+				if err != nil || r.Code != lua.Pending {
+					t.Fatalf("winner %s's repeat: %v, %v", u, r.Code, err)
+				}
+				won[u] = r.Token
+			}
+			eventually(t, 2*time.Second, "sold out, answered from memory", func() bool {
+				r, err := buy("probe", "rid-probe")
+				return err == nil && r.Code == lua.Empty && r.FromMemory
+			})
+
+			wait := tt.start(t, srv)
+			var wg sync.WaitGroup
+			for range 2 * 16 { // the gate's slack twice over
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					// Unavailable (the stall) or its reservation: never another.
+					if r, err := buy("w0", "rid-w0"); err == nil && r.Token != won["w0"] {
+						t.Errorf("winner's repeat during the stall: %v %v, want its reservation %v", r.Code, r.Token, won["w0"])
+					} else if err != nil && !errors.Is(err, store.ErrUnavailable) {
+						t.Errorf("winner's repeat during the stall: %v", err)
+					}
+				}()
+			}
+			time.Sleep(20 * time.Millisecond) // the repeats are in flight
+			var mu sync.Mutex
+			codes := map[string]int{}
+			var fresh sync.WaitGroup
+			for i := range 50 {
+				fresh.Add(1)
+				go func() {
+					defer fresh.Done()
+					r, err := buy("late"+strconv.Itoa(i), "rid-late"+strconv.Itoa(i))
+					mu.Lock()
+					defer mu.Unlock()
+					switch {
+					case err != nil:
+						codes[err.Error()]++
+					case r.Code == lua.Empty && r.FromMemory:
+						codes["SOLD_OUT from memory"]++
+					default:
+						codes[r.Code.String()]++
+					}
+				}()
+			}
+			fresh.Wait()
+			wg.Wait()
+			wait()
+			if codes["SOLD_OUT from memory"] != 50 {
+				t.Errorf("50 fresh request ids during the stall: %v, want all SOLD_OUT from memory", codes)
+			}
+			r, err := buy("w0", "rid-w0")
+			if err != nil || r.Code != lua.Pending || r.Token != won["w0"] {
+				t.Fatalf("winner's repeat after the stall: %v %v %v, want PENDING %v", r.Code, r.Token, err, won["w0"])
+			}
+			wantStatus(t, s, a, 0, 2, 0)
+		})
 	}
 }
