@@ -52,7 +52,7 @@ func cmdServe(c *cli) error {
 	if err != nil {
 		return fail(exitFailed, "serve: %v", err)
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, err := listenPublic(cfg.Listen)
 	if err != nil {
 		return fail(exitFailed, "serve: listen %s: %v", cfg.Listen, err)
 	}
@@ -238,4 +238,14 @@ func secretWarnings(cfg *config.Config) []string {
 		out = append(out, "admin token $"+cfg.Admin.TokenEnv+" is empty: the /admin/ API is disabled (403)")
 	}
 	return out
+}
+
+// listenPublic listens for shoppers. Their connections get no TCP
+// keep-alive probes: server.idle_timeout (always set) closes an idle
+// connection first, so the probes would find nothing, and enabling them
+// costs four setsockopt calls on every accepted connection: the first wave
+// of a sale is a thousand new connections at once (issue 10).
+func listenPublic(addr string) (net.Listener, error) {
+	lc := net.ListenConfig{KeepAlive: -1}
+	return lc.Listen(context.Background(), "tcp", addr)
 }
