@@ -261,7 +261,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 // repeat costs a GET of its record, and only a record makes the script read
 // the reservation. Neither needs a turn: a turn is a place for a reserve
 // call, and the buyers answered here would otherwise queue behind the calls
-// in flight (issue 10: the 1000users preset's tail; or behind a stall).
+// in flight; behind calls stalled in Redis, until their deadline (503).
 func (s *Store) soldOutAnswer(ctx context.Context, c rueidis.Client, bits, rid string, h uint32) (ReserveResult, bool, error) {
 	if rid == "" {
 		return ReserveResult{Code: lua.Empty, FromMemory: true}, true, nil
