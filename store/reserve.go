@@ -358,13 +358,18 @@ func (s *Store) ridSeen(ctx context.Context, c rueidis.Client, key string, h uin
 	return v[bit/8]&(0x80>>(bit%8)) != 0, true
 }
 
-// ridBitsFor sizes a new request-id bitset: about 16 bits per unit of the
-// shard's stock (a fresh request id then costs a GET with probability
-// below 1/16 even after every unit was a winner with a repeat), between
-// 8 Kib and 4 Mib (512 KiB of Redis per SKU shard at most).
+// ridBitsFor sizes a new request-id bitset: about 64 bits per unit of the
+// shard's stock, between 64 Kib and 4 Mib (8 KiB to 512 KiB of Redis per
+// SKU shard). Records are written for winners and for every buyer the
+// script answered before the sell-out was known (on the 1000users preset
+// about as many again as the stock), a bitset outlives a re-preheat, and
+// FNV-1a's low bits cluster on ids that differ in a few digits: at 16 bits
+// per unit (8 Kib) the preset's fresh ids read their records from Redis
+// ~180 times per 3,000 buyers after a few sales of 100 units (MONITOR), in
+// one burst as the sell-out became known (issue 10); at 64 Kib, a handful.
 func ridBitsFor(stock int64, shards int) string {
-	want := int64(16) * max(stock, 1) / int64(max(shards, 1))
-	bits := int64(1) << 13
+	want := int64(64) * max(stock, 1) / int64(max(shards, 1))
+	bits := int64(1) << 16
 	for bits < want && bits < 1<<22 {
 		bits <<= 1
 	}

@@ -163,3 +163,46 @@ func TestSoldOutRequestIDsWaitForNoTurn(t *testing.T) {
 		})
 	}
 }
+
+// TestSoldOutFreshRequestIDsRarelyReadRedis: after a 100-unit sale (every
+// winner and some of the first wave's losers leave a request-id record),
+// nearly every fresh request id is answered from the bitset in memory. At
+// 16 bits per unit (an 8 Kib bitset) about one in 100 found its bit set
+// and read its record from Redis; on the 1000users preset, whose first
+// wave leaves ~200 records a sale on the same bitset, 180 GETs of 3,000
+// buyers after a few sales, in one burst as the sell-out became known.
+func TestSoldOutFreshRequestIDsRarelyReadRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	s := openStore(t, redisConfig([]string{srv.Addr}, false))
+	a := newActivity("ridfp", 100, 1, 1)
+	mustPreheat(t, s, a)
+	// The preset's shape: a run id, then the request's number; users by number.
+	rid := func(run string, k int) string { return run + "-" + strconv.Itoa(k) }
+	for k := 0; k < 200; k++ { // 100 winners, then losers that still reach the script
+		q := reserveReq(a, "p1-"+strconv.Itoa(k), 1)
+		q.RequestID = rid("3f9a1c0b7d2e", k)
+		if _, err := s.Reserve(ctx(t), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const fresh = 3000
+	fromRedis := 0
+	for k := 0; k < fresh; k++ {
+		q := reserveReq(a, "p2-"+strconv.Itoa(k%1000), 1)
+		q.RequestID = rid("8c41d2e9a056", k)
+		res, err := s.Reserve(ctx(t), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Code != lua.Empty {
+			t.Fatalf("fresh buyer %d after sell-out: %v", k, res.Code)
+		}
+		if !res.FromMemory {
+			fromRedis++
+		}
+	}
+	// The ids are fixed, so is the count: 27 at 8 Kib, 3 at 64 Kib.
+	if fromRedis > fresh/200 {
+		t.Errorf("%d of %d sold-out buys with a fresh request id read Redis, want at most 0.5%%", fromRedis, fresh)
+	}
+}
