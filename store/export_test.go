@@ -1,6 +1,9 @@
 package store
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // SetOutSnapTTL sets outSnapTTL for a test and returns what restores it.
 func SetOutSnapTTL(d time.Duration) (restore func()) {
@@ -12,3 +15,38 @@ func SetOutSnapTTL(d time.Duration) (restore func()) {
 // ReserveKeys is reserve.lua's KEYS[1..8] of a shard (a test that calls
 // the script directly sends them in the store's order).
 func (sk ShardKeys) ReserveKeys() []string { return sk.reserveKeys() }
+
+// OutInvalidated reports whether Redis invalidated shard's sold-out flag
+// since a buyer with a request id last read the flags (outFlagsIn).
+func (s *Store) OutInvalidated(ctx context.Context, act, sku string, shards, shard int) bool {
+	k, err := s.skuKeys(ctx, act, sku, shards)
+	return err == nil && k.outInval[shard].Load()
+}
+
+// ReadOutFlagsAs reads a SKU's sold-out flags as a buyer with a request id
+// whose home is shard does before its reserve.
+func (s *Store) ReadOutFlagsAs(ctx context.Context, act, sku string, shards, shard int) ([]bool, error) {
+	c, err := s.Client()
+	if err != nil {
+		return nil, err
+	}
+	k, err := s.skuKeys(ctx, act, sku, shards)
+	if err != nil {
+		return nil, err
+	}
+	return s.outFlagsIn(ctx, c, k, shard)
+}
+
+// BitsInMemory reports whether shard's request-id bitset is in the
+// client-side cache: a read of it would need no round trip.
+func (s *Store) BitsInMemory(ctx context.Context, act, sku string, shards, shard int) bool {
+	c, err := s.Client()
+	if err != nil {
+		return false
+	}
+	k, err := s.skuKeys(ctx, act, sku, shards)
+	if err != nil {
+		return false
+	}
+	return c.DoCache(ctx, c.B().Get().Key(k.Shards[shard].RidBits).Cache(), flagTTL).IsCacheHit()
+}

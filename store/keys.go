@@ -52,6 +52,10 @@ type SKUKeys struct {
 	batchers []reserveBatcher
 	// snap is the latest read of the shards' sold-out flags (outFlagsIn).
 	snap atomic.Pointer[outSnap]
+	// outInval[s] is set when Redis invalidates shard s's sold-out flag
+	// (it sold out or reopened) and cleared by the next read of the flags,
+	// which then also reads the buyer's request-id bitset (outFlagsIn).
+	outInval []atomic.Bool
 }
 
 // reserveShortKeys is how many of reserveKeys a sync reserve with nothing to
@@ -67,7 +71,7 @@ func newSKUKeys(prefix, act, sku string, shards int, salts []string) *SKUKeys {
 	if len(salts) != shards {
 		salts = nil // no placement for this many shards: the original tags
 	}
-	k := &SKUKeys{Shards: make([]ShardKeys, shards), reserveKeys: make([][]string, shards), outKeys: make([]string, shards), gates: make([]reserveGate, shards), batchers: make([]reserveBatcher, shards)}
+	k := &SKUKeys{Shards: make([]ShardKeys, shards), reserveKeys: make([][]string, shards), outKeys: make([]string, shards), gates: make([]reserveGate, shards), batchers: make([]reserveBatcher, shards), outInval: make([]atomic.Bool, shards)}
 	for s := 0; s < shards; s++ {
 		salt := ""
 		if salts != nil {
@@ -104,6 +108,19 @@ type keyCache struct {
 	mu     sync.RWMutex
 	m      map[string]*actKeys
 	n      int // SKUs cached, bounded by maxCachedSKUs
+	// outs maps each cached shard's sold-out flag key to its
+	// SKUKeys.outInval entry (see outInvalidated); keys dropped from the
+	// cache stay, bounded as the cache is.
+	outs sync.Map
+}
+
+// outInvalidated marks the shard whose sold-out flag key Redis
+// invalidated, if the cache holds it. It runs on rueidis's reading
+// goroutine for every invalidated key.
+func (c *keyCache) outInvalidated(key string) {
+	if v, ok := c.outs.Load(key); ok {
+		v.(*atomic.Bool).Store(true)
+	}
 }
 
 // actKeys is one activity's placement and the SKUKeys built with it.
@@ -171,6 +188,9 @@ func (c *keyCache) get(act, sku string, shards int) *SKUKeys {
 		}
 		k = newSKUKeys(c.prefix, act, sku, shards, a.salts)
 		a.skus[sku] = k
+		for i, key := range k.outKeys {
+			c.outs.Store(key, &k.outInval[i])
+		}
 	}
 	return k
 }

@@ -110,15 +110,19 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	// of the contended path (issue 10). A steal renews it.
 	cctx, cancel := s.ctx(ctx)
 	defer func() { cancel() }()
-	out, err := s.outFlagsIn(cctx, c, k)
-	if err != nil {
-		return ReserveResult{}, err
-	}
 	rid := ""
 	var ridHash uint32
 	if q.RequestID != "" {
 		rid = ridKey(k.Shards[home], q.User, q.RequestID)
 		ridHash = fnv32(rid)
+	}
+	bits := -1 // the shard whose request-id bitset a sold-out answer reads
+	if rid != "" {
+		bits = home
+	}
+	out, err := s.outFlagsIn(cctx, c, k, bits)
+	if err != nil {
+		return ReserveResult{}, err
 	}
 	if allTrue(out) {
 		if r, done, err := s.soldOutAnswer(cctx, c, k.Shards[home].RidBits, rid, ridHash); done {
@@ -144,7 +148,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 			if err != nil {
 				return ReserveResult{}, fmt.Errorf("%w: waited for a turn: %v", ErrUnavailable, err)
 			}
-			if out, err = s.outFlagsIn(cctx, c, k); err != nil {
+			if out, err = s.outFlagsIn(cctx, c, k, bits); err != nil {
 				g.pass()
 				return ReserveResult{}, err
 			}
@@ -587,7 +591,7 @@ func (s *Store) depositMove(ctx context.Context, c rueidis.Client, k *SKUKeys, d
 func (s *Store) outFlags(ctx context.Context, c rueidis.Client, k *SKUKeys) ([]bool, error) {
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
-	return s.outFlagsIn(cctx, c, k)
+	return s.outFlagsIn(cctx, c, k, -1)
 }
 
 // outSnapTTL bounds how long a snapshot of a SKU's flags is used without
@@ -610,7 +614,14 @@ type outSnap struct {
 // rueidis drops an invalidated entry before it calls OnInvalidations, which
 // bumps the generation — for about 50 ns instead of a DoCache per shard
 // (1.1 µs, 2% of a winner's CPU in the proxy; issue 10).
-func (s *Store) outFlagsIn(cctx context.Context, c rueidis.Client, k *SKUKeys) ([]bool, error) {
+//
+// bits (-1: none) is the shard of the caller's request-id bitset: the
+// first read after Redis invalidated that shard's flag (it sold out, or
+// reopened) reads the bitset in the same round trip, so a sold-out answer
+// finds it in memory. At a sell-out every buyer waiting at the gate needs
+// both, and under a first wave each read from Redis waits 10-20 ms for the
+// CPU (1000users preset): one read instead of two, one after the other.
+func (s *Store) outFlagsIn(cctx context.Context, c rueidis.Client, k *SKUKeys, bits int) ([]bool, error) {
 	var gen uint64
 	var now int64
 	if s.clientCache {
@@ -619,7 +630,11 @@ func (s *Store) outFlagsIn(cctx context.Context, c rueidis.Client, k *SKUKeys) (
 			return slices.Clone(sn.out), nil // callers mark dry donors in theirs
 		}
 	}
-	out, nfailed, err := s.readOutFlags(cctx, c, k)
+	withBits := ""
+	if bits >= 0 && s.clientCache && k.outInval[bits].Load() && k.outInval[bits].Swap(false) {
+		withBits = k.Shards[bits].RidBits
+	}
+	out, nfailed, err := s.readOutFlags(cctx, c, k, withBits)
 	if err == nil && nfailed == 0 && s.clientCache {
 		k.snap.Store(&outSnap{gen: gen, at: now, out: slices.Clone(out)})
 	}
@@ -628,7 +643,7 @@ func (s *Store) outFlagsIn(cctx context.Context, c rueidis.Client, k *SKUKeys) (
 
 // readOutFlags reads the flags through the client-side cache; nfailed is
 // how many could not be read (taken as not sold out).
-func (s *Store) readOutFlags(cctx context.Context, c rueidis.Client, k *SKUKeys) ([]bool, int, error) {
+func (s *Store) readOutFlags(cctx context.Context, c rueidis.Client, k *SKUKeys, bits string) ([]bool, int, error) {
 	out := make([]bool, len(k.outKeys))
 	var failed error
 	nfailed := 0
@@ -640,6 +655,20 @@ func (s *Store) readOutFlags(cctx context.Context, c rueidis.Client, k *SKUKeys)
 			return
 		}
 		out[i] = err == nil
+	}
+	if bits != "" { // the flags and a bitset, in one batch (see outFlagsIn)
+		cmds := make([]rueidis.CacheableTTL, 0, len(k.outKeys)+1)
+		for _, key := range k.outKeys {
+			cmds = append(cmds, rueidis.CT(c.B().Get().Key(key).Cache(), flagTTL))
+		}
+		cmds = append(cmds, rueidis.CT(c.B().Get().Key(bits).Cache(), flagTTL))
+		for i, r := range c.DoMultiCache(cctx, cmds...)[:len(k.outKeys)] {
+			read(i, r)
+		}
+		if nfailed == len(out) {
+			return nil, nfailed, wrap(failed)
+		}
+		return out, nfailed, nil
 	}
 	// Key by key while the answers come from local memory: the shards' keys
 	// live on different connections of the client, and DoMultiCache fans

@@ -206,3 +206,54 @@ func TestSoldOutFreshRequestIDsRarelyReadRedis(t *testing.T) {
 		t.Errorf("%d of %d sold-out buys with a fresh request id read Redis, want at most 0.5%%", fromRedis, fresh)
 	}
 }
+
+// TestSellOutFlagReadBringsTheBitset: when a shard sells out on another
+// instance, the invalidation of its flag marks it here, and the next read
+// of the flags by a buyer with a request id brings the shard's bitset in
+// the same round trip: the sold-out answer that follows needs no second
+// read (under a first wave each one waits 10-20 ms for the CPU). A read
+// with nothing invalidated brings nothing more.
+func TestSellOutFlagReadBringsTheBitset(t *testing.T) {
+	srv := redistest.Start(t)
+	a := openStore(t, redisConfig([]string{srv.Addr}, false))
+	b := openStore(t, redisConfig([]string{srv.Addr}, false))
+	act := newActivity("sellbits", 1, 1, 1)
+	mustPreheat(t, b, act)
+	sku := act.SKUs[0].ID
+	out, err := a.ReadOutFlagsAs(ctx(t), act.ID, sku, 1, 0) // a now tracks the flag
+	if err != nil || out[0] {
+		t.Fatalf("flags before the sale: %v, %v", out, err)
+	}
+	q := reserveReq(act, "winner", 1)
+	q.RequestID = "rid-w"
+	if res, err := b.Reserve(ctx(t), q); err != nil || res.Code != lua.OK {
+		t.Fatalf("the sale on the other instance: %v, %v", res.Code, err)
+	}
+	eventually(t, 3*time.Second, "the flag's invalidation marked here", func() bool {
+		return a.OutInvalidated(ctx(t), act.ID, sku, 1, 0)
+	})
+	if out, err = a.ReadOutFlagsAs(ctx(t), act.ID, sku, 1, 0); err != nil || !out[0] {
+		t.Fatalf("flags after the sale: %v, %v", out, err)
+	}
+	if a.OutInvalidated(ctx(t), act.ID, sku, 1, 0) {
+		t.Error("the mark outlived the read")
+	}
+	if !a.BitsInMemory(ctx(t), act.ID, sku, 1, 0) {
+		t.Error("the bitset did not come with the flags")
+	}
+	// And the buyer that follows is answered from memory.
+	late := reserveReq(act, "late", 1)
+	late.RequestID = "rid-late"
+	if res, err := a.Reserve(ctx(t), late); err != nil || res.Code != lua.Empty || !res.FromMemory {
+		t.Fatalf("late buyer: %v (from memory %v), %v", res.Code, res.FromMemory, err)
+	}
+
+	// A second instance that saw no invalidation reads the flags alone.
+	c := openStore(t, redisConfig([]string{srv.Addr}, false))
+	if out, err = c.ReadOutFlagsAs(ctx(t), act.ID, sku, 1, 0); err != nil || !out[0] {
+		t.Fatalf("flags on a fresh instance: %v, %v", out, err)
+	}
+	if c.BitsInMemory(ctx(t), act.ID, sku, 1, 0) {
+		t.Error("a flag read with nothing invalidated brought the bitset")
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -141,6 +142,11 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 	}
 	s.opt.OnInvalidations = func(keys []rueidis.RedisMessage) {
 		s.invalGen.Add(1)
+		for i := range keys {
+			if k, err := keys[i].ToString(); err == nil && strings.Contains(k, "}:out:") {
+				s.keys.outInvalidated(k)
+			}
+		}
 		if keys == nil {
 			// The whole cache of a connection went (it closed, or Redis
 			// flushed): whatever was read through it may be from a Redis
