@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The 1000users preset against two proxy builds and the bare handler, in rotated order, once
+# per run: p99.9 and the CPU each server process spent on the run (/proc/PID/stat). For A/B
+# comparisons of the first wave's tail (issue 10, BENCHMARKS.md seventh round).
+#
+#   scripts/ab-1000users.sh DIR_A DIR_B [runs]
+#
+# DIR_A and DIR_B hold seckill-proxy builds (or wrappers that exec one with other settings);
+# DIR_A's seckill-bench drives every run. STOCKA / STOCKB set each proxy's stock (default 100;
+# STOCKB=0 gives the floor: every buyer answered from memory). The last line prints the median
+# ratio of each proxy's p99.9 to the bare handler's of the same run.
+
+set -euo pipefail
+A=$(realpath "$1"); B=$(realpath "$2"); runs=${3:-6}
+cd "$(dirname "$0")/.."; . scripts/lib.sh
+BIN=$A bench_setup ab-1000users.sh "redis-server curl python3" redis-server redis-cli curl python3
+rp=$(port); sp=$(port); bp=$(port); pa=$(port); aa=$(port); pb=$(port); ab=$(port)
+export SECKILL_SIGNING_SECRET="ab-$$" SECKILL_ADMIN_TOKEN="ab-admin-$$"
+redis-server --port "$rp" --bind 127.0.0.1 --save '' --appendonly no --dir "$w" --logfile "$w/r.log" & pids+=($!)
+"$A/seckill-bench" bare --status 200 --body '{"order_id":"bare"}' --listen "127.0.0.1:$sp" 2>/dev/null & pids+=($!)
+"$A/seckill-bench" bare --listen "127.0.0.1:$bp" 2>/dev/null & pids+=($!); bare_pid=$!
+sale_window 86400
+mk() { proxy_head "$1" "$2" "$sp" "$rp"; printf 'activities:\n  - id: %s\n    start: %s\n    end: %s\n    skus: [ { id: s, stock: %s } ]\n    admission_rate: { rate: 1000000, burst: 1000000 }\n' "$3" "$start" "$end" "$4"; }
+mk "$pa" "$aa" ka "${STOCKA:-100}" > "$w/a.yaml"; mk "$pb" "$ab" kb "${STOCKB:-100}" > "$w/b.yaml"
+for i in $(seq 100); do redis-cli -p "$rp" ping >/dev/null 2>&1 && break; sleep 0.05; done
+"$A/seckill-proxy" serve -c "$w/a.yaml" 2>"$w/a.log" & pids+=($!); a_pid=$!
+"$B/seckill-proxy" serve -c "$w/b.yaml" 2>"$w/b.log" & pids+=($!); b_pid=$!
+for u in "http://127.0.0.1:$pa/_seckill/time" "http://127.0.0.1:$pb/_seckill/time" "http://127.0.0.1:$bp/"; do
+  for i in $(seq 100); do curl -s -o /dev/null "$u" && break; sleep 0.05; done; done
+pcpu() { awk -v t="$(getconf CLK_TCK)" '{ printf "%.3f", ($14 + $15) / t }' "/proc/$1/stat"; }
+one() { # url act pid
+  [ "$2" != - ] && "$A/seckill-proxy" preheat -c "$w/${2#k}.yaml" --activity "$2" --force >/dev/null 2>&1
+  local c0; c0=$(pcpu "$3")
+  "$A/seckill-bench" run --preset 1000users --activity "${2/-/x}" --sku s --target "$1" --user-prefix "p$RANDOM-" --quiet --json "$w/o.json" >/dev/null 2>&1 || true
+  local c1; c1=$(pcpu "$3")
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("%.1f" % r["latency"]["p999_ms"], end=" ")' "$w/o.json"
+  awk -v a="$c0" -v b="$c1" 'BEGIN{printf "%.0fms", (b-a)*1000}'
+}
+echo "run | bare p99.9 cpu | A p99.9 cpu | B p99.9 cpu"
+for r in $(seq "$runs"); do
+  declare -A out
+  order=(bare A B); case $((r % 3)) in 1) order=(A B bare);; 2) order=(B bare A);; esac
+  for x in "${order[@]}"; do
+    case $x in bare) out[$x]=$(one "http://127.0.0.1:$bp" - "$bare_pid");; A) out[$x]=$(one "http://127.0.0.1:$pa" ka "$a_pid");; B) out[$x]=$(one "http://127.0.0.1:$pb" kb "$b_pid");; esac
+    sleep 1
+  done
+  echo "$r | ${out[bare]} | ${out[A]} | ${out[B]}"
+done | tee "$w/rows"
+awk -F'|' '{ split($2, b, " "); split($3, a, " "); split($4, c, " "); ra[NR] = a[1] / b[1]; rb[NR] = c[1] / b[1] }
+  function med(x, n) { return (n % 2) ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2 }
+  END { n = asort(ra); asort(rb); printf "median p99.9 ratio to bare: A %.2f, B %.2f\n", med(ra, n), med(rb, n) }' "$w/rows"
