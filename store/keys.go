@@ -109,9 +109,20 @@ type keyCache struct {
 	m      map[string]*actKeys
 	n      int // SKUs cached, bounded by maxCachedSKUs
 	// outs maps each cached shard's sold-out flag key to its
-	// SKUKeys.outInval entry (see outInvalidated); keys dropped from the
-	// cache stay, bounded as the cache is.
+	// SKUKeys.outInval entry (see outInvalidated), for the SKUKeys the
+	// cache holds.
 	outs sync.Map
+}
+
+// track adds (or, with drop, removes) k's flag keys in c.outs; c.mu is held.
+func (c *keyCache) track(k *SKUKeys, drop bool) {
+	for i, key := range k.outKeys {
+		if drop {
+			c.outs.Delete(key)
+		} else {
+			c.outs.Store(key, &k.outInval[i])
+		}
+	}
 }
 
 // outInvalidated marks the shard whose sold-out flag key Redis
@@ -185,12 +196,12 @@ func (c *keyCache) get(act, sku string, shards int) *SKUKeys {
 	if k == nil || len(k.Shards) != shards {
 		if k == nil {
 			c.n++
+		} else {
+			c.track(k, true)
 		}
 		k = newSKUKeys(c.prefix, act, sku, shards, a.salts)
 		a.skus[sku] = k
-		for i, key := range k.outKeys {
-			c.outs.Store(key, &k.outInval[i])
-		}
+		c.track(k, false)
 	}
 	return k
 }
@@ -240,6 +251,9 @@ func (c *keyCache) setPlace(act, place string) {
 	if a.place != place {
 		a.place, a.salts = place, parsePlace(place, -1)
 		c.n -= len(a.skus)
+		for _, k := range a.skus {
+			c.track(k, true)
+		}
 		a.skus = map[string]*SKUKeys{}
 	}
 	a.resolved = true

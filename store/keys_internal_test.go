@@ -23,3 +23,32 @@ func TestKeyCacheBounded(t *testing.T) {
 		t.Fatal("a cached SKU is not served from the cache")
 	}
 }
+
+// TestKeyCacheTracksFlagKeys: an invalidation of a cached shard's sold-out
+// flag marks that shard only; keys the cache dropped (a new placement, a
+// new shard count) are no longer tracked, so the index stays the cache's size.
+func TestKeyCacheTracksFlagKeys(t *testing.T) {
+	c := keyCache{prefix: "p"}
+	k := c.get("act", "s", 2)
+	c.outInvalidated(k.outKeys[1])
+	c.outInvalidated("p:{other:0}:out:s")
+	if k.outInval[0].Load() || !k.outInval[1].Load() {
+		t.Fatalf("marks %v %v, want shard 1 only", k.outInval[0].Load(), k.outInval[1].Load())
+	}
+	count := func() (n int) {
+		c.outs.Range(func(any, any) bool { n++; return true })
+		return n
+	}
+	k3 := c.get("act", "s", 3) // the shard count changed: new keys
+	if n := count(); n != 3 {
+		t.Fatalf("%d flag keys tracked after a new shard count, want 3", n)
+	}
+	c.setPlace("act", "x,y,z") // a placement: the cached keys go
+	if n := count(); n != 0 {
+		t.Fatalf("%d flag keys tracked after the keys were dropped, want 0", n)
+	}
+	c.outInvalidated(k3.outKeys[0])
+	if k3.outInval[0].Load() {
+		t.Fatal("a dropped SKU's shard was marked")
+	}
+}
