@@ -7,7 +7,8 @@
 #
 # DIR_A and DIR_B hold seckill-proxy builds (or wrappers that exec one with other settings);
 # DIR_A's seckill-bench drives every run. STOCKA / STOCKB set each proxy's stock (default 100;
-# STOCKB=0 gives the floor: every buyer answered from memory). The last line prints the median
+# STOCKB=0 gives the floor: every buyer answered from memory); YAML_B adds top-level config
+# keys to proxy B. The last line prints the median
 # ratio of each proxy's p99.9 to the bare handler's of the same run.
 
 set -euo pipefail
@@ -22,6 +23,8 @@ redis-server --port "$rp" --bind 127.0.0.1 --save '' --appendonly no --dir "$w" 
 sale_window 86400
 mk() { proxy_head "$1" "$2" "$sp" "$rp"; printf 'activities:\n  - id: %s\n    start: %s\n    end: %s\n    skus: [ { id: s, stock: %s } ]\n    admission_rate: { rate: 1000000, burst: 1000000 }\n' "$3" "$start" "$end" "$4"; }
 mk "$pa" "$aa" ka "${STOCKA:-100}" > "$w/a.yaml"; mk "$pb" "$ab" kb "${STOCKB:-100}" > "$w/b.yaml"
+# YAML_B: top-level keys added to proxy B's config (e.g. identity: {request_id: {header: X-Other}}).
+[ -z "${YAML_B:-}" ] || printf '%s\n' "$YAML_B" >> "$w/b.yaml"
 for i in $(seq 100); do redis-cli -p "$rp" ping >/dev/null 2>&1 && break; sleep 0.05; done
 "$A/seckill-proxy" serve -c "$w/a.yaml" 2>"$w/a.log" & pids+=($!); a_pid=$!
 "$B/seckill-proxy" serve -c "$w/b.yaml" 2>"$w/b.log" & pids+=($!); b_pid=$!
