@@ -8,7 +8,7 @@
 # DIR_A and DIR_B hold seckill-proxy builds (or wrappers that exec one with other settings);
 # DIR_A's seckill-bench drives every run. STOCKA / STOCKB set each proxy's stock (default 100;
 # STOCKB=0 gives the floor: every buyer answered from memory); YAML_B adds top-level config
-# keys to proxy B. The last line prints the median
+# keys to proxy B; CLIENT_NICE runs the load generator at that nice level (both sides). The last line prints the median
 # ratio of each proxy's p99.9 to the bare handler's of the same run.
 
 set -euo pipefail
@@ -34,7 +34,7 @@ pcpu() { awk -v t="$(getconf CLK_TCK)" '{ printf "%.3f", ($14 + $15) / t }' "/pr
 one() { # url act pid
   [ "$2" != - ] && "$A/seckill-proxy" preheat -c "$w/${2#k}.yaml" --activity "$2" --force >/dev/null 2>&1
   local c0; c0=$(pcpu "$3")
-  "$A/seckill-bench" run --preset 1000users --activity "${2/-/x}" --sku s --target "$1" --user-prefix "p$RANDOM-" --quiet --json "$w/o.json" >/dev/null 2>&1 || true
+  nice -n "${CLIENT_NICE:-0}" "$A/seckill-bench" run --preset 1000users --activity "${2/-/x}" --sku s --target "$1" --user-prefix "p$RANDOM-" --quiet --json "$w/o.json" >/dev/null 2>&1 || true
   local c1; c1=$(pcpu "$3")
   python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("%.1f" % r["latency"]["p999_ms"], end=" ")' "$w/o.json"
   awk -v a="$c0" -v b="$c1" 'BEGIN{printf "%.0fms", (b-a)*1000}'

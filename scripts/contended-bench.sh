@@ -29,7 +29,8 @@
 # (USERS_1000=0 skips it). Last, the median ratio of each row against issue 10's target.
 # Knobs: BIN (prebuilt binaries; default: build into a temp dir), PROFILE, USERS_1000,
 # FLUSH_DELAY (redis.flush_delay of both proxies, e.g. 20us), ROWS (the rows to run, of
-# "repeat script winner sold"; default all).
+# "repeat script winner sold"; default all), CLIENT_NICE (the 1000users load generator's nice
+# level, both sides; default 0: it competes with the servers for the cores on equal terms).
 set -euo pipefail
 secs=${1:-5}; conns=${2:-64}; runs=${3:-3}
 cd "$(dirname "$0")/.."
@@ -202,7 +203,7 @@ for run in $(seq "$runs"); do
   done
 done
 preset() { # url activity json: one 1000users run; prints "p99.9_ms answered/s"
-  "$BIN/seckill-bench" run --preset 1000users --activity "$2" --sku s --target "$1" --user-prefix "p$RANDOM-" \
+  nice -n "${CLIENT_NICE:-0}" "$BIN/seckill-bench" run --preset 1000users --activity "$2" --sku s --target "$1" --user-prefix "p$RANDOM-" \
     --quiet --json "$3" >/dev/null 2>&1 || true
   python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("%.2f %.0f" % (r["latency"]["p999_ms"], r["rps"]))' "$3" 2>/dev/null || echo "- -"
 }
