@@ -63,3 +63,87 @@ func TestCluster(t *testing.T) {
 		return err == nil && f.Paused && f.Ready && f.Shards == 8
 	})
 }
+
+// TestClusterSoldOutRequestIDs: a SKU of 4 shards sells out on another
+// instance of a 3-master cluster. The flips of its shards' flags reach this
+// instance, and the first flags read by a buyer with a request id brings
+// every shard's request-id bitset with it (keys of several slots, fanned
+// out by the client): later buyers with fresh ids are answered SOLD_OUT from
+// memory, and each winner's repeat still gets its reservation's state.
+func TestClusterSoldOutRequestIDs(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	a := openStore(t, redisConfig(cl.Addrs(), true))
+	b := openStore(t, redisConfig(cl.Addrs(), true))
+	act := newActivity("act_clrid", 12, 4, 1)
+	mustPreheat(t, b, act)
+	sku := act.SKUs[0].ID
+	if out, err := a.ReadOutFlagsAs(ctx(t), act.ID, sku, 4); err != nil || allOut(out) {
+		t.Fatalf("flags before the sale: %v, %v", out, err)
+	}
+	winners := map[string]string{}
+	for i := 0; len(winners) < 12; i++ {
+		if i > 500 {
+			t.Fatalf("%d winners for 12 units after 500 buyers", len(winners))
+		}
+		u := "w" + strconv.Itoa(i)
+		q := reserveReq(act, u, 1)
+		q.RequestID = "rid-" + u
+		res, err := b.Reserve(ctx(t), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Code == lua.OK {
+			winners[u] = q.RequestID
+		}
+	}
+	eventually(t, 3*time.Second, "every shard's flip seen here", func() bool {
+		for shard := 0; shard < 4; shard++ {
+			if !a.OutInvalidated(ctx(t), act.ID, sku, 4, shard) {
+				return false
+			}
+		}
+		return true
+	})
+	first := reserveReq(act, "late-0", 1)
+	first.RequestID = "r-late-0"
+	if res, err := a.Reserve(ctx(t), first); err != nil || res.Code != lua.Empty {
+		t.Fatalf("first late buyer: %v, %v", res.Code, err)
+	}
+	for shard := 0; shard < 4; shard++ {
+		if !a.BitsInMemory(ctx(t), act.ID, sku, 4, shard) {
+			t.Errorf("shard %d's bitset did not come with the flags", shard)
+		}
+	}
+	fromMemory := 0
+	for i := 1; i <= 200; i++ {
+		q := reserveReq(act, "late-"+strconv.Itoa(i), 1)
+		q.RequestID = "r-late-" + strconv.Itoa(i)
+		res, err := a.Reserve(ctx(t), q)
+		if err != nil || res.Code != lua.Empty {
+			t.Fatalf("late buyer %d: %v, %v", i, res.Code, err)
+		}
+		if res.FromMemory {
+			fromMemory++
+		}
+	}
+	if fromMemory < 195 {
+		t.Errorf("%d of 200 late buyers with fresh request ids answered from memory", fromMemory)
+	}
+	for u, rid := range winners {
+		q := reserveReq(act, u, 1)
+		q.RequestID = rid
+		res, err := a.Reserve(ctx(t), q)
+		if err != nil || (res.Code != lua.Pending && res.Code != lua.Purchased) {
+			t.Errorf("winner %s's repeat on the other instance: %v, %v", u, res.Code, err)
+		}
+	}
+}
+
+func allOut(out []bool) bool {
+	for _, o := range out {
+		if !o {
+			return false
+		}
+	}
+	return len(out) > 0
+}

@@ -24,8 +24,8 @@ func (s *Store) OutInvalidated(ctx context.Context, act, sku string, shards, sha
 }
 
 // ReadOutFlagsAs reads a SKU's sold-out flags as a buyer with a request id
-// whose home is shard does before its reserve.
-func (s *Store) ReadOutFlagsAs(ctx context.Context, act, sku string, shards, shard int) ([]bool, error) {
+// does before its reserve.
+func (s *Store) ReadOutFlagsAs(ctx context.Context, act, sku string, shards int) ([]bool, error) {
 	c, err := s.Client()
 	if err != nil {
 		return nil, err
@@ -34,7 +34,7 @@ func (s *Store) ReadOutFlagsAs(ctx context.Context, act, sku string, shards, sha
 	if err != nil {
 		return nil, err
 	}
-	return s.outFlagsIn(ctx, c, k, shard)
+	return s.outFlagsIn(ctx, c, k, true)
 }
 
 // BitsInMemory reports whether shard's request-id bitset is in the

@@ -53,8 +53,9 @@ type SKUKeys struct {
 	// snap is the latest read of the shards' sold-out flags (outFlagsIn).
 	snap atomic.Pointer[outSnap]
 	// outInval[s] is set when Redis invalidates shard s's sold-out flag
-	// (it sold out or reopened) and cleared by the next read of the flags,
-	// which then also reads the buyer's request-id bitset (outFlagsIn).
+	// (it went dry or reopened) and cleared by the next read of the flags
+	// by a buyer with a request id, which may bring the bitsets along
+	// (outFlagsIn, takeFlips).
 	outInval []atomic.Bool
 }
 

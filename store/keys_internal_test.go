@@ -52,3 +52,30 @@ func TestKeyCacheTracksFlagKeys(t *testing.T) {
 		t.Fatal("a dropped SKU's shard was marked")
 	}
 }
+
+// TestTakeFlips: a flag read brings the bitsets only when a flipped shard
+// may have sold the SKU out (every other shard out by the last snapshot);
+// the marks go either way.
+func TestTakeFlips(t *testing.T) {
+	k := newSKUKeys("p", "a", "s", 3, nil)
+	sn := &outSnap{out: []bool{false, false, true}}
+	if k.takeFlips(sn) {
+		t.Fatal("bitsets with no flip")
+	}
+	k.outInval[0].Store(true) // shard 0 went dry; shard 1 still sells
+	if k.takeFlips(sn) {
+		t.Error("bitsets while shard 1 has units")
+	}
+	if k.outInval[0].Load() {
+		t.Error("the mark outlived the read")
+	}
+	sn = &outSnap{out: []bool{true, false, true}}
+	k.outInval[1].Store(true) // the last shard with units
+	if !k.takeFlips(sn) {
+		t.Error("no bitsets when the last shard went dry")
+	}
+	k.outInval[2].Store(true)
+	if !k.takeFlips(nil) {
+		t.Error("no bitsets on a flip with no snapshot to go by")
+	}
+}

@@ -116,11 +116,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 		rid = ridKey(k.Shards[home], q.User, q.RequestID)
 		ridHash = fnv32(rid)
 	}
-	bits := -1 // the shard whose request-id bitset a sold-out answer reads
-	if rid != "" {
-		bits = home
-	}
-	out, err := s.outFlagsIn(cctx, c, k, bits)
+	out, err := s.outFlagsIn(cctx, c, k, rid != "")
 	if err != nil {
 		return ReserveResult{}, err
 	}
@@ -148,7 +144,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 			if err != nil {
 				return ReserveResult{}, fmt.Errorf("%w: waited for a turn: %v", ErrUnavailable, err)
 			}
-			if out, err = s.outFlagsIn(cctx, c, k, bits); err != nil {
+			if out, err = s.outFlagsIn(cctx, c, k, rid != ""); err != nil {
 				g.pass()
 				return ReserveResult{}, err
 			}
@@ -591,7 +587,7 @@ func (s *Store) depositMove(ctx context.Context, c rueidis.Client, k *SKUKeys, d
 func (s *Store) outFlags(ctx context.Context, c rueidis.Client, k *SKUKeys) ([]bool, error) {
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
-	return s.outFlagsIn(cctx, c, k, -1)
+	return s.outFlagsIn(cctx, c, k, false)
 }
 
 // outSnapTTL bounds how long a snapshot of a SKU's flags is used without
@@ -615,25 +611,27 @@ type outSnap struct {
 // bumps the generation — for about 50 ns instead of a DoCache per shard
 // (1.1 µs, 2% of a winner's CPU in the proxy; issue 10).
 //
-// bits (-1: none) is the shard of the caller's request-id bitset: the
-// first read after Redis invalidated that shard's flag (it sold out, or
-// reopened) reads the bitset in the same round trip, so a sold-out answer
-// finds it in memory. At a sell-out every buyer waiting at the gate needs
-// both, and under a first wave each read from Redis waits 10-20 ms for the
-// CPU (1000users preset): one read instead of two, one after the other.
-func (s *Store) outFlagsIn(cctx context.Context, c rueidis.Client, k *SKUKeys, bits int) ([]bool, error) {
+// rid tells a caller with a request id: a sold-out answer to it reads its
+// home shard's request-id bitset. When Redis has invalidated a shard's flag
+// since the last read (it went dry, or reopened) and that flip may have
+// sold the SKU out — every other shard was out in the last snapshot — the
+// read brings every shard's bitset in the same round trip, so the sold-out
+// answers that follow find them in memory. At a sell-out every buyer
+// waiting at the gate needs both, and under a first wave each read from
+// Redis waits 10-20 ms for the CPU (1000users preset): one read instead of
+// two, one after the other. A flip that leaves units elsewhere brings no
+// bitset (on a sharded SKU shards go dry one by one while the sale goes on).
+func (s *Store) outFlagsIn(cctx context.Context, c rueidis.Client, k *SKUKeys, rid bool) ([]bool, error) {
 	var gen uint64
 	var now int64
+	var sn *outSnap
 	if s.clientCache {
 		gen, now = s.invalGen.Load(), time.Now().UnixNano()
-		if sn := k.snap.Load(); sn != nil && sn.gen == gen && now-sn.at < int64(outSnapTTL) {
+		if sn = k.snap.Load(); sn != nil && sn.gen == gen && now-sn.at < int64(outSnapTTL) {
 			return slices.Clone(sn.out), nil // callers mark dry donors in theirs
 		}
 	}
-	withBits := ""
-	if bits >= 0 && s.clientCache && k.outInval[bits].Load() && k.outInval[bits].Swap(false) {
-		withBits = k.Shards[bits].RidBits
-	}
+	withBits := rid && s.clientCache && k.takeFlips(sn)
 	out, nfailed, err := s.readOutFlags(cctx, c, k, withBits)
 	if err == nil && nfailed == 0 && s.clientCache {
 		k.snap.Store(&outSnap{gen: gen, at: now, out: slices.Clone(out)})
@@ -641,9 +639,24 @@ func (s *Store) outFlagsIn(cctx context.Context, c rueidis.Client, k *SKUKeys, b
 	return out, err
 }
 
+// takeFlips clears the shards' flip marks (outInval) and reports whether
+// any was set and, with the flipped shards taken as dry, every shard is out
+// by sn, the last snapshot (none: unknown, taken as yes).
+func (k *SKUKeys) takeFlips(sn *outSnap) bool {
+	flipped, out := false, true
+	for i := range k.outInval {
+		f := k.outInval[i].Load() && k.outInval[i].Swap(false)
+		flipped = flipped || f
+		if !f && sn != nil && i < len(sn.out) && !sn.out[i] {
+			out = false
+		}
+	}
+	return flipped && out
+}
+
 // readOutFlags reads the flags through the client-side cache; nfailed is
 // how many could not be read (taken as not sold out).
-func (s *Store) readOutFlags(cctx context.Context, c rueidis.Client, k *SKUKeys, bits string) ([]bool, int, error) {
+func (s *Store) readOutFlags(cctx context.Context, c rueidis.Client, k *SKUKeys, withBits bool) ([]bool, int, error) {
 	out := make([]bool, len(k.outKeys))
 	var failed error
 	nfailed := 0
@@ -656,12 +669,14 @@ func (s *Store) readOutFlags(cctx context.Context, c rueidis.Client, k *SKUKeys,
 		}
 		out[i] = err == nil
 	}
-	if bits != "" { // the flags and a bitset, in one batch (see outFlagsIn)
-		cmds := make([]rueidis.CacheableTTL, 0, len(k.outKeys)+1)
+	if withBits { // the flags and the bitsets, in one batch (see outFlagsIn)
+		cmds := make([]rueidis.CacheableTTL, 0, 2*len(k.outKeys))
 		for _, key := range k.outKeys {
 			cmds = append(cmds, rueidis.CT(c.B().Get().Key(key).Cache(), flagTTL))
 		}
-		cmds = append(cmds, rueidis.CT(c.B().Get().Key(bits).Cache(), flagTTL))
+		for i := range k.Shards {
+			cmds = append(cmds, rueidis.CT(c.B().Get().Key(k.Shards[i].RidBits).Cache(), flagTTL))
+		}
 		for i, r := range c.DoMultiCache(cctx, cmds...)[:len(k.outKeys)] {
 			read(i, r)
 		}

@@ -220,7 +220,7 @@ func TestSellOutFlagReadBringsTheBitset(t *testing.T) {
 	act := newActivity("sellbits", 1, 1, 1)
 	mustPreheat(t, b, act)
 	sku := act.SKUs[0].ID
-	out, err := a.ReadOutFlagsAs(ctx(t), act.ID, sku, 1, 0) // a now tracks the flag
+	out, err := a.ReadOutFlagsAs(ctx(t), act.ID, sku, 1) // a now tracks the flag
 	if err != nil || out[0] {
 		t.Fatalf("flags before the sale: %v, %v", out, err)
 	}
@@ -232,7 +232,7 @@ func TestSellOutFlagReadBringsTheBitset(t *testing.T) {
 	eventually(t, 3*time.Second, "the flag's invalidation marked here", func() bool {
 		return a.OutInvalidated(ctx(t), act.ID, sku, 1, 0)
 	})
-	if out, err = a.ReadOutFlagsAs(ctx(t), act.ID, sku, 1, 0); err != nil || !out[0] {
+	if out, err = a.ReadOutFlagsAs(ctx(t), act.ID, sku, 1); err != nil || !out[0] {
 		t.Fatalf("flags after the sale: %v, %v", out, err)
 	}
 	if a.OutInvalidated(ctx(t), act.ID, sku, 1, 0) {
@@ -250,7 +250,7 @@ func TestSellOutFlagReadBringsTheBitset(t *testing.T) {
 
 	// A second instance that saw no invalidation reads the flags alone.
 	c := openStore(t, redisConfig([]string{srv.Addr}, false))
-	if out, err = c.ReadOutFlagsAs(ctx(t), act.ID, sku, 1, 0); err != nil || !out[0] {
+	if out, err = c.ReadOutFlagsAs(ctx(t), act.ID, sku, 1); err != nil || !out[0] {
 		t.Fatalf("flags on a fresh instance: %v, %v", out, err)
 	}
 	if c.BitsInMemory(ctx(t), act.ID, sku, 1, 0) {
