@@ -8,8 +8,8 @@
 # DIR_A and DIR_B hold seckill-proxy builds (or wrappers that exec one with other settings);
 # DIR_A's seckill-bench drives every run. STOCKA / STOCKB set each proxy's stock (default 100;
 # STOCKB=0 gives the floor: every buyer answered from memory); YAML_B adds top-level config
-# keys to proxy B; CLIENT_NICE runs the load generator at that nice level (both sides). The last line prints the median
-# ratio of each proxy's p99.9 to the bare handler's of the same run.
+# keys to proxy B; CLIENT_NICE runs the load generator at that nice level (both sides). The
+# last line prints the median ratio of each proxy's p99.9 to the bare handler's of the same run.
 
 set -euo pipefail
 A=$(realpath "$1"); B=$(realpath "$2"); runs=${3:-6}
@@ -49,6 +49,10 @@ for r in $(seq "$runs"); do
   done
   echo "$r | ${out[bare]} | ${out[A]} | ${out[B]}"
 done | tee "$w/rows"
-awk -F'|' '{ split($2, b, " "); split($3, a, " "); split($4, c, " "); ra[NR] = a[1] / b[1]; rb[NR] = c[1] / b[1] }
-  function med(x, n) { return (n % 2) ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2 }
-  END { n = asort(ra); asort(rb); printf "median p99.9 ratio to bare: A %.2f, B %.2f\n", med(ra, n), med(rb, n) }' "$w/rows"
+awk -F'|' '
+  function med(x, n,   i, j, v) { # insertion sort (POSIX awk has no asort), then the median
+    for (i = 2; i <= n; i++) { v = x[i]; for (j = i - 1; j >= 1 && x[j] > v; j--) x[j + 1] = x[j]; x[j + 1] = v }
+    return (n % 2) ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2
+  }
+  { split($2, b, " "); split($3, a, " "); split($4, c, " "); n++; ra[n] = a[1] / b[1]; rb[n] = c[1] / b[1] }
+  END { printf "median p99.9 ratio to bare: A %.2f, B %.2f\n", med(ra, n), med(rb, n) }' "$w/rows"
