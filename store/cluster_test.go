@@ -114,29 +114,13 @@ func TestClusterSoldOutRequestIDs(t *testing.T) {
 			t.Errorf("shard %d's bitset did not come with the flags", shard)
 		}
 	}
-	fromMemory := 0
-	for i := 1; i <= 200; i++ {
-		q := reserveReq(act, "late-"+strconv.Itoa(i), 1)
-		q.RequestID = "r-late-" + strconv.Itoa(i)
-		res, err := a.Reserve(ctx(t), q)
-		if err != nil || res.Code != lua.Empty {
-			t.Fatalf("late buyer %d: %v, %v", i, res.Code, err)
-		}
-		if res.FromMemory {
-			fromMemory++
-		}
-	}
+	fromMemory := soldOutFromMemory(t, a, act, 200,
+		func(i int) string { return "late-" + strconv.Itoa(i+1) },
+		func(i int) string { return "r-late-" + strconv.Itoa(i+1) })
 	if fromMemory < 195 {
 		t.Errorf("%d of 200 late buyers with fresh request ids answered from memory", fromMemory)
 	}
-	for u, rid := range winners {
-		q := reserveReq(act, u, 1)
-		q.RequestID = rid
-		res, err := a.Reserve(ctx(t), q)
-		if err != nil || (res.Code != lua.Pending && res.Code != lua.Purchased) {
-			t.Errorf("winner %s's repeat on the other instance: %v, %v", u, res.Code, err)
-		}
-	}
+	wantRepeatsAnswered(t, a, act, winners)
 }
 
 func allOut(out []bool) bool {

@@ -669,43 +669,38 @@ func (s *Store) readOutFlags(cctx context.Context, c rueidis.Client, k *SKUKeys,
 		}
 		out[i] = err == nil
 	}
-	if withBits { // the flags and the bitsets, in one batch (see outFlagsIn)
-		cmds := make([]rueidis.CacheableTTL, 0, 2*len(k.outKeys))
-		for _, key := range k.outKeys {
+	// With bitsets: the flags and every shard's bitset in one batch (see
+	// outFlagsIn). Otherwise key by key while the answers come from local
+	// memory: the shards' keys live on different connections of the
+	// client, and DoMultiCache fans out to goroutines for that even when
+	// every answer is cached — on the sold-out path (nearly every request
+	// of a sale) that fan-out cost more than the rest of the request. At
+	// the first miss (an invalidation, the flag TTL running out) the
+	// remaining keys go in one batch.
+	from := 0
+	if !withBits {
+		for ; from < len(k.outKeys); from++ {
+			r := c.DoCache(cctx, c.B().Get().Key(k.outKeys[from]).Cache(), flagTTL)
+			read(from, r)
+			if !r.IsCacheHit() {
+				from++
+				break
+			}
+		}
+	}
+	if rest := k.outKeys[from:]; len(rest) > 0 || withBits {
+		cmds := make([]rueidis.CacheableTTL, 0, len(rest)+len(k.Shards))
+		for _, key := range rest {
 			cmds = append(cmds, rueidis.CT(c.B().Get().Key(key).Cache(), flagTTL))
 		}
-		for i := range k.Shards {
-			cmds = append(cmds, rueidis.CT(c.B().Get().Key(k.Shards[i].RidBits).Cache(), flagTTL))
+		if withBits {
+			for i := range k.Shards {
+				cmds = append(cmds, rueidis.CT(c.B().Get().Key(k.Shards[i].RidBits).Cache(), flagTTL))
+			}
 		}
-		for i, r := range c.DoMultiCache(cctx, cmds...)[:len(k.outKeys)] {
-			read(i, r)
+		for j, r := range c.DoMultiCache(cctx, cmds...)[:len(rest)] {
+			read(from+j, r)
 		}
-		if nfailed == len(out) {
-			return nil, nfailed, wrap(failed)
-		}
-		return out, nfailed, nil
-	}
-	// Key by key while the answers come from local memory: the shards' keys
-	// live on different connections of the client, and DoMultiCache fans
-	// out to goroutines for that even when every answer is cached — on the
-	// sold-out path (nearly every request of a sale) that fan-out cost more
-	// than the rest of the request. At the first miss (an invalidation, the
-	// flag TTL running out) the remaining keys go in one batch.
-	for i, key := range k.outKeys {
-		r := c.DoCache(cctx, c.B().Get().Key(key).Cache(), flagTTL)
-		read(i, r)
-		if r.IsCacheHit() || i == len(k.outKeys)-1 {
-			continue
-		}
-		rest := k.outKeys[i+1:]
-		cmds := make([]rueidis.CacheableTTL, len(rest))
-		for j, key := range rest {
-			cmds[j] = rueidis.CT(c.B().Get().Key(key).Cache(), flagTTL)
-		}
-		for j, r := range c.DoMultiCache(cctx, cmds...) {
-			read(i+1+j, r)
-		}
-		break
 	}
 	if nfailed == len(out) {
 		return nil, nfailed, wrap(failed)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
 	"github.com/seckill-proxy/seckill-proxy/lua"
 	"github.com/seckill-proxy/seckill-proxy/store"
@@ -45,24 +46,42 @@ func TestSoldOutWithRequestIDFromMemory(t *testing.T) {
 			t.Fatal("sold-out flags never reached local memory")
 		}
 	}
+	fromMemory := soldOutFromMemory(t, s, a, 500,
+		func(i int) string { return "late-" + strconv.Itoa(i) },
+		func(i int) string { return "r-" + strconv.Itoa(i) })
+	if fromMemory < 490 {
+		t.Errorf("%d of 500 sold-out buys with a fresh request id answered from memory, want nearly all", fromMemory)
+	}
+	wantRepeatsAnswered(t, s, a, winners)
+}
+
+// soldOutFromMemory sends n buyers of a sold-out SKU with fresh request ids
+// (the i-th: user(i), rid(i)); each must be told SOLD_OUT. It returns how
+// many were answered from local memory.
+func soldOutFromMemory(t *testing.T, s *store.Store, a *config.Activity, n int, user, rid func(int) string) int {
+	t.Helper()
 	fromMemory := 0
-	for i := 0; i < 500; i++ {
-		q := reserveReq(a, "late-"+strconv.Itoa(i), 1)
-		q.RequestID = "r-" + strconv.Itoa(i)
+	for i := 0; i < n; i++ {
+		q := reserveReq(a, user(i), 1)
+		q.RequestID = rid(i)
 		res, err := s.Reserve(ctx(t), q)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if res.Code != lua.Empty {
-			t.Fatalf("late buyer %d: %v", i, res.Code)
+			t.Fatalf("buyer %d (%s) after sell-out: %v", i, q.RequestID, res.Code)
 		}
 		if res.FromMemory {
 			fromMemory++
 		}
 	}
-	if fromMemory < 490 {
-		t.Errorf("%d of 500 sold-out buys with a fresh request id answered from memory, want nearly all", fromMemory)
-	}
+	return fromMemory
+}
+
+// wantRepeatsAnswered: each winner's repeat (same user, same request id)
+// after the sell-out gets its reservation's state, never SOLD_OUT.
+func wantRepeatsAnswered(t *testing.T, s *store.Store, a *config.Activity, winners map[string]string) {
+	t.Helper()
 	for u, rid := range winners {
 		q := reserveReq(a, u, 1)
 		q.RequestID = rid
@@ -186,21 +205,9 @@ func TestSoldOutFreshRequestIDsRarelyReadRedis(t *testing.T) {
 		}
 	}
 	const fresh = 3000
-	fromRedis := 0
-	for k := 0; k < fresh; k++ {
-		q := reserveReq(a, "p2-"+strconv.Itoa(k%1000), 1)
-		q.RequestID = rid("8c41d2e9a056", k)
-		res, err := s.Reserve(ctx(t), q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.Code != lua.Empty {
-			t.Fatalf("fresh buyer %d after sell-out: %v", k, res.Code)
-		}
-		if !res.FromMemory {
-			fromRedis++
-		}
-	}
+	fromRedis := fresh - soldOutFromMemory(t, s, a, fresh,
+		func(k int) string { return "p2-" + strconv.Itoa(k%1000) },
+		func(k int) string { return rid("8c41d2e9a056", k) })
 	// The ids are fixed, so is the count: 27 at 8 Kib, 3 at 64 Kib.
 	if fromRedis > fresh/200 {
 		t.Errorf("%d of %d sold-out buys with a fresh request id read Redis, want at most 0.5%%", fromRedis, fresh)

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -143,8 +142,8 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 	s.opt.OnInvalidations = func(keys []rueidis.RedisMessage) {
 		s.invalGen.Add(1)
 		for i := range keys {
-			if k, err := keys[i].ToString(); err == nil && strings.Contains(k, "}:out:") {
-				s.keys.outInvalidated(k)
+			if k, err := keys[i].ToString(); err == nil {
+				s.keys.outInvalidated(k) // a shard's sold-out flag: marks the shard
 			}
 		}
 		if keys == nil {
