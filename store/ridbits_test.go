@@ -264,3 +264,52 @@ func TestSellOutFlagReadBringsTheBitset(t *testing.T) {
 		t.Error("a flag read with nothing invalidated brought the bitset")
 	}
 }
+
+// TestSellOutReadStalled: Redis stalls (DEBUG SLEEP, past the timeout)
+// just as the first read after a sell-out would bring the flags and the
+// bitset together. That buyer is told unavailable and holds nothing; once
+// Redis is back, fresh request ids are still answered SOLD_OUT from
+// memory, winners' repeats still get their reservations, and stock adds up
+// (the prefetch is lost, nothing else).
+func TestSellOutReadStalled(t *testing.T) {
+	srv, s := stallStore(t)
+	seller := openStore(t, redisConfig([]string{srv.Addr}, false))
+	a := newActivity("ridstall", 2, 1, 1)
+	mustPreheat(t, s, a)
+	warm(t, s, a, "warm")
+	sku := a.SKUs[0].ID
+	if _, err := s.ReadOutFlagsAs(ctx(t), a.ID, sku, 1); err != nil {
+		t.Fatal(err)
+	}
+	winners := map[string]string{}
+	for _, u := range []string{"w0", "w1"} {
+		q := reserveReq(a, u, 1)
+		q.RequestID = "rid-" + u
+		if r, err := seller.Reserve(ctx(t), q); err != nil || r.Code != lua.OK {
+			t.Fatalf("winner %s on the other instance: %v, %v", u, r.Code, err)
+		}
+		winners[u] = q.RequestID
+	}
+	eventually(t, 3*time.Second, "the flag's invalidation marked here", func() bool {
+		return s.OutInvalidated(ctx(t), a.ID, sku, 1, 0)
+	})
+	wait := stalls[0].start(t, srv) // DEBUG SLEEP: reads stall too
+	q := reserveReq(a, "late-stalled", 1)
+	q.RequestID = "r-late-stalled"
+	if r, err := s.Reserve(ctx(t), q); !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("buyer during the stall: %v, %v; want unavailable", r.Code, err)
+	}
+	if s.OutInvalidated(ctx(t), a.ID, sku, 1, 0) {
+		t.Error("the stalled buyer's flag read did not take the mark")
+	}
+	wait()
+	var fromMemory int
+	eventually(t, 3*time.Second, "fresh request ids answered from memory again", func() bool {
+		fromMemory = soldOutFromMemory(t, s, a, 20,
+			func(i int) string { return "late-" + strconv.Itoa(i) },
+			func(i int) string { return "r-late-" + strconv.Itoa(i) })
+		return fromMemory == 20
+	})
+	wantRepeatsAnswered(t, s, a, winners)
+	wantStatus(t, s, a, 0, 2, 0)
+}
