@@ -10,6 +10,8 @@
 # STOCKB=0 gives the floor: every buyer answered from memory); YAML_B adds top-level config
 # keys to proxy B; CLIENT_NICE runs the load generator at that nice level (both sides). The
 # last line prints the median ratio of each proxy's p99.9 to the bare handler's of the same run.
+# PROFILE=DIR writes a CPU profile of each proxy over all the runs (DIR/A.pprof, DIR/B.pprof;
+# compare them with `go tool pprof -top -diff_base DIR/B.pprof BIN DIR/A.pprof`).
 
 set -euo pipefail
 A=$(realpath "$1"); B=$(realpath "$2"); runs=${3:-6}
@@ -39,6 +41,14 @@ one() { # url act pid
   python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("%.1f" % r["latency"]["p999_ms"], end=" ")' "$w/o.json"
   awk -v a="$c0" -v b="$c1" 'BEGIN{printf "%.0fms", (b-a)*1000}'
 }
+if [ -n "${PROFILE:-}" ]; then # long enough for every run (a run takes ~4.5 s); stopped below
+  mkdir -p "$PROFILE"
+  for x in A:$aa B:$ab; do
+    curl -s -H "Authorization: Bearer $SECKILL_ADMIN_TOKEN" -o "$PROFILE/${x%%:*}.pprof" \
+      "http://127.0.0.1:${x#*:}/debug/pprof/profile?seconds=$((runs * 5 + 2))" & prof+=($!)
+  done
+  sleep 0.2
+fi
 echo "run | bare p99.9 cpu | A p99.9 cpu | B p99.9 cpu"
 for r in $(seq "$runs"); do
   declare -A out
@@ -49,6 +59,7 @@ for r in $(seq "$runs"); do
   done
   echo "$r | ${out[bare]} | ${out[A]} | ${out[B]}"
 done | tee "$w/rows"
+[ -z "${PROFILE:-}" ] || wait "${prof[@]}"
 awk -F'|' '
   function med(x, n,   i, j, v) { # insertion sort (POSIX awk has no asort), then the median
     for (i = 2; i <= n; i++) { v = x[i]; for (j = i - 1; j >= 1 && x[j] > v; j--) x[j + 1] = x[j]; x[j + 1] = v }
