@@ -30,11 +30,14 @@ import (
 // upstream is the shop: one client for winners (never retried: a buy is
 // not idempotent from the proxy's side) and one for ordinary traffic.
 type upstream struct {
-	buy      *fasthttp.HostClient
-	pass     *fasthttp.HostClient
-	https    bool
-	basePath string
-	timeout  time.Duration
+	buy   *fasthttp.HostClient
+	pass  *fasthttp.HostClient
+	https bool
+	// hostHeader is the shop's authority, the Host of a request that came
+	// without one (HTTP/1.0 allows that; fasthttp would not send it).
+	hostHeader string
+	basePath   string
+	timeout    time.Duration
 	// passTimeout bounds an ordinary request's whole exchange, its bodies
 	// streaming at the client's pace.
 	passTimeout time.Duration
@@ -100,10 +103,11 @@ func newUpstream(u config.Upstream, keys signing.Keyring) (*upstream, error) {
 			DisablePathNormalizing:        true,
 		}
 	}
-	up := &upstream{buy: mk(u.Timeout), pass: mk(u.PassTimeout), https: https, timeout: u.Timeout, passTimeout: u.PassTimeout,
+	up := &upstream{buy: mk(u.Timeout), pass: mk(u.PassTimeout), https: https, hostHeader: pu.Host, timeout: u.Timeout, passTimeout: u.PassTimeout,
 		basePath: strings.TrimSuffix(pu.Path, "/"), keys: signing.NewSigner(keys),
 		replayMax: u.ReplayMaxBytes, releases: u.Releases}
 	up.buy.RetryIfErr = func(*fasthttp.Request, int, error) (bool, bool) { return false, false }
+	up.buy.Transport = buyTransport{timeout: u.Timeout}
 	// Ordinary answers stream back to the client as they arrive, so a large
 	// download never sits whole in memory. A buy's answer is read whole: it
 	// is small, and its order id and replay come from it.
@@ -119,10 +123,18 @@ func (u *upstream) closeIdleLater() {
 }
 
 // prepare points the request at the shop and appends X-Forwarded-For.
+// The scheme is always the shop's (a client's absolute-form https:// target
+// would otherwise make fasthttp refuse to send it), and a request without a
+// Host gets the shop's.
 func (u *upstream) prepare(ctx *fasthttp.RequestCtx) {
 	req := &ctx.Request
 	if u.https {
 		req.URI().SetScheme("https")
+	} else {
+		req.URI().SetScheme("http")
+	}
+	if len(req.Header.Host()) == 0 {
+		req.Header.SetHost(u.hostHeader)
 	}
 	if u.basePath != "" {
 		req.URI().SetPathBytes(append([]byte(u.basePath), req.URI().PathOriginal()...))
@@ -242,10 +254,14 @@ func keepReplay(resp *fasthttp.Response, max int) *store.Replay {
 	}
 }
 
-// isDefiniteNo reports whether err proves the shop never got the request.
+// isDefiniteNo reports whether err proves the shop never got the request:
+// nothing of it was handed to a connection (buyTransport), or fasthttp
+// refused it before its transport ran.
 func isDefiniteNo(err error) bool {
 	var de dialError
-	return errors.As(err, &de) || errors.Is(err, fasthttp.ErrNoFreeConns)
+	var ns notSentError
+	return errors.As(err, &ns) || errors.As(err, &de) || errors.Is(err, fasthttp.ErrNoFreeConns) ||
+		errors.Is(err, fasthttp.ErrHostClientRedirectToDifferentScheme)
 }
 
 // maxConfirmsInFlight bounds the winners' confirms running after their

@@ -1,0 +1,105 @@
+package proxy
+
+import (
+	"net"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// notSentError marks a buy that failed before any byte of it was handed to
+// the connection: no connection could be had (pool, dial, TLS handshake),
+// fasthttp would not write the request (no host, a framing it refuses), or
+// the connection refused the first byte. The shop cannot have taken the
+// order, so the outcome is a definite no and the unit goes back, instead of
+// waiting pending for a reconciler (issue 12's red-team finding: one request
+// per identity that fasthttp would not send locked a unit).
+type notSentError struct{ err error }
+
+func (e notSentError) Error() string { return "buy not sent to the shop: " + e.err.Error() }
+func (e notSentError) Unwrap() error { return e.err }
+
+// buyTransport is fasthttp's transport for the buy client with one
+// difference: it knows whether the request started to leave. It is the
+// default transport's steps (a connection from the pool, write with the
+// deadline, read the answer whole, keep or close the connection) through
+// exported HostClient methods, the write going through a counter. A buy's
+// answer is small and read whole; the buy client never retries.
+type buyTransport struct {
+	timeout time.Duration
+}
+
+// countedConn counts the bytes the request's writer handed to the
+// connection.
+type countedConn struct {
+	net.Conn
+	n int
+}
+
+func (c *countedConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.n += n
+	return n, err
+}
+
+var countedPool = sync.Pool{New: func() any { return new(countedConn) }}
+
+func (t buyTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (bool, error) {
+	deadline := time.Now().Add(t.timeout)
+	cc, err := hc.AcquireConn(t.timeout, req.ConnectionClose())
+	if err != nil {
+		return false, notSentError{err}
+	}
+	conn := cc.Conn()
+	if err := conn.SetDeadline(deadline); err != nil {
+		hc.CloseConn(cc)
+		return false, notSentError{err}
+	}
+	cw := countedPool.Get().(*countedConn)
+	cw.Conn, cw.n = conn, 0
+	bw := hc.AcquireWriter(cw)
+	err = req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	hc.ReleaseWriter(bw)
+	sent := cw.n > 0
+	cw.Conn = nil
+	countedPool.Put(cw)
+	if err != nil {
+		hc.CloseConn(cc)
+		if !sent {
+			return false, notSentError{err}
+		}
+		return false, timeoutAsErrTimeout(err)
+	}
+	if req.Header.IsHead() {
+		resp.SkipBody = true
+	}
+	if hc.DisableHeaderNamesNormalizing {
+		resp.Header.DisableNormalizing()
+	}
+	br := hc.AcquireReader(conn)
+	err = resp.ReadLimitBody(br, hc.MaxResponseBodySize)
+	hc.ReleaseReader(br)
+	if err != nil {
+		hc.CloseConn(cc)
+		return false, timeoutAsErrTimeout(err)
+	}
+	if req.ConnectionClose() || resp.ConnectionClose() {
+		hc.CloseConn(cc)
+	} else {
+		hc.ReleaseConn(cc)
+	}
+	return false, nil
+}
+
+// timeoutAsErrTimeout reports any timeout as fasthttp.ErrTimeout, as the
+// default transport does.
+func timeoutAsErrTimeout(err error) error {
+	if x, ok := err.(interface{ Timeout() bool }); ok && x.Timeout() {
+		return fasthttp.ErrTimeout
+	}
+	return err
+}
