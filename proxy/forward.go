@@ -605,8 +605,22 @@ func answerUnreachable(ctx *fasthttp.RequestCtx, err error) {
 // bufferBuyBody reads a buy's body into memory, at most maxBuyBody bytes:
 // the server streams request bodies (StreamRequestBody), and a buy's
 // fields (identity, SKU, qty) may be in its body. It reports false, having
-// read no more than the bound, for a larger body or one cut short.
+// read no more than the bound, for a larger body, one cut short, or a
+// chunked body that ended in trailer fields (see hasTrailers).
 func bufferBuyBody(req *fasthttp.Request) bool {
+	return readBuyBody(req) && !hasTrailers(&req.Header)
+}
+
+// hasTrailers reports whether a request announced trailer fields or its
+// body, read so far, carried any. fasthttp keeps them apart from the header
+// (where X-Seckill-* are stripped) and writes the proxy's own headers whose
+// names are announced into the trailer section, so none is forwarded: a
+// request with any is refused (BAD_REQUEST). One that arrives unannounced at
+// the end of an ordinary request's streamed body is already on its way to
+// the shop, in the trailer section only (README, "Request trailers").
+func hasTrailers(h *fasthttp.RequestHeader) bool { return len(h.PeekTrailerKeys()) > 0 }
+
+func readBuyBody(req *fasthttp.Request) bool {
 	if !req.IsBodyStream() {
 		return len(req.Body()) <= maxBuyBody
 	}

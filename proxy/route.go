@@ -15,8 +15,9 @@ import (
 // routeRefusals count the requests refused by their path alone (no
 // activity known yet): seckill_rejections_total{layer="route"}.
 type routeRefusals struct {
-	unsafe [flawAmbiguous + 1]prometheus.Counter // by pathFlaw
-	method prometheus.Counter
+	unsafe  [flawAmbiguous + 1]prometheus.Counter // by pathFlaw
+	method  prometheus.Counter
+	trailer prometheus.Counter
 }
 
 func newRouteRefusals(m *metrics.Metrics) routeRefusals {
@@ -25,6 +26,7 @@ func newRouteRefusals(m *metrics.Metrics) routeRefusals {
 		r.unsafe[f] = m.Rejections.WithLabelValues("route", pathFlaw(f).String())
 	}
 	r.method = m.Rejections.WithLabelValues("route", "method_not_allowed")
+	r.trailer = m.Rejections.WithLabelValues("route", "trailer")
 	return r
 }
 

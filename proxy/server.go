@@ -254,6 +254,14 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.public(ctx, st, path[len(st.prefix):])
 		return
 	}
+	if hasTrailers(&ctx.Request.Header) {
+		// Trailer fields land where stripSeckillHeaders does not look, and
+		// an announced name would carry the proxy's own headers (X-Seckill-*,
+		// X-Forwarded-For) into the trailer section: refused on every route.
+		s.refused.trailer.Inc()
+		writeAnswer(ctx, &answer{code: admission.BadRequest, message: "request trailer fields are not accepted"})
+		return
+	}
 	// Routes are matched on the path as sent, canonicalised here: fasthttp's
 	// Path() decodes %2F into a separator and keeps case, ";" and ".json".
 	m, kind := st.routes.resolve(ctx.Method(), ctx.URI().PathOriginal())
