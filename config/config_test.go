@@ -523,6 +523,10 @@ func TestValidation(t *testing.T) {
 			[]wantErr{{8, `activity "a1": pending_timeout must be at least 2 × upstream.timeout + 2s = 8s, got 7.999s`}}},
 		{"pending_timeout default within a slow shop's time", strings.Replace(okAct, "url: http://127.0.0.1:8081", "url: http://127.0.0.1:8081\n  timeout: 5m", 1),
 			[]wantErr{{5, "pending_timeout must be at least 2 × upstream.timeout + 2s = 10m2s, got 10m0s"}}},
+		// A winner waiting for a slot at the shop holds its reservation
+		// before it is sent: the reconciler must not release it meanwhile.
+		{"pending_timeout within the wait for a shop slot", strings.Replace(okAct, "url: http://127.0.0.1:8081", "url: http://127.0.0.1:8081\n  max_inflight: 1\n  overflow: wait\n  overflow_wait: 6s", 1) + "    pending_timeout: 13s\n",
+			[]wantErr{{11, `activity "a1": pending_timeout must be at least 2 × upstream.timeout + upstream.overflow_wait + 2s = 14s, got 13s`}}},
 		{"key_ttl_after_end", okAct + "    key_ttl_after_end: -1h\n", []wantErr{{8, "key_ttl_after_end must be positive"}}},
 		{"verify scheme", okAct + "    verify: {url: \"tcp://x/{token}\"}\n", []wantErr{{8, "verify.url must start with http:// or https://"}}},
 		{"verify token", okAct + "    verify:\n      url: http://x/orders\n", []wantErr{{9, "verify.url must contain {token}"}}},

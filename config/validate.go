@@ -16,13 +16,25 @@ const (
 )
 
 // MinPendingTimeout is the shortest pending_timeout allowed with an
-// upstream timeout: the proxy waits up to one timeout for the shop, a shop
-// behind a balancer with the same timeout may work one more on a request
-// the proxy gave up on, and the proxy's confirm or release then takes up
-// to PendingMargin. The reconciler only settles reservations older than
-// this, so it never releases one the shop may still answer for.
-func MinPendingTimeout(upstreamTimeout time.Duration) time.Duration {
-	return 2*upstreamTimeout + PendingMargin
+// upstream: the proxy waits up to one timeout for the shop, a shop behind a
+// balancer with the same timeout may work one more on a request the proxy
+// gave up on, and the proxy's confirm or release then takes up to
+// PendingMargin. With an in-flight limit to the shop a winner may first wait
+// up to overflow_wait for a slot, holding its reservation, and only then be
+// sent. The reconciler only settles reservations older than this, so it
+// never releases one the shop may still answer for, or that is still to be
+// sent.
+func MinPendingTimeout(u Upstream) time.Duration {
+	return 2*u.Timeout + slotWait(u) + PendingMargin
+}
+
+// slotWait is the longest a winner may wait for room at the shop before it
+// is sent (0 without an in-flight limit, or with overflow: busy).
+func slotWait(u Upstream) time.Duration {
+	if u.MaxInflight > 0 && u.Overflow != OverflowBusy {
+		return u.OverflowWait
+	}
+	return 0
 }
 
 var (
@@ -332,9 +344,14 @@ func (v *validator) activities(c *Config) {
 		}
 		if v.ok(&a.PendingTimeout) && a.PendingTimeout <= 0 {
 			v.errorf(at(&a.PendingTimeout), "%s: pending_timeout must be positive, got %s", name, a.PendingTimeout)
-		} else if least := MinPendingTimeout(c.Upstream.Timeout); v.ok(&a.PendingTimeout) && v.ok(&c.Upstream.Timeout) && a.PendingTimeout < least {
-			v.errorf(at(&a.PendingTimeout), "%s: pending_timeout must be at least 2 × upstream.timeout + %s = %s, got %s: the reconciler must never release a reservation the shop may still answer for",
-				name, PendingMargin, least, a.PendingTimeout)
+		} else if least := MinPendingTimeout(c.Upstream); v.ok(&a.PendingTimeout) && v.ok(&c.Upstream.Timeout) && v.ok(&c.Upstream.OverflowWait) && a.PendingTimeout < least {
+			if slotWait(c.Upstream) > 0 {
+				v.errorf(at(&a.PendingTimeout), "%s: pending_timeout must be at least 2 × upstream.timeout + upstream.overflow_wait + %s = %s, got %s: the reconciler must never release a reservation the shop may still answer for, or a winner still waiting for a slot to be sent",
+					name, PendingMargin, least, a.PendingTimeout)
+			} else {
+				v.errorf(at(&a.PendingTimeout), "%s: pending_timeout must be at least 2 × upstream.timeout + %s = %s, got %s: the reconciler must never release a reservation the shop may still answer for",
+					name, PendingMargin, least, a.PendingTimeout)
+			}
 		}
 		if v.ok(&a.KeyTTLAfterEnd) && a.KeyTTLAfterEnd <= 0 {
 			v.errorf(at(&a.KeyTTLAfterEnd), "%s: key_ttl_after_end must be positive, got %s", name, a.KeyTTLAfterEnd)
