@@ -199,7 +199,7 @@ func (s *Server) forwardWinner(ctx *fasthttp.RequestCtx, st *state, r *admission
 			// A repeat of this request id must find the answer kept: the
 			// confirm that keeps it lands before the buyer hears.
 			user, rp := r.User, keepReplay(&ctx.Response, up.replayMax)
-			s.settle("confirm", func(c context.Context) (lua.Code, error) {
+			s.settleBeforeAnswer("confirm", func(c context.Context) (lua.Code, error) {
 				return s.book.ConfirmReplay(c, d.Token, d.Shards, oid, user, rid, rp)
 			}, tok)
 		} else {
@@ -521,6 +521,35 @@ func (s *Server) settle(kind string, f func(context.Context) (lua.Code, error), 
 	code, err := f(ctx)
 	s.settledOrRetry(kind, f, tok, code, err)
 }
+
+// replayConfirmWithin bounds how long a winner's answer waits for the
+// confirm that keeps its replay while Redis does not answer (a blip, a
+// failover, a restart): within PendingMargin, the time the reconciler
+// leaves the proxy's own confirm.
+const replayConfirmWithin = 1500 * time.Millisecond
+
+// settleBeforeAnswer runs f as settle does, retrying it while Redis does not
+// answer for up to replayConfirmWithin, so a repeat of the request id on any
+// instance finds the replay through a short outage (SPEC §9). Past that the
+// buyer is answered anyway (the shop took the order; that is the truth) and
+// the retrier lands f when Redis is back: a repeat meanwhile is answered
+// PENDING, the reservation's state in Redis (README, "Replays").
+func (s *Server) settleBeforeAnswer(kind string, f func(context.Context) (lua.Code, error), tok string) {
+	deadline := time.Now().Add(replayConfirmWithin)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		code, err := f(ctx)
+		cancel()
+		if err == nil || !store.Retryable(err) || time.Until(deadline) < replayConfirmPause {
+			s.settledOrRetry(kind, f, tok, code, err)
+			return
+		}
+		time.Sleep(replayConfirmPause)
+	}
+}
+
+// replayConfirmPause is the pause between two attempts of settleBeforeAnswer.
+const replayConfirmPause = 100 * time.Millisecond
 
 // settledOrRetry records the first attempt's result of f, or hands f to
 // the store's retrier when Redis did not answer it.
