@@ -373,27 +373,8 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 			return p.refuse(rSigBad, 0)
 		}
 	}
-	nowMs := now.UnixMilli()
-	if a.EligibleOnly {
-		el := st.elig.Load()
-		if el == nil {
-			// Not loaded yet: whether the user was invited cannot be told.
-			return p.refuse(rStoreDown, retryAfterDefault)
-		}
-		if !el.has(r.User, nowMs) {
-			return p.refuse(rNotEligible, 0)
-		}
-	}
-	if b := p.blocks.Load(); b != nil {
-		if exp, ok := b.ip[r.IP]; ok && exp > nowMs {
-			return p.refuse(rBlockedIP, 0)
-		}
-		if r.Device != "" && b.device.has(r.Device, nowMs) {
-			return p.refuse(rBlockedDevice, 0)
-		}
-		if b.user.has(r.User, nowMs) {
-			return p.refuse(rBlockedUser, 0)
-		}
+	if d, refused := p.checkWho(st, r, now); refused {
+		return d
 	}
 	if r.RequestID != "" && p.memo != nil {
 		if d, ok := p.memo.Get(memoKey(a.ID, r.User, r.RequestID)); ok {
@@ -423,6 +404,24 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 			return d
 		}
 		now = p.now()
+		// Held up to fair_start + spread: what the operator changed
+		// meanwhile (pause, blocklists, the invite list, the window) holds
+		// for the buys let on now as for any other.
+		if !now.Before(a.End) {
+			return p.refuse(rEnded, 0)
+		}
+		if flags, _, err = p.flagsFor(ctx, st); err != nil {
+			return p.storeDown(err)
+		}
+		if !flags.Ready || flags.Shards <= 0 {
+			return p.refuse(rNotReady, retryAfterDefault)
+		}
+		if flags.Paused {
+			return p.refuse(rPaused, retryAfterDefault)
+		}
+		if d, refused := p.checkWho(st, r, now); refused {
+			return d
+		}
 	}
 	// 4. Fleet admission rate, from the local lease (nothing to admit
 	// when sold out).
@@ -448,6 +447,34 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 		return p.reserveBundle(ctx, r, flags, now)
 	}
 	return p.reserve(ctx, r, sku, flags, now)
+}
+
+// checkWho refuses a buyer who is not invited (eligible_only) or is on a
+// blocklist at now.
+func (p *Pipeline) checkWho(st *actState, r *Request, now time.Time) (Decision, bool) {
+	nowMs := now.UnixMilli()
+	if r.Activity.EligibleOnly {
+		el := st.elig.Load()
+		if el == nil {
+			// Not loaded yet: whether the user was invited cannot be told.
+			return p.refuse(rStoreDown, retryAfterDefault), true
+		}
+		if !el.has(r.User, nowMs) {
+			return p.refuse(rNotEligible, 0), true
+		}
+	}
+	if b := p.blocks.Load(); b != nil {
+		if exp, ok := b.ip[r.IP]; ok && exp > nowMs {
+			return p.refuse(rBlockedIP, 0), true
+		}
+		if r.Device != "" && b.device.has(r.Device, nowMs) {
+			return p.refuse(rBlockedDevice, 0), true
+		}
+		if b.user.has(r.User, nowMs) {
+			return p.refuse(rBlockedUser, 0), true
+		}
+	}
+	return Decision{}, false
 }
 
 // claimNonce refuses a replayed signature nonce: first from the local memo,
