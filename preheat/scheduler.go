@@ -184,8 +184,9 @@ func leaseTTL(cfg *config.Config) time.Duration {
 	return 2 * (10*cfg.Redis.Timeout + 5*time.Second)
 }
 
-// LeaseName is the Redis lease of one activity's scheduled preheat.
-func LeaseName(act string) string { return "preheat:" + act }
+// LeaseName is the Redis lease every preheat of one activity runs under
+// (store.Preheat takes it too: a manual preheat waits for a scheduled one).
+func LeaseName(act string) string { return store.PreheatLease(act) }
 
 // step preheats a, due now, unless it is ready already or another
 // instance holds the lease.
@@ -235,7 +236,7 @@ func (s *Scheduler) step(ctx context.Context, cfg *config.Config, a *config.Acti
 		s.sawReady(a, st, now, rec)
 		return
 	}
-	out, err := s.st.Preheat(ctx, a, false, s.now())
+	out, err := s.st.PreheatLocked(ctx, a, false, s.now())
 	if err != nil {
 		s.failed(a, st, now, "preheat", err)
 		return

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -107,7 +108,46 @@ func ExpireAt(a *config.Activity) int64 {
 // is already as configured, and refuses (ErrRunning) to overwrite an
 // activity that is inside its window or has reservations, unless force.
 // Overwriting deletes every reservation of the activity's SKUs.
+//
+// Preheats of one activity run one at a time, fleet-wide, under a lease
+// ("preheat:ID"): two at once (a scheduled preheat and a manual one, two
+// operators) wrote their shards interleaved with different stock
+// generations, and units a buyer took from a shard of one generation for
+// a home of the other could never be deposited: lost to the sale while
+// status still added up (red-team finding). A preheat that finds the lease
+// taken waits for it, then reads the meta afresh (and so finds the stock
+// as configured: unchanged).
 func (s *Store) Preheat(ctx context.Context, a *config.Activity, force bool, now time.Time) (PreheatOutcome, error) {
+	name, holder := PreheatLease(a.ID), newID()
+	ttl := 10*s.timeout + 10*time.Second // above preheat's own bound
+	giveUp := time.Now().Add(ttl)
+	for {
+		l, err := s.AcquireLease(ctx, name, holder, ttl)
+		if err != nil {
+			return 0, err
+		}
+		if l.Held {
+			break
+		}
+		if time.Now().After(giveUp) {
+			return 0, fmt.Errorf("%w: another preheat of %s has held its lock for %s", ErrUnavailable, a.ID, ttl)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	defer func() { _ = s.ReleaseLease(context.WithoutCancel(ctx), name, holder) }()
+	return s.PreheatLocked(ctx, a, force, now)
+}
+
+// PreheatLease names the lease every preheat of act runs under (the
+// scheduled preheat takes it itself, then calls PreheatLocked).
+func PreheatLease(act string) string { return "preheat:" + act }
+
+// PreheatLocked is Preheat for a caller that holds PreheatLease(a.ID).
+func (s *Store) PreheatLocked(ctx context.Context, a *config.Activity, force bool, now time.Time) (PreheatOutcome, error) {
 	c, err := s.Client()
 	if err != nil {
 		return 0, err
