@@ -53,13 +53,22 @@ var bearer = []byte("Bearer ")
 // Missing when none was sent, or Malformed for an Authorization-style
 // header that is not "Bearer <token>".
 func (j *jwtUser) token(ctx *fasthttp.RequestCtx) ([]byte, identity.Reason) {
+	// A credential sent twice is refused, not one of them picked: the shop
+	// gets every copy and may read the other (errTwice).
 	if j.cfg.Cookie != "" {
-		if t := ctx.Request.Header.Cookie(j.cfg.Cookie); len(t) > 0 {
+		t, err := cookieOnce(&ctx.Request.Header, j.cfg.Cookie)
+		if err != nil {
+			return nil, identity.Malformed
+		}
+		if len(t) > 0 {
 			return t, identity.OK
 		}
 		return nil, identity.Missing
 	}
-	h := ctx.Request.Header.Peek(j.cfg.Header)
+	h, err := headerOnce(&ctx.Request.Header, j.cfg.Header)
+	if err != nil {
+		return nil, identity.Malformed
+	}
 	if len(h) == 0 {
 		return nil, identity.Missing
 	}

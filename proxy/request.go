@@ -92,13 +92,13 @@ func (e *extractor) getID(ctx *fasthttp.RequestCtx, body *jsonBody) ([]byte, err
 func (e *extractor) get(ctx *fasthttp.RequestCtx, pathSKU []byte, body *jsonBody) ([]byte, error) {
 	switch e.kind {
 	case "header":
-		return ctx.Request.Header.Peek(e.name), nil
+		return headerOnce(&ctx.Request.Header, e.name)
 	case "cookie":
-		return ctx.Request.Header.Cookie(e.name), nil
+		return cookieOnce(&ctx.Request.Header, e.name)
 	case "query":
-		return ctx.QueryArgs().Peek(e.name), nil
+		return argOnce(ctx.QueryArgs(), e.name)
 	case "form":
-		return ctx.PostArgs().Peek(e.name), nil
+		return argOnce(ctx.PostArgs(), e.name)
 	case "path":
 		return pathSKU, nil
 	case "json":
@@ -112,6 +112,62 @@ func (e *extractor) get(ctx *fasthttp.RequestCtx, pathSKU []byte, body *jsonBody
 		return nil, nil
 	}
 	return nil, nil
+}
+
+// errTwice means a field the proxy decides on (who buys, what, how many,
+// the request id) was sent more than once: the proxy would judge one copy
+// and an unmodified shop might read another (PHP and Django read the last
+// query argument or cookie of a name; the proxy reads the first), so a
+// buyer at the limit could order as someone else, or more units than were
+// reserved. Refused (BAD_REQUEST), never guessed.
+type errTwice struct{}
+
+func (errTwice) Error() string { return "field sent more than once" }
+
+// headerOnce returns the value of the header name, nil when absent, or
+// errTwice when it has more than one line.
+func headerOnce(h *fasthttp.RequestHeader, name string) ([]byte, error) {
+	switch v := h.PeekAll(name); len(v) {
+	case 0:
+		return nil, nil
+	case 1:
+		return v[0], nil
+	}
+	return nil, errTwice{}
+}
+
+// cookieOnce returns the value of the cookie name (over every Cookie line),
+// nil when absent, or errTwice when it is sent more than once.
+func cookieOnce(h *fasthttp.RequestHeader, name string) ([]byte, error) {
+	var v []byte
+	n := 0
+	for k, val := range h.Cookies() {
+		if string(k) == name {
+			v = val
+			n++
+		}
+	}
+	if n > 1 {
+		return nil, errTwice{}
+	}
+	return v, nil
+}
+
+// argOnce returns the value of the query or form argument name, nil when
+// absent, or errTwice when it is sent more than once.
+func argOnce(args *fasthttp.Args, name string) ([]byte, error) {
+	var v []byte
+	n := 0
+	for k, val := range args.All() {
+		if string(k) == name {
+			v = val
+			n++
+		}
+	}
+	if n > 1 {
+		return nil, errTwice{}
+	}
+	return v, nil
 }
 
 // jsonBody decodes the request body once, on first use.
@@ -129,7 +185,9 @@ func (b *jsonBody) get(ctx *fasthttp.RequestCtx) (any, error) {
 			b.err = errBody{}
 		} else {
 			var err error
-			if b.v, err = jsonptr.Decode(raw); err != nil {
+			// Strict: a key twice or data after the document is
+			// refused (errTwice's reasoning, for the body).
+			if b.v, err = jsonptr.DecodeStrict(raw); err != nil {
 				b.err = errBody{}
 			}
 		}

@@ -71,7 +71,10 @@ func (si *sessionIdentity) closeLater() {
 // missing or unusable credential is 401 UNAUTHENTICATED.
 func (st *state) readBuyer(ctx *fasthttp.RequestCtx, body *jsonBody, req *admission.Request) admission.Code {
 	if si := st.session; si != nil {
-		cred, _ := si.from.get(ctx, nil, body)
+		cred, err := si.from.get(ctx, nil, body)
+		if _, twice := err.(errTwice); twice {
+			return admission.BadRequest
+		}
 		if !validCredential(cred) {
 			return admission.Unauthenticated
 		}

@@ -105,6 +105,16 @@ func TestBadRequest(t *testing.T) {
 		{"empty json body", e2e.Req{URI: "/j/buy", Header: user("alice")}},
 		{"json qty not a number", e2e.Req{URI: "/j/buy", Header: user("alice"), Body: []byte(`{"item":{"sku":"sku1"},"qty":"x"}`)}},
 		{"body over 64 KiB", e2e.Req{URI: "/api/seckill/open/sku1/buy", Header: user("alice"), Body: []byte(strings.Repeat("a", 64<<10+1))}},
+		// A field the proxy decides on, sent twice: the shop might read the
+		// other copy (PHP, Django: the last), so it is refused.
+		{"user header twice", e2e.Req{URI: "/api/seckill/open/sku1/buy", Header: [][2]string{{"X-User-Id", "mule"}, {"X-User-Id", "alice"}}}},
+		{"request id twice", e2e.Req{URI: "/api/seckill/open/sku1/buy", Header: [][2]string{{"X-User-Id", "alice"}, {"X-Request-Id", "r1"}, {"X-Request-Id", "r2"}}}},
+		{"qty twice in the query", e2e.Req{URI: "/q/buy?sku=sku1&qty=1&qty=3", Header: user("alice")}},
+		{"sku twice in the query", e2e.Req{URI: "/q/buy?sku=sku1&sku=sku2&qty=1", Header: user("alice")}},
+		{"qty twice in the form", e2e.Req{URI: "/f/buy", Header: [][2]string{{"X-User-Id", "alice"}, {"Content-Type", "application/x-www-form-urlencoded"}}, Body: []byte("sku=sku1&qty=1&qty=3")}},
+		{"json qty twice", e2e.Req{URI: "/j/buy", Header: user("alice"), Body: []byte(`{"item":{"sku":"sku1"},"qty":1,"qty":3}`)}},
+		{"json sku twice", e2e.Req{URI: "/j/buy", Header: user("alice"), Body: []byte(`{"item":{"sku":"sku1","sku":"sku2"},"qty":1}`)}},
+		{"json with a second document", e2e.Req{URI: "/j/buy", Header: user("alice"), Body: []byte(`{"item":{"sku":"sku1"},"qty":1} {"qty":3}`)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -115,7 +125,7 @@ func TestBadRequest(t *testing.T) {
 		t.Errorf("the shop got %d buys", n)
 	}
 	f.p.WantStock(t, actOpen, 100, 0, 0)
-	for _, id := range []string{actQuery, actJSON} {
+	for _, id := range []string{actQuery, actForm, actJSON} {
 		if k := f.p.Status(t, id).SKUs[0]; k.Remaining != 10 || k.Pending != 0 || !k.OK {
 			t.Errorf("%s: %+v, want untouched", id, k)
 		}

@@ -6,6 +6,9 @@ package jsonptr
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"strconv"
 	"strings"
 )
@@ -56,6 +59,59 @@ func Decode(data []byte) (any, error) {
 	var v any
 	err := dec.Decode(&v)
 	return v, err
+}
+
+// DecodeStrict is Decode for a document others read too (a buy's body,
+// which the shop parses after the proxy judged it): an object with a key
+// twice, at any depth, or anything after the document is an error, since
+// parsers disagree on which copy wins (encoding/json and PHP take the last,
+// others the first).
+func DecodeStrict(data []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	type frame struct {
+		obj  bool
+		key  bool // the next string token is a key
+		seen map[string]struct{}
+	}
+	var stack []frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		if n := len(stack); n > 0 && stack[n-1].obj {
+			top := &stack[n-1]
+			if k, ok := tok.(string); ok && top.key {
+				if _, dup := top.seen[k]; dup {
+					return nil, fmt.Errorf("jsonptr: key %q twice in one object", k)
+				}
+				top.seen[k] = struct{}{}
+				top.key = false
+				continue
+			}
+			if d, ok := tok.(json.Delim); !ok || d != '}' {
+				top.key = true // this token is the value (its end, for a nested one)
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, frame{obj: true, key: true, seen: map[string]struct{}{}})
+			continue
+		case json.Delim('['):
+			stack = append(stack, frame{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		if len(stack) == 0 {
+			break
+		}
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("jsonptr: data after the document")
+	}
+	return Decode(data)
 }
 
 // Find decodes data and resolves the pointer p in it.

@@ -39,3 +39,16 @@ func TestSet(t *testing.T) {
 		t.Fatalf("Set: %v", m)
 	}
 }
+
+func TestDecodeStrict(t *testing.T) {
+	for _, ok := range []string{`{"a":1,"b":{"a":2,"c":[{"a":3},{"a":4}]},"c":"a"}`, `[1,{"x":1},{"x":2}]`, `"s"`, ` {"a":{}} `, `{"a":[],"b":[[]]}`} {
+		if _, err := DecodeStrict([]byte(ok)); err != nil {
+			t.Errorf("DecodeStrict(%s): %v", ok, err)
+		}
+	}
+	for _, bad := range []string{`{"qty":1,"qty":3}`, `{"item":{"sku":"a","sku":"b"}}`, `[{"a":1,"b":2,"a":3}]`, `{"a":{"x":1},"a":2}`, `{"qty":1} {"qty":3}`, `{"a":1}x`, `{"a":`} {
+		if _, err := DecodeStrict([]byte(bad)); err == nil {
+			t.Errorf("DecodeStrict(%s): no error", bad)
+		}
+	}
+}
