@@ -188,6 +188,10 @@ func newActQueue(q *Queue, cfg *config.Config, a *config.Activity) *actQueue {
 	return aq
 }
 
+// pausePoll is how often paused queue workers look at the kill switch
+// again (a client-side cached read).
+const pausePoll = 100 * time.Millisecond
+
 // backlogEvery is how often the backlog gauge is refreshed.
 const backlogEvery = time.Second
 
@@ -268,6 +272,13 @@ func (aq *actQueue) run(readCtx, sendCtx context.Context) {
 		f, err := aq.q.st.Flags(readCtx, a.ID)
 		if err != nil || !f.Ready || f.Shards <= 0 {
 			sleep(time.Second)
+			continue
+		}
+		if f.Paused {
+			// The kill switch holds the queue too: nothing more is sent
+			// to the shop (entries already handed to a forwarder finish);
+			// queued buyers stay queued, not released, until resume.
+			sleep(pausePoll)
 			continue
 		}
 		if f.Shards != shards {

@@ -355,3 +355,45 @@ func TestRedTeamOpsQueuedBuyersSurviveOperatorMistakes(t *testing.T) {
 		}
 	}
 }
+
+// TestRedTeamOpsPauseHoldsTheQueue: the kill switch stops what goes to the
+// shop, queue mode included. Five buyers wait QUEUED (workers not yet
+// running); the operator pauses; the workers start: while paused nothing is
+// sent and nobody is released (the red team found queued buyers sent during
+// a pause: the workers looked only at Ready). On resume every one is sent
+// and confirmed, and the counters add up.
+func TestRedTeamOpsPauseHoldsTheQueue(t *testing.T) {
+	r := e2e.StartRedis(t)
+	shop := e2e.StartShop(t)
+	p := e2e.StartProxy(t, e2e.Options{Redis: r.Addrs, ShopURL: shop.URL,
+		Activities: []e2e.Activity{{ID: "qp", Stock: 5, Mode: "queue"}}}.Config(t))
+	p.Preheat(t, "qp")
+	a := p.Activity(t, "qp")
+	for i := 0; i < 5; i++ {
+		if got := e2e.Buy(p.Addr, "qp", fmt.Sprintf("q%d", i)); got.Code != "QUEUED" {
+			t.Fatalf("buy %d: %d %s", i, got.Status, got.Body)
+		}
+	}
+	host := opsStore(t, p.Cfg)
+	if err := host.SetPaused(opsCtx(t), "qp", true); err != nil {
+		t.Fatal(err)
+	}
+	p.StartQueue(t)
+	time.Sleep(1500 * time.Millisecond) // the workers run, paused
+	if n := len(shop.Buys()); n != 0 {
+		t.Fatalf("the shop got %d queued buys during the pause", n)
+	}
+	if k := opsWantInvariant(t, host, a).SKUs[0]; k.Pending != 5 || k.Released != 0 {
+		t.Fatalf("during the pause: %+v, want 5 pending (queued), none released", k)
+	}
+	if err := host.SetPaused(opsCtx(t), "qp", false); err != nil {
+		t.Fatal(err)
+	}
+	e2e.Eventually(t, 8*time.Second, "queued buyers confirmed after resume", func() bool {
+		s, err := host.Status(context.Background(), a)
+		return err == nil && s.SKUs[0].Confirmed == 5
+	})
+	if k := opsWantInvariant(t, host, a).SKUs[0]; k.Confirmed != 5 || len(shop.Orders()) != 5 {
+		t.Errorf("after resume: %+v, shop orders %d; want 5 confirmed, 5 orders", k, len(shop.Orders()))
+	}
+}
