@@ -383,6 +383,9 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 		}
 	}
 	if l := p.limits.Load(); l != nil {
+		if a.IsShadowCopy() {
+			l = l.shadow // what shadow mode reports must not cost real buys
+		}
 		ns := now.UnixNano()
 		if ok, wait := l.ip.AllowAddr(l.client(r.IP), ns); !ok {
 			return p.refuse(rLimitIP, wait)

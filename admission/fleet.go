@@ -137,13 +137,21 @@ func (p *Pipeline) shareOf(l config.Limits) int {
 
 // newLimiters builds the limiters of a config, each already at this
 // instance's share of the fleet.
-func (p *Pipeline) newLimiters(l config.Limits) *limiters {
-	ls := &limiters{
-		cfg:    l,
-		ip:     NewLimiter(l.PerIP.Rate, l.PerIP.Burst, p.limiterKeys),
-		public: NewLimiter(l.PerIP.Rate, l.PerIP.Burst, p.limiterKeys),
-		device: NewLimiter(l.PerDevice.Rate, l.PerDevice.Burst, p.limiterKeys),
-		user:   NewLimiter(l.PerUser.Rate, l.PerUser.Burst, p.limiterKeys),
+func (p *Pipeline) newLimiters(l config.Limits, shadows bool) *limiters {
+	mk := func() *limiters {
+		return &limiters{
+			cfg:    l,
+			ip:     NewLimiter(l.PerIP.Rate, l.PerIP.Burst, p.limiterKeys),
+			public: NewLimiter(l.PerIP.Rate, l.PerIP.Burst, p.limiterKeys),
+			device: NewLimiter(l.PerDevice.Rate, l.PerDevice.Burst, p.limiterKeys),
+			user:   NewLimiter(l.PerUser.Rate, l.PerUser.Burst, p.limiterKeys),
+		}
+	}
+	ls := mk()
+	ls.shadow = ls
+	if shadows {
+		ls.shadow = mk()
+		ls.shadow.shadow = ls.shadow
 	}
 	ls.share(p.shareOf(l))
 	return ls
@@ -152,6 +160,9 @@ func (p *Pipeline) newLimiters(l config.Limits) *limiters {
 // share sets every limiter to 1/n of its configured rate and burst (burst
 // at least one token). Keys keep their state (Limiter.SetRate).
 func (ls *limiters) share(n int) {
+	if ls.shadow != ls {
+		ls.shadow.share(n)
+	}
 	c, f := ls.cfg, float64(n)
 	ls.ip.SetRate(c.PerIP.Rate/f, float64(c.PerIP.Burst)/f)
 	ls.public.SetRate(c.PerIP.Rate/f, float64(c.PerIP.Burst)/f)

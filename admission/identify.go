@@ -39,6 +39,9 @@ func (p *Pipeline) identify(ctx context.Context, r *Request, now time.Time) (Dec
 			}
 		}
 		if l := p.limits.Load(); l != nil {
+			if r.Activity.IsShadowCopy() {
+				l = l.shadow
+			}
 			if ok, wait := l.ip.AllowAddr(l.client(r.IP), now.UnixNano()); !ok {
 				return p.refuse(rLimitIP, wait), true
 			}

@@ -163,8 +163,12 @@ func (p *Pipeline) stateFor(a *config.Activity) *actState {
 func (p *Pipeline) Apply(cfg *config.Config) {
 	l := cfg.Limits
 	p.limMu.Lock()
-	if cur := p.limits.Load(); cur == nil || cur.cfg != l {
-		p.limits.Store(p.newLimiters(l))
+	shadows := false
+	for i := range cfg.Activities {
+		shadows = shadows || cfg.Activities[i].IsShadow()
+	}
+	if cur := p.limits.Load(); cur == nil || cur.cfg != l || (cur.shadow != cur) != shadows {
+		p.limits.Store(p.newLimiters(l, shadows))
 	}
 	p.limMu.Unlock()
 	p.fair.max.Store(int64(cfg.Server.FairStartMaxHeld))
@@ -182,6 +186,10 @@ type limiters struct {
 	// activity state, time) to per_ip, in buckets of their own so a buyer's
 	// countdown polling does not spend the tokens of their buy.
 	public *Limiter
+	// shadow holds the buckets of shadow activities' decisions: the same
+	// limits, counted apart (a buyer's shadowed buys must not refuse their
+	// real ones). Itself when no activity is in shadow mode.
+	shadow *limiters
 }
 
 // AllowPublic takes a token of the per-IP limit of the public endpoints

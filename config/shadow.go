@@ -18,6 +18,11 @@ func (a *Activity) IsShadow() bool { return a.Mode == ModeShadow }
 // SKUs, stock, limits and window. It is nil for any other activity.
 func (a *Activity) Shadow() *Activity { return a.shadow }
 
+// IsShadowCopy reports whether a is a shadow activity's copy (what its buys
+// are decided against): its decisions spend rate-limit buckets of their
+// own, never a real buy's.
+func (a *Activity) IsShadowCopy() bool { return a.shadowCopy }
+
 // ShadowOrSelf is the activity whose keys hold the stock the funnel
 // decides by: the shadow copy of a shadow activity, else a itself.
 // Operator commands (preheat, status, pause, reconcile...) act on it.
@@ -46,6 +51,10 @@ func (c *Config) PrepareShadows() {
 		cp.Mode = ModeSync
 		cp.ShadowHeaders = false
 		cp.shadow = nil
+		cp.shadowCopy = true
+		// The proxy never holds what it does not decide: a fair_start
+		// window would delay the live shop's traffic by seconds.
+		cp.FairStart, cp.FairStartSpread = 0, 0
 		a.shadow = &cp
 	}
 }

@@ -452,6 +452,9 @@ type Activity struct {
 	// shadow is the copy a shadow activity's buys are decided against
 	// (its own keys), built once per config (see shadow.go).
 	shadow *Activity
+	// shadowCopy marks the copy a shadow activity's buys are decided
+	// against (PrepareShadows).
+	shadowCopy bool
 
 	// FairStart, when positive, holds the buys that arrive in
 	// [start, start+fair_start) and lets them on, after the window, in a
