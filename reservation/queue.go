@@ -390,7 +390,7 @@ func (aq *actQueue) handle(ctx context.Context, j job) {
 	ack := func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		if err := st.AckQueue(cctx, a.ID, j.sku, j.shards, j.e.Shard, j.e.ID); err != nil {
+		if err := st.AckQueue(cctx, a.ID, j.sku, j.shards, j.e.Shard, j.e.ID, j.e.Token); err != nil {
 			aq.q.log.Warn("queue: ack failed; the entry will be delivered again", zap.Error(err))
 		}
 	}
@@ -459,7 +459,12 @@ func (aq *actQueue) handle(ctx context.Context, j job) {
 		if !aq.settle(ctx, "confirm", func(c context.Context) (lua.Code, error) { return st.Confirm(c, tok, j.shards, oid) }) {
 			return // not acked: redelivery verifies, then confirms
 		}
-	case err == nil || isDefiniteNo(err):
+	case (err == nil && (a.Verify.URL == "" || aq.cfg.Upstream.Releases(status))) || isDefiniteNo(err):
+		// A non-2xx answer is a definite no as in sync mode: a configured
+		// release status, or any status when nothing could settle it
+		// otherwise (no verify.url). A 5xx may come from a balancer after
+		// the shop took the order: with verify.url it is left pending for
+		// the reconciler (releasing it sold the unit twice).
 		reason := "shop_status_" + strconv.Itoa(status)
 		if err != nil {
 			reason = "shop_unreachable"
@@ -470,6 +475,9 @@ func (aq *actQueue) handle(ctx context.Context, j job) {
 			return
 		}
 	default:
+		if err == nil {
+			err = fmt.Errorf("shop answered %d", status)
+		}
 		aq.q.log.Warn("queue: shop outcome unknown; reservation stays pending for the reconciler",
 			zap.String("token", j.e.Token), zap.Error(err))
 		aq.q.m.Settlements.WithLabelValues("queue_unknown", "PENDING").Inc()

@@ -134,8 +134,12 @@ func entries(shard int, xs []rueidis.XRangeEntry, redelivered bool) []QueueEntry
 }
 
 // AckQueue acknowledges and deletes a handled entry, so the stream holds
-// only reservations not yet forwarded and its memory stays bounded.
-func (s *Store) AckQueue(ctx context.Context, act, sku string, shards, shard int, id string) error {
+// only reservations not yet forwarded and its memory stays bounded. Only
+// the entry that still carries token is touched: a forced preheat deletes
+// the stream, and its new entries take ids from 0-1 again, so acking an old
+// id blindly deleted a new buyer's entry before any worker read it (that
+// buyer stayed QUEUED for good: red-team finding).
+func (s *Store) AckQueue(ctx context.Context, act, sku string, shards, shard int, id, token string) error {
 	c, err := s.Client()
 	if err != nil {
 		return err
@@ -144,18 +148,22 @@ func (s *Store) AckQueue(ctx context.Context, act, sku string, shards, shard int
 	if err != nil {
 		return err
 	}
-	key := sk.Log
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
-	for _, r := range c.DoMulti(cctx,
-		c.B().Xack().Key(key).Group(QueueGroup).Id(id).Build(),
-		c.B().Xdel().Key(key).Id(id).Build()) {
-		if err := r.Error(); err != nil {
-			return wrap(err)
-		}
-	}
-	return nil
+	return wrap(ackScript.Exec(cctx, c, []string{sk.Log}, []string{id, token, QueueGroup}).Error())
 }
+
+// ackScript: XACK + XDEL of entry ARGV[1] unless the stream holds another
+// entry under that id (ARGV[2] is the token it must carry).
+var ackScript = rueidis.NewLuaScript(`local e = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
+if #e == 1 then
+  local f, t = e[1][2], nil
+  for i = 1, #f, 2 do if f[i] == 't' then t = f[i + 1] end end
+  if t ~= ARGV[2] then return 0 end
+  redis.call('XDEL', KEYS[1], ARGV[1])
+end
+redis.call('XACK', KEYS[1], ARGV[3], ARGV[1])
+return 1`)
 
 var claimScript = rueidis.NewLuaScript(lua.Claim)
 
