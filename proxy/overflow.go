@@ -106,7 +106,10 @@ func (s *Server) overflow(ctx *fasthttp.RequestCtx, st *state, r *admission.Requ
 	if res == inflight.Down {
 		outcome = "down"
 	}
-	if st.cfg.SpillsToQueue(a) && sp != nil {
+	// A bundle is never queued: queue workers send one SKU's buy, so a
+	// queued bundle was never sent nor released (red-team finding). Past
+	// the budget it is BUSY, its units released, as with overflow: busy.
+	if st.cfg.SpillsToQueue(a) && sp != nil && r.Items == nil {
 		c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		code, backlog, err := sp.Spill(c, d.Token, d.Shards, time.Now().UnixMilli(), a.Queue.MaxBacklog, store.ExpireAt(a))
 		cancel()
