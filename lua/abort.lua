@@ -58,6 +58,10 @@ local r, i, p, c = tonumber(st[1]), tonumber(st[2]), tonumber(st[3]), tonumber(s
 if not r or p < qty or r + p + c > i then
   return {10}
 end
+if state == 'q' and string.sub(rec, -1) == '|' then
+  -- Queued with no stream entry yet (reserve.lua's u): none will come.
+  if redis.call('HINCRBY', KEYS[1], 'u', -1) < 0 then redis.call('HSET', KEYS[1], 'u', 0) end
+end
 redis.call('HINCRBY', KEYS[1], 'p', -qty)
 redis.call('HINCRBY', KEYS[1], 'x', qty)
 redis.call('HINCRBY', KEYS[1], 'r', qty)

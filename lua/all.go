@@ -14,6 +14,7 @@ func All() map[string]string {
 		"confirmbatch":   ConfirmBatch,
 		"release":        Release,
 		"claim":          Claim,
+		"enqueue":        Enqueue,
 		"deposit":        Deposit,
 		"abort":          Abort,
 		"settlemove":     SettleMove,

@@ -52,6 +52,12 @@ var Release = GiveBack + releaseBody
 //go:embed claim.lua
 var Claim string
 
+// Enqueue writes a queued reservation's stream entry once its buyer's call
+// heard the reply (see enqueue.lua).
+//
+//go:embed enqueue.lua
+var Enqueue string
+
 // Deposit finishes a stock move whose reserve step never ran (see deposit.lua).
 //
 //go:embed deposit.lua

@@ -222,17 +222,30 @@ func TestReserve(t *testing.T) {
 			},
 		},
 		{
-			name:  "ok queue mode writes stream entry",
+			name:  "ok queue mode writes no stream entry: enqueue.lua does",
 			setup: [][]string{stock(5, 5, 0, 0, 0)},
 			give:  func(f *fx) []string { return f.reserveArgs("u1", 2, 2, "T1", true, 0, "") },
 			want:  []string{"1", "3"},
 			check: func(f *fx) {
-				if n := f.int("XLEN", kLog); n != 1 {
-					f.t.Fatalf("XLEN = %d, want 1", n)
+				// A reply its buyer never heard (told STORE_UNAVAILABLE)
+				// must leave nothing a queue worker reads.
+				if n := f.int("XLEN", kLog); n != 0 {
+					f.t.Fatalf("XLEN = %d, want 0", n)
 				}
+				f.wantHash(kUsers, map[string]string{"u1": "2|T1"})
+				// Queued, not sent: no entry yet, and the pending index
+				// (the reconciler's) does not hold it.
+				f.wantHash(kRes, map[string]string{"T1": "q|u1|2|1000||"})
+				f.wantHash(kStock, map[string]string{"u": "1"}) // counts toward the backlog
+				if f.exists(kPending) {
+					f.t.Error("a queued reservation is in the pending index")
+				}
+				// The buyer's call, having heard the reply, writes it once.
+				wantReply(f.t, f.run(lua.Enqueue, []string{kRes, kLog, kStock}, []string{"T1", "a.s.0.T1", strconv.FormatInt(f.exp, 10)}), []string{"1", "0-1"})
+				wantReply(f.t, f.run(lua.Enqueue, []string{kRes, kLog, kStock}, []string{"T1", "a.s.0.T1", strconv.FormatInt(f.exp, 10)}), []string{"6", "0-1"})
 				entries, err := f.do("XRANGE", kLog, "-", "+").ToArray()
 				if err != nil || len(entries) != 1 {
-					f.t.Fatalf("XRANGE: %v", err)
+					f.t.Fatalf("XRANGE: %d entries, %v", len(entries), err)
 				}
 				e, _ := entries[0].ToArray()
 				fields, _ := e[1].AsStrSlice()
@@ -240,12 +253,14 @@ func TestReserve(t *testing.T) {
 					f.t.Errorf("stream entry = %q, want [t a.s.0.T1]", fields)
 				}
 				f.wantTTL(kLog)
-				f.wantHash(kUsers, map[string]string{"u1": "2|T1"})
-				// Queued, not sent: the record names its stream entry, and
-				// the pending index (the reconciler's) does not hold it.
 				f.wantHash(kRes, map[string]string{"T1": "q|u1|2|1000||0-1"})
-				if f.exists(kPending) {
-					f.t.Error("a queued reservation is in the pending index")
+				f.wantHash(kStock, map[string]string{"u": "0"})
+				// Unknown and no-longer-queued reservations get no entry.
+				wantReply(f.t, f.run(lua.Enqueue, []string{kRes, kLog, kStock}, []string{"T9", "a.s.0.T9", strconv.FormatInt(f.exp, 10)}), []string{"8", ""})
+				f.do("HSET", kRes, "T2", "x|u2|1|1000||store_timeout|1001")
+				wantReply(f.t, f.run(lua.Enqueue, []string{kRes, kLog, kStock}, []string{"T2", "a.s.0.T2", strconv.FormatInt(f.exp, 10)}), []string{"6", ""})
+				if n := f.int("XLEN", kLog); n != 1 {
+					f.t.Errorf("XLEN = %d, want 1", n)
 				}
 			},
 		},
@@ -256,6 +271,7 @@ func TestReserve(t *testing.T) {
 			give: func(f *fx) []string { return f.reserveArgs("u1", 1, 1, "T1", true, 0, "") },
 			want: []string{"1", "4"},
 			check: func(f *fx) {
+				wantReply(f.t, f.run(lua.Enqueue, []string{kRes, kLog, kStock}, []string{"T1", "a.s.0.T1", strconv.FormatInt(f.exp, 10)}), []string{"1", "0-8"})
 				f.wantHash(kRes, map[string]string{"T1": "q|u1|1|1000||0-8"})
 			},
 		},
@@ -290,8 +306,8 @@ func TestReserve(t *testing.T) {
 			},
 			want: []string{"1", "4"},
 			check: func(f *fx) {
-				if n := f.int("XLEN", kLog); n != 4 {
-					f.t.Errorf("XLEN = %d, want 4", n)
+				if n := f.int("XLEN", kLog); n != 3 {
+					f.t.Errorf("XLEN = %d, want 3 (untouched; the entry is enqueue.lua's)", n)
 				}
 			},
 		},
@@ -1011,6 +1027,10 @@ func TestAbort(t *testing.T) {
 			setup: [][]string{stock(1, 2, 1, 0, 0), {"HSET", kUsers, "u1", "1|T1"}, {"HSET", kRes, "T1", "q|u1|1|900||0-1"}},
 			want:  []string{"1"}, wantStock: map[string]string{"r": "2", "p": "0", "x": "1"},
 			wantRec: "x|u1|1|900||store_timeout|1000"},
+		{name: "queue mode: a late reservation with no stream entry yet is released, its u counted down", queue: true,
+			setup: [][]string{stock(1, 2, 1, 0, 0), {"HSET", kStock, "u", "1"}, {"HSET", kUsers, "u1", "1|T1"}, {"HSET", kRes, "T1", "q|u1|1|900||"}},
+			want:  []string{"1"}, wantStock: map[string]string{"r": "2", "p": "0", "x": "1", "u": "0"},
+			wantRec: "x|u1|1|900||store_timeout|1000"},
 		{name: "queue mode: a claimed (sent) reservation is left alone", queue: true,
 			setup: [][]string{stock(1, 2, 1, 0, 0), {"HSET", kUsers, "u1", "1|T1"}, {"HSET", kRes, "T1", "p|u1|1|950||"}, {"ZADD", kPending, "950", "T1"}},
 			want:  []string{"9"}, wantStock: map[string]string{"r": "1", "p": "1"}, wantRec: "p|u1|1|950||", wantUser: "1|T1"},
@@ -1102,15 +1122,15 @@ func TestScriptSHA(t *testing.T) {
 		src  string
 		want string
 	}{
-		{name: "reserve", src: lua.Reserve, want: "0136d19689ac4c2f1e80ab9a0e5d9ad701ca6f22"},
+		{name: "reserve", src: lua.Reserve, want: "2b8eba24f2a0cab4aa995dd75f17480ae7995b45"},
 		{name: "reservebatch", src: lua.ReserveBatch, want: "223e662cb94bcee8c55b1c1c6fd8f643777dd513"},
 		{name: "steal", src: lua.Steal, want: "b6856157fe29f93c2b42255f3e61dea17a3005a9"},
 		{name: "confirm", src: lua.Confirm, want: "c3919655a6b88d9c4b1943f5a116b57181b3a33c"},
-		{name: "release", src: lua.Release, want: "e088c120e5ba89743a19991b207cb9674ac8e0b7"},
+		{name: "release", src: lua.Release, want: "da65f0096b6431e04eb7e39ff2386bfee0201e41"},
 		{name: "confirmbatch", src: lua.ConfirmBatch, want: "b1abfda3e760f4a8897c43978f2e65559f390701"},
 		{name: "claim", src: lua.Claim, want: "b0620c8ed6c0c18611fe9d2275d6af9ee4c6523b"},
 		{name: "deposit", src: lua.Deposit, want: "90af21c9259a27ce2fd67f111d5e01d92baa5081"},
-		{name: "abort", src: lua.Abort, want: "0755411b1d30a7b9e12602462de33d7f4fb7a8e1"},
+		{name: "abort", src: lua.Abort, want: "41badfffc0de2a1e4f3a9521abf9f0e80f5d4230"},
 		{name: "settlemove", src: lua.SettleMove, want: "d18a52fc394960a482388ca298c0cc0b63ab4e27"},
 		{name: "fleet", src: lua.Fleet, want: "ba92c253300e8a8d4e53ed053e50fea443aa81c7"},
 		{name: "bundle", src: lua.Bundle, want: "63221fb2b1f8c265688dccc5850d3e04f406c310"},

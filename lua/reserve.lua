@@ -7,12 +7,14 @@
 -- a change there (lua TestReserveBatchMatchesReserve compares the two).
 --
 -- KEYS[1] stock   hash  r=remaining i=initial p=pending c=confirmed x=released
+--                 u=queued reservations whose stream entry is still to come
 -- KEYS[2] users   hash  user -> "<units>|<last token id>"
 -- KEYS[3] res     hash  token id -> "<state>|<user>|<qty>|<ms>|<order id>|<reason>"
 --                 state p pending (sent, or sync), c confirmed, x released
 --                 (released records end in "|<released ms>", see release.lua),
 --                 q queued: not sent yet, "q|<user>|<qty>|<queued ms>||<entry id>"
---                 (claim.lua turns it into p when a worker sends it)
+--                 (entry id "" until enqueue.lua writes the entry; claim.lua
+--                 turns it into p when a worker sends it)
 -- KEYS[4] pending zset  token id -> created (queue mode: sent) ms; never a queued one
 -- KEYS[5] out     string, exists while r == 0 (read through client-side caching)
 -- KEYS[6] epoch   string, an integer set at preheat, incremented by every
@@ -168,7 +170,9 @@ if r < qty then
   return {2, r}
 end
 if ARGV[7] == '1' then
-  local backlog = redis.call('XLEN', KEYS[7])
+  -- Queued reservations whose entry is still to come (stock field u,
+  -- see enqueue.lua) count as entries.
+  local backlog = redis.call('XLEN', KEYS[7]) + tonumber(redis.call('HGET', KEYS[1], 'u') or '0')
   if backlog >= tonumber(ARGV[10]) then return {12, backlog} end
 end
 if ARGV[7] == '1' then
@@ -189,11 +193,13 @@ redis.call('HINCRBY', KEYS[1], 'p', qty)
 if r == 0 then redis.call('SET', KEYS[5], '1', 'PXAT', ARGV[6]) end
 redis.call('HSET', KEYS[2], ARGV[1], (units + qty) .. '|' .. ARGV[4])
 if ARGV[7] == '1' then
-  -- Queued, not sent: out of the pending index until a worker claims it.
-  -- A stream from before sequence ids ("*" ids) keeps "*"; no place shown.
-  local id = redis.pcall('XADD', KEYS[7], '0-*', 't', ARGV[11])
-  if type(id) == 'table' then id = redis.call('XADD', KEYS[7], '*', 't', ARGV[11]) end
-  redis.call('HSET', KEYS[3], ARGV[4], 'q|' .. ARGV[1] .. '|' .. qty .. '|' .. ARGV[5] .. '||' .. id)
+  -- Queued, not sent: out of the pending index until a worker claims it,
+  -- and out of the stream until the buyer's call, having heard this reply,
+  -- writes its entry (enqueue.lua): a reply that never came (the buyer told
+  -- STORE_UNAVAILABLE) leaves a record no worker reads, which its abort
+  -- releases.
+  redis.call('HSET', KEYS[3], ARGV[4], 'q|' .. ARGV[1] .. '|' .. qty .. '|' .. ARGV[5] .. '||')
+  redis.call('HINCRBY', KEYS[1], 'u', 1)
 else
   redis.call('ZADD', KEYS[4], ARGV[5], ARGV[4])
 end
@@ -207,7 +213,6 @@ end
 if units == 0 and redis.call('HLEN', KEYS[2]) == 1 then
   redis.call('PEXPIREAT', KEYS[2], ARGV[6])
   redis.call('PEXPIREAT', KEYS[3], ARGV[6])
-  if ARGV[7] == '1' then redis.call('PEXPIREAT', KEYS[7], ARGV[6]) end
 end
 if redis.call('ZCARD', KEYS[4]) == 1 then redis.call('PEXPIREAT', KEYS[4], ARGV[6]) end
 return {1, r}

@@ -329,6 +329,7 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 	// queue), so every activity's queue is looked at.
 	if len(a.SKUs) > 0 {
 		r.queueAge(ctx, &ar, a, f.Shards, now)
+		r.queueOrphans(ctx, &ar, a, f.Shards, now, repair)
 	}
 	st, err := r.st.Status(ctx, a)
 	if err != nil {
@@ -374,6 +375,35 @@ func (r *Reconciler) queueAge(ctx context.Context, ar *ActivityReport, a *config
 		r.alert(ar, "queued_stale", msg)
 		ar.Exceptions = append(ar.Exceptions, store.Exception{Activity: a.ID, Kind: "queued_stale", Severity: "alert",
 			SKU: a.SKUs[0].ID, State: store.StateQueued, At: now, Reason: msg})
+	}
+}
+
+// orphanAge is how long a queued reservation may go without its stream
+// entry before the reconciler writes it: its buyer's call enqueues it right
+// after the reserve reply, or retries while Redis does not answer.
+const orphanAge = time.Minute
+
+// queueOrphans finds queued reservations that never got their stream entry
+// (their instance stopped between the reserve and the enqueue): no worker
+// can see them. With repair they are enqueued, so their buyers, told QUEUED,
+// are sent; without, reported.
+func (r *Reconciler) queueOrphans(ctx context.Context, ar *ActivityReport, a *config.Activity, shards int, now time.Time, repair bool) {
+	toks, err := r.st.EnqueueOrphans(ctx, a.ID, shards, now.Add(-orphanAge).UnixMilli(), store.ExpireAt(a), repair)
+	if err != nil {
+		ar.Notes = append(ar.Notes, fmt.Sprintf("queued reservations without a stream entry: not checked: %v", err))
+		return
+	}
+	if len(toks) == 0 {
+		return
+	}
+	action := "not sent until enqueued: run with --repair"
+	if repair {
+		action = "enqueued: the queue workers send them"
+	}
+	ar.Notes = append(ar.Notes, fmt.Sprintf("%d queued reservation(s) had no stream entry (their instance stopped before enqueueing): %s", len(toks), action))
+	for _, t := range toks {
+		ar.Exceptions = append(ar.Exceptions, store.Exception{Activity: a.ID, Kind: "queued_unlisted", Severity: "note",
+			SKU: t.SKU, Token: t.String(), State: store.StateQueued, At: now, Reason: action})
 	}
 }
 

@@ -19,7 +19,7 @@ type Exception struct {
 	ID       string `json:"id,omitempty"`
 	Activity string `json:"activity"`
 	// Kind is the finding: unsettled, shop_missing, shop_extra,
-	// order_for_released, invariant, queued_stale.
+	// order_for_released, invariant, queued_stale, queued_unlisted.
 	Kind string `json:"kind"`
 	// Severity is "alert" (needs a person) or "note" (within tolerance
 	// while the activity runs).

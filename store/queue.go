@@ -348,3 +348,70 @@ func (s *Store) OldestQueued(ctx context.Context, act, sku string, shards int) (
 	}
 	return ms, found, nil
 }
+
+// orphanPage is how many records of a shard's reservations hash one HSCAN
+// step returns while looking for queued records without a stream entry.
+const orphanPage = 500
+
+// EnqueueOrphans finds act's queued reservations whose stream entry was
+// never written and that were queued before cutoffMs: the instance that
+// reserved them stopped between the reserve and its enqueue, or dropped the
+// enqueue's retries (see Store.enqueue). No worker can see them. With
+// repair it writes their entries (enqueue.lua, idempotent), so the workers
+// send them: a buyer told QUEUED is never left unsent. It returns the
+// tokens found (and, with repair, enqueued).
+func (s *Store) EnqueueOrphans(ctx context.Context, act string, shards int, cutoffMs, expireAt int64, repair bool) ([]Token, error) {
+	c, err := s.Client()
+	if err != nil {
+		return nil, err
+	}
+	var found []Token
+	for shard := 0; shard < shards; shard++ {
+		cursor := uint64(0)
+		for {
+			// Every SKU's reservations of the shard share its res hash: any
+			// SKU names it (the token says which SKU each one is).
+			sk, err := s.shardKeys(ctx, act, BundleSKU, shards, shard)
+			if err != nil {
+				return found, err
+			}
+			cctx, cancel := s.ctx(ctx)
+			e, err := c.Do(cctx, c.B().Hscan().Key(sk.Res).Cursor(cursor).Count(orphanPage).Build()).AsScanEntry()
+			cancel()
+			if err != nil {
+				return found, wrap(err)
+			}
+			for i := 0; i+1 < len(e.Elements); i += 2 {
+				field, rec := e.Elements[i], e.Elements[i+1]
+				if !strings.HasPrefix(rec, "q|") || !strings.HasSuffix(rec, "|") {
+					continue
+				}
+				tok, ok := tokenOfField(act, shard, field)
+				if !ok {
+					continue
+				}
+				if r, ok := parseRecord(tok, rec); !ok || r.CreatedMs >= cutoffMs {
+					continue
+				}
+				found = append(found, tok)
+				if !repair {
+					continue
+				}
+				tk, err := s.shardKeys(ctx, act, tok.SKU, shards, shard)
+				if err != nil {
+					return found, err
+				}
+				cctx, cancel := s.ctx(ctx)
+				err = enqueueScript.Exec(cctx, c, []string{tk.Res, tk.Log, tk.Stock}, []string{tok.Field(), tok.String(), itoa(expireAt)}).Error()
+				cancel()
+				if err != nil {
+					return found, wrap(err)
+				}
+			}
+			if cursor = e.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
+	return found, nil
+}

@@ -211,6 +211,9 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 			}
 			switch lua.Code(r.code) {
 			case lua.OK:
+				if q.Queue {
+					s.enqueue(ctx, c, k.Shards[home], tok, q)
+				}
 				return ReserveResult{Code: lua.OK, Token: tok, Moves: res.Moves}, nil
 			case lua.Pending, lua.Purchased, lua.Released:
 				// The buyer's last reservation: of any SKU of the activity.
@@ -249,6 +252,29 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 		args[7], args[8], args[12] = itoa(moved), moveID, itoa(gen)
 		cancel()
 		cctx, cancel = s.ctx(ctx)
+	}
+}
+
+var enqueueScript = rueidis.NewLuaScript(lua.Enqueue)
+
+// enqueue writes a queued reservation's stream entry, now that the buyer's
+// call heard it was reserved (enqueue.lua: reserve.lua leaves it out, so a
+// reserve that ran after its buyer was told STORE_UNAVAILABLE is never read
+// by a worker before its abort releases it). The buyer is told QUEUED
+// either way: the reservation exists. If Redis does not answer, the
+// retrier writes the entry (idempotent: one entry per reservation); the
+// buyer's next call runs it first.
+func (s *Store) enqueue(ctx context.Context, c rueidis.Client, sk ShardKeys, tok Token, q ReserveRequest) {
+	keys, args := []string{sk.Res, sk.Log, sk.Stock}, []string{tok.Field(), tok.String(), itoa(q.ExpireAt)}
+	run := func(ctx context.Context) error {
+		cctx, cancel := s.ctx(ctx)
+		defer cancel()
+		return wrap(enqueueScript.Exec(cctx, c, keys, args).Error())
+	}
+	if err := run(ctx); err != nil {
+		if !Retryable(err) || !s.retry.Submit("enqueue", buyerKey(q.Activity, q.User), run) {
+			s.log.Error("queued reservation has no stream entry; reconcile --repair writes it", zap.String("token", tok.String()), zap.Error(err))
+		}
 	}
 }
 
