@@ -202,6 +202,18 @@ func (p *Pipeline) AllowPublic(ip netip.Addr, nowNs int64) (bool, time.Duration)
 	return l.public.AllowAddr(l.client(ip), nowNs)
 }
 
+// AllowIP takes a token of the buys' per-IP limit for ip at nowNs, before
+// admission (which takes its own): the proxy spends one on a bearer token
+// it has not verified yet, as a session look-up does, so one address cannot
+// buy signature checks faster than its rate.
+func (p *Pipeline) AllowIP(ip netip.Addr, nowNs int64) (bool, time.Duration) {
+	l := p.limits.Load()
+	if l == nil {
+		return true, 0
+	}
+	return l.ip.AllowAddr(l.client(ip), nowNs)
+}
+
 // client is the per-IP limiter's key for a: the address cut to the
 // configured prefix (an IPv6 subscriber owns a /64: rotating the interface
 // id must not buy new buckets).

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"net/netip"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -78,22 +79,35 @@ func (j *jwtUser) token(ctx *fasthttp.RequestCtx) ([]byte, identity.Reason) {
 	return bytes.TrimSpace(h[len(bearer):]), identity.OK
 }
 
-// identify returns the verified user id, or the refusal's code.
-func (j *jwtUser) identify(ctx *fasthttp.RequestCtx) (string, admission.Code) {
+// identify returns the verified user id, or the refusal's code. A token
+// not verified before costs the buyer's address one per_ip token first
+// (il, when set; RATE_LIMITED with the wait when there is none), as a
+// session look-up does, so one address cannot buy signature checks faster
+// than its rate.
+func (j *jwtUser) identify(ctx *fasthttp.RequestCtx, il IPLimiter, ip netip.Addr) (string, admission.Code, time.Duration) {
 	raw, r := j.token(ctx)
 	user := ""
 	if r == identity.OK {
+		var hit bool
+		if user, hit = j.v.Cached(raw); hit {
+			return user, admission.Admitted, 0
+		}
+		if il != nil {
+			if ok, wait := il.AllowIP(ip, time.Now().UnixNano()); !ok {
+				return "", admission.RateLimited, wait
+			}
+		}
 		user, r = j.v.Verify(raw)
 	}
 	switch r {
 	case identity.OK:
-		return user, admission.Admitted
+		return user, admission.Admitted, 0
 	case identity.NoKeys:
 		j.failures[r].Inc()
-		return "", admission.AuthUnavailable
+		return "", admission.AuthUnavailable, 0
 	default:
 		j.failures[r].Inc()
-		return "", admission.Unauthenticated
+		return "", admission.Unauthenticated, 0
 	}
 }
 

@@ -49,6 +49,14 @@ type PublicLimiter interface {
 
 var _ PublicLimiter = (*admission.Pipeline)(nil)
 
+// IPLimiter is what the proxy needs to gate first sights of bearer tokens
+// on the buyer's per-IP limit; *admission.Pipeline implements it.
+type IPLimiter interface {
+	AllowIP(ip netip.Addr, nowNs int64) (bool, time.Duration)
+}
+
+var _ IPLimiter = (*admission.Pipeline)(nil)
+
 func writeJSON(ctx *fasthttp.RequestCtx, status int, body []byte) {
 	ctx.Response.Reset()
 	ctx.SetStatusCode(status)

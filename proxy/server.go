@@ -311,10 +311,12 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, st *state, m match) {
 		return
 	}
 	ans := answer{activity: a.ID}
-	req, code := s.parse(ctx, st, a, m)
+	req, code, wait := s.parseWait(ctx, st, a, m)
 	if code != admission.Admitted {
 		ans.code = code
 		switch code {
+		case admission.RateLimited:
+			ans.retryAfter = wait
 		case admission.Unauthenticated:
 			if st.jwt != nil {
 				ans.challenge = st.jwt.challenge(ctx)
@@ -393,9 +395,16 @@ var requestPool = sync.Pool{New: func() any { return new(admission.Request) }}
 // parse extracts and checks the request's shape; any failure is BAD_REQUEST
 // (or UNKNOWN_ITEM for a SKU this activity does not sell) and reserves nothing.
 func (s *Server) parse(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, m match) (admission.Request, admission.Code) {
+	req, code, _ := s.parseWait(ctx, st, a, m)
+	return req, code
+}
+
+// parseWait is parse that also says, for RATE_LIMITED (a bearer token's
+// first sight over the address's per_ip budget), how long to wait.
+func (s *Server) parseWait(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, m match) (admission.Request, admission.Code, time.Duration) {
 	var body jsonBody
 	if !bufferBuyBody(&ctx.Request) {
-		return admission.Request{}, admission.BadRequest
+		return admission.Request{}, admission.BadRequest, 0
 	}
 	// 1. Who is buying: a verified token's claim, a session's user (looked
 	// up by admission after its local checks), or the id as sent.
@@ -403,53 +412,54 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, 
 	if st.jwt != nil {
 		// The claim was canonicalised and checked once, before the
 		// verified token was cached (userCheck).
-		u, code := st.jwt.identify(ctx)
+		il, _ := s.decide.(IPLimiter)
+		u, code, wait := st.jwt.identify(ctx, il, clientIP(ctx, st.trusted))
 		if code != admission.Admitted {
-			return admission.Request{}, code
+			return admission.Request{}, code, wait
 		}
 		req.User, req.Verified = u, true
 	} else if code := st.readBuyer(ctx, &body, &req); code != admission.Admitted {
-		return admission.Request{}, code
+		return admission.Request{}, code, 0
 	}
 	if m.r.bundle {
 		if code := parseItems(ctx, &body, a, &req); code != admission.Admitted {
-			return admission.Request{}, code
+			return admission.Request{}, code, 0
 		}
 	} else {
 		sx := st.skuFrom[a]
 		sku, err := sx.get(ctx, m.sku, &body)
 		if err != nil || !validID(sku) {
-			return admission.Request{}, admission.BadRequest
+			return admission.Request{}, admission.BadRequest, 0
 		}
 		if k := a.SKU(string(sku)); k != nil {
 			req.SKU = k.ID // the config's string: no per-request allocation kept
 		} else {
-			return admission.Request{}, admission.UnknownItem
+			return admission.Request{}, admission.UnknownItem, 0
 		}
 		if qx, ok := st.qtyFrom[a]; ok {
 			q, err := qx.get(ctx, m.sku, &body)
 			if err != nil {
-				return admission.Request{}, admission.BadRequest
+				return admission.Request{}, admission.BadRequest, 0
 			}
 			if q != nil {
 				if req.Qty = parseQty(q); req.Qty == 0 {
-					return admission.Request{}, admission.BadRequest
+					return admission.Request{}, admission.BadRequest, 0
 				}
 			}
 		}
 		if req.Qty > a.MaxQty {
-			return admission.Request{}, admission.BadRequest
+			return admission.Request{}, admission.BadRequest, 0
 		}
 	}
 	if dev, err := st.device.getID(ctx, &body); err != nil || len(dev) > 0 {
 		if err != nil || !validID(dev) {
-			return admission.Request{}, admission.BadRequest
+			return admission.Request{}, admission.BadRequest, 0
 		}
 		req.Device = string(dev)
 	}
 	if rid, err := st.reqID.getID(ctx, &body); req.Items == nil && (err != nil || len(rid) > 0) {
 		if err != nil || !validID(rid) {
-			return admission.Request{}, admission.BadRequest
+			return admission.Request{}, admission.BadRequest, 0
 		}
 		req.RequestID = string(rid)
 	}
@@ -457,7 +467,7 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, 
 	if a.Signature.Enabled() {
 		readSignature(ctx, &a.Signature, &req)
 	}
-	return req, admission.Admitted
+	return req, admission.Admitted, 0
 }
 
 // readSignature copies the app signature headers into req; admission checks

@@ -401,3 +401,33 @@ func TestJWTFromCookie(t *testing.T) {
 		t.Fatalf("shop buys = %+v", b)
 	}
 }
+
+// TestJWTFirstSightsSpendPerIP: a token the proxy has not verified before
+// costs a signature check (RS256 ~30 µs, ES256 ~80), so one address sending
+// made-up tokens could buy checks without bound: the limits ran after
+// identity. Now a first sight spends one per_ip token first, as a session
+// look-up does: with per_ip {rate 1, burst 5}, 40 forged tokens from one
+// address are at most 6 signature checks (401) and the rest 429
+// RATE_LIMITED with Retry-After; a verified token, once cached, costs none.
+func TestJWTFirstSightsSpendPerIP(t *testing.T) {
+	k, forger := jwttest.RSA(t, "k1"), jwttest.RSA(t, "k1")
+	srv := jwttest.NewServer(t, k)
+	f := newFixture(t, func(o *e2e.Options) {
+		o.User = fmt.Sprintf("{ jwt: { jwks_url: %q, issuer: %q, audience: %q } }", srv.URL, jwtIss, jwtAud)
+		o.Limits = "{ per_ip: { rate: 1, burst: 5 }, per_device: { rate: 1000, burst: 1000 }, per_user: { rate: 1000, burst: 1000 } }"
+	})
+	codes := map[string]int{}
+	for i := 0; i < 40; i++ {
+		r := f.buyAs(actOpen, forger.Sign(t, "RS256", jwtClaims(fmt.Sprintf("fake-%d", i))))
+		codes[r.Code]++
+		if r.Code == "RATE_LIMITED" && r.Header["Retry-After"] == "" {
+			t.Errorf("429 without Retry-After: %v", r.Header)
+		}
+	}
+	checks := authFailures(t, f.p, "bad_signature")
+	t.Logf("answers %v, signature checks failed %v", codes, checks)
+	if checks > 6 || codes["UNAUTHENTICATED"] > 6 || codes["RATE_LIMITED"] < 34 {
+		t.Errorf("40 forged tokens from one address: %v, %v signature checks; want at most 6 checks, the rest RATE_LIMITED", codes, checks)
+	}
+	f.p.WantStock(t, actOpen, 100, 0, 0)
+}
