@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"iter"
 	"net/netip"
 	"strings"
 	"unicode/utf8"
@@ -139,26 +140,18 @@ func headerOnce(h *fasthttp.RequestHeader, name string) ([]byte, error) {
 // cookieOnce returns the value of the cookie name (over every Cookie line),
 // nil when absent, or errTwice when it is sent more than once.
 func cookieOnce(h *fasthttp.RequestHeader, name string) ([]byte, error) {
-	var v []byte
-	n := 0
-	for k, val := range h.Cookies() {
-		if string(k) == name {
-			v = val
-			n++
-		}
-	}
-	if n > 1 {
-		return nil, errTwice{}
-	}
-	return v, nil
+	return onlyOne(h.Cookies(), name)
 }
 
 // argOnce returns the value of the query or form argument name, nil when
 // absent, or errTwice when it is sent more than once.
-func argOnce(args *fasthttp.Args, name string) ([]byte, error) {
+func argOnce(args *fasthttp.Args, name string) ([]byte, error) { return onlyOne(args.All(), name) }
+
+// onlyOne returns the value of name in kvs, nil when absent, or errTwice.
+func onlyOne(kvs iter.Seq2[[]byte, []byte], name string) ([]byte, error) {
 	var v []byte
 	n := 0
-	for k, val := range args.All() {
+	for k, val := range kvs {
 		if string(k) == name {
 			v = val
 			n++
