@@ -162,6 +162,22 @@ func (c *cli) parse() error {
 		c.fs.Usage()
 		return fail(exitUsage, "seckill-proxy %s: unexpected argument %q", c.name, c.positional[0])
 	}
+	// An empty ID is never "all": `pause -c f "$ACT"` with $ACT unset must
+	// not resume, pause or force-preheat every activity.
+	for _, p := range c.positional {
+		if strings.TrimSpace(p) == "" {
+			return fail(exitUsage, "seckill-proxy %s: an argument is empty (an unset shell variable?); give the ID, or --all where the command takes it", c.name)
+		}
+	}
+	var empty string
+	c.fs.Visit(func(f *flag.Flag) {
+		if f.Name == "activity" && strings.TrimSpace(f.Value.String()) == "" {
+			empty = f.Name
+		}
+	})
+	if empty != "" {
+		return fail(exitUsage, "seckill-proxy %s: --%s is empty (an unset shell variable?); give an activity ID, or leave the flag out for all", c.name, empty)
+	}
 	if c.cfgPath == "" {
 		c.fs.Usage()
 		return fail(exitUsage, "seckill-proxy %s: -c FILE is required", c.name)
