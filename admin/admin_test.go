@@ -388,8 +388,8 @@ func TestAdminRelease(t *testing.T) {
 		{"unknown", "token=open.sku1.1.AAAAAAAAAAAAAAAAAAAAAA", http.StatusNotFound, ""},
 		{"shard out of range", "token=open.sku1.9.AAAAAAAAAAAAAAAAAAAAAA", http.StatusNotFound, ""},
 		{"activity not configured", "token=gone.sku1.0.AAAAAAAAAAAAAAAAAAAAAA", http.StatusNotFound, ""},
-		{"malformed", "token=not-a-token", http.StatusNotFound, ""},
-		{"none", "", http.StatusNotFound, ""},
+		{"malformed", "token=not-a-token", http.StatusBadRequest, ""},
+		{"none", "", http.StatusBadRequest, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,7 +3,9 @@ package admin
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/seckill-proxy/seckill-proxy/config"
@@ -45,12 +47,26 @@ func writeErr(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]string{"error": msg})
 }
 
-// acts picks ?activity=ID, or every activity when absent (or all=1).
+// acts picks ?activity=ID, or every activity when absent (or all=1). An
+// empty ?activity= is refused, never "all", and so are both together.
 func (api *API) acts(w http.ResponseWriter, r *http.Request, required bool) ([]*config.Activity, bool) {
 	cfg := api.Config()
-	id := r.URL.Query().Get("activity")
+	q := r.URL.Query()
+	all, ok := boolParam(w, r, "all")
+	if !ok {
+		return nil, false
+	}
+	id := q.Get("activity")
+	switch {
+	case q.Has("activity") && strings.TrimSpace(id) == "":
+		writeErr(w, http.StatusBadRequest, "?activity= is empty: give an activity ID, or ?all=1")
+		return nil, false
+	case id != "" && all:
+		writeErr(w, http.StatusBadRequest, "give ?activity=ID or ?all=1, not both")
+		return nil, false
+	}
 	if id == "" {
-		if required && r.URL.Query().Get("all") != "1" {
+		if required && !all {
 			writeErr(w, http.StatusBadRequest, "give ?activity=ID or ?all=1")
 			return nil, false
 		}
@@ -66,6 +82,21 @@ func (api *API) acts(w http.ResponseWriter, r *http.Request, required bool) ([]*
 		return nil, false
 	}
 	return []*config.Activity{a.ShadowOrSelf()}, true
+}
+
+// boolParam reads a yes/no query parameter: absent, "" or "0" no, "1" yes;
+// anything else is refused (400), never taken as no: ?force=true must not
+// run an unforced preheat and answer 200.
+func boolParam(w http.ResponseWriter, r *http.Request, name string) (bool, bool) {
+	switch v := r.URL.Query().Get(name); v {
+	case "", "0":
+		return false, true
+	case "1":
+		return true, true
+	default:
+		writeErr(w, http.StatusBadRequest, fmt.Sprintf("?%s must be 1 or 0, got %q", name, v))
+		return false, false
+	}
 }
 
 func (api *API) status(w http.ResponseWriter, r *http.Request) {
@@ -93,7 +124,10 @@ func (api *API) preheat(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	force := r.URL.Query().Get("force") == "1"
+	force, ok := boolParam(w, r, "force")
+	if !ok {
+		return
+	}
 	out := map[string]string{}
 	status := http.StatusOK
 	for _, a := range acts {
@@ -127,8 +161,16 @@ func (api *API) setPaused(w http.ResponseWriter, r *http.Request, paused bool) {
 
 func (api *API) release(w http.ResponseWriter, r *http.Request) {
 	raw := r.URL.Query().Get("token")
+	if raw == "" {
+		writeErr(w, http.StatusBadRequest, "give ?token=TOKEN (the reservation's X-Seckill-Token)")
+		return
+	}
 	tok, err := store.ParseToken(raw)
-	if err != nil || api.Config().Activity(tok.Activity) == nil {
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, "malformed token: "+err.Error())
+		return
+	}
+	if api.Config().Activity(tok.Activity) == nil {
 		writeErr(w, http.StatusNotFound, "no such reservation")
 		return
 	}
@@ -163,7 +205,11 @@ func (api *API) reconcile(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	rep, err := api.Reconciler.Run(r.Context(), acts, r.URL.Query().Get("repair") == "1", time.Now())
+	repair, ok := boolParam(w, r, "repair")
+	if !ok {
+		return
+	}
+	rep, err := api.Reconciler.Run(r.Context(), acts, repair, time.Now())
 	if err != nil {
 		writeErr(w, http.StatusServiceUnavailable, err.Error())
 		return

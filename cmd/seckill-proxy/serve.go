@@ -217,6 +217,16 @@ func restartOnly(old, next *config.Config) []string {
 	if old.Watch != next.Watch {
 		out = append(out, "watch")
 	}
+	// The listener's limits are set when it starts (fair_start_max_held
+	// alone is applied on reload, by admission).
+	was, is := old.Server, next.Server
+	was.FairStartMaxHeld, is.FairStartMaxHeld = 0, 0
+	if !reflect.DeepEqual(was, is) {
+		out = append(out, "server")
+	}
+	if old.Reconcile.ExceptionsMax != next.Reconcile.ExceptionsMax {
+		out = append(out, "reconcile.exceptions_max")
+	}
 	return out
 }
 
