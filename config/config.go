@@ -65,6 +65,11 @@ func parseYAML(data []byte) (*yaml.Node, *Error) {
 		if errors.Is(err, io.EOF) {
 			return nil, nil
 		}
+		if line := tabIndent(data); line > 0 {
+			// yaml.v3 names a tab in the indentation vaguely ("found
+			// character that cannot start any token") or a line early.
+			return nil, &Error{Line: line, Msg: "YAML syntax: a tab in the indentation; YAML indents with spaces only"}
+		}
 		return nil, syntaxError(err)
 	}
 	var extra yaml.Node
@@ -84,6 +89,22 @@ func parseYAML(data []byte) (*yaml.Node, *Error) {
 		return doc.Content[0], nil
 	}
 	return &doc, nil
+}
+
+// tabIndent returns the first line (1-based) whose indentation holds a
+// tab, or 0.
+func tabIndent(data []byte) int {
+	for i, line := range bytes.Split(data, []byte("\n")) {
+		for _, c := range line {
+			if c == '\t' {
+				return i + 1
+			}
+			if c != ' ' {
+				break
+			}
+		}
+	}
+	return 0
 }
 
 func syntaxError(err error) *Error {

@@ -100,7 +100,7 @@ func (c *Config) setDefaults(m *meta) {
 	setOnce(m, &c.Server.WriteTimeout, 30*time.Second)
 	setOnce(m, &c.Server.IdleTimeout, 90*time.Second)
 	setOnce(m, &c.Server.DrainDelay, DefaultDrainDelay)
-	setOnce(m, &c.Server.ShutdownTimeout, 2*c.Upstream.Timeout+5*time.Second)
+	setOnce(m, &c.Server.ShutdownTimeout, 2*min(c.Upstream.Timeout, MaxUpstreamTimeout)+5*time.Second)
 	setOnce(m, &c.Server.FairStartMaxHeld, DefaultFairStartMaxHeld)
 
 	if !c.Redis.Sentinel.Enabled() {

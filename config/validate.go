@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -13,6 +14,14 @@ import (
 const (
 	maxStock       = 1_000_000_000
 	maxReplayBytes = 1 << 20
+)
+
+// Upper bounds of the timeouts others are computed from (shutdown_timeout,
+// pending_timeout, lease TTLs): a shop or Redis slower than these is down,
+// and a larger value (2000000h) would overflow what is derived from it.
+const (
+	MaxUpstreamTimeout = 10 * time.Minute
+	MaxRedisTimeout    = time.Minute
 )
 
 // MinPendingTimeout is the shortest pending_timeout allowed with an
@@ -71,8 +80,11 @@ func (v *validator) errorf(line int, format string, args ...any) {
 func (v *validator) ok(p any) bool { return !v.m.failed(p) }
 
 func (v *validator) config(c *Config) {
-	v.hostPort(&c.Listen, "listen", c.Listen)
-	v.hostPort(&c.Admin.Listen, "admin.listen", c.Admin.Listen, &c.Admin)
+	v.listenAddr(&c.Listen, "listen", c.Listen)
+	v.listenAddr(&c.Admin.Listen, "admin.listen", c.Admin.Listen, &c.Admin)
+	if v.ok(&c.Listen) && v.ok(&c.Admin.Listen) && sameListen(c.Listen, c.Admin.Listen) {
+		v.errorf(v.m.line(&c.Admin.Listen, &c.Admin), "admin.listen %q is the same address as listen: the two listeners need ports of their own", c.Admin.Listen)
+	}
 	if p := c.PublicPrefix; !strings.HasPrefix(p, "/") || len(p) < 2 || strings.HasSuffix(p, "/") {
 		v.errorf(v.m.line(&c.PublicPrefix), "public_prefix must start with \"/\" and not end with one, got %q", p)
 	}
@@ -120,8 +132,8 @@ func (v *validator) upstream(c *Config) {
 			v.errorf(v.m.line(&u.URL), "upstream.url %s", msg)
 		}
 	}
-	if v.ok(&u.Timeout) && u.Timeout <= 0 {
-		v.errorf(v.m.line(&u.Timeout, &c.Upstream), "upstream.timeout must be positive, got %s", u.Timeout)
+	if v.ok(&u.Timeout) && (u.Timeout <= 0 || u.Timeout > MaxUpstreamTimeout) {
+		v.errorf(v.m.line(&u.Timeout, &c.Upstream), "upstream.timeout must be positive and at most %s, got %s", MaxUpstreamTimeout, u.Timeout)
 	}
 	if v.ok(&u.MaxConns) && u.MaxConns < 1 {
 		v.errorf(v.m.line(&u.MaxConns, &c.Upstream), "upstream.max_conns must be at least 1, got %d", u.MaxConns)
@@ -153,7 +165,7 @@ func (v *validator) upstream(c *Config) {
 	if v.ok(&sv.DrainDelay) && (sv.DrainDelay < 0 || sv.DrainDelay > 5*time.Minute) {
 		v.errorf(v.m.line(&sv.DrainDelay, &c.Server), "server.drain_delay must be between 0s and 5m, got %s", sv.DrainDelay)
 	}
-	if v.ok(&sv.ShutdownTimeout) && v.ok(&u.Timeout) && sv.ShutdownTimeout < u.Timeout {
+	if v.ok(&sv.ShutdownTimeout) && v.ok(&u.Timeout) && u.Timeout <= MaxUpstreamTimeout && sv.ShutdownTimeout < u.Timeout {
 		v.errorf(v.m.line(&sv.ShutdownTimeout, &c.Server),
 			"server.shutdown_timeout (%s) must be at least upstream.timeout (%s): winners still at the shop would be cut off and left pending", sv.ShutdownTimeout, u.Timeout)
 	}
@@ -184,8 +196,8 @@ func (v *validator) redis(c *Config) {
 	for i, a := range r.Addrs {
 		v.hostPort(&r.Addrs[i], "redis.addrs", a, &r.Addrs)
 	}
-	if v.ok(&r.Timeout) && r.Timeout <= 0 {
-		v.errorf(v.m.line(&r.Timeout, &c.Redis), "redis.timeout must be positive, got %s", r.Timeout)
+	if v.ok(&r.Timeout) && (r.Timeout <= 0 || r.Timeout > MaxRedisTimeout) {
+		v.errorf(v.m.line(&r.Timeout, &c.Redis), "redis.timeout must be positive and at most %s, got %s", MaxRedisTimeout, r.Timeout)
 	}
 	// Braces would open a hash tag of their own and move keys of one SKU to
 	// different cluster slots, breaking the single-slot scripts.
@@ -303,9 +315,11 @@ func (v *validator) activities(c *Config) {
 		if v.ok(&a.Route.Method) && v.ok(&a.Route.Path) && !strings.Contains(a.Route.Path, "{activity}") {
 			// Without {activity} in the path, nothing in the request says
 			// which of two identical routes it is for.
-			// Compared in lower case: two paths differing only in case
-			// are one route to a case-insensitive matcher.
-			key := a.Route.Method + " " + strings.ToLower(a.Route.Path)
+			// Compared as the matcher sees them: in lower case, without a
+			// trailing "/", the last literal without its ".ext" (buy.json
+			// is a spelling of buy); the second of two such routes could
+			// never be reached.
+			key := a.Route.Method + " " + routeKey(a.Route.Path)
 			if other, dup := routes[key]; dup {
 				v.errorf(v.m.line(&a.Route.Path, &a.Route, a), "%s: route %s is already used by activity %q; add {activity} to the path to tell them apart", name, key, other)
 			} else {
@@ -635,11 +649,29 @@ func (v *validator) jwt(j *JWT, parent any) {
 }
 
 func (v *validator) hostPort(p *string, name, s string, parents ...any) {
+	v.hostPortFrom(p, name, s, 1, parents...)
+}
+
+// listenAddr is hostPort for an address to listen on: port 0 (any free
+// one) is allowed there.
+func (v *validator) listenAddr(p *string, name, s string, parents ...any) {
+	v.hostPortFrom(p, name, s, 0, parents...)
+}
+
+// hostPortFrom checks host:port with a numeric port from least to 65535:
+// "127.0.0.1:99999" or ":abc" would pass net.SplitHostPort and fail only
+// when serve or a command dials or listens, without a line.
+func (v *validator) hostPortFrom(p *string, name, s string, least int, parents ...any) {
 	if !v.ok(p) {
 		return
 	}
-	if _, _, err := net.SplitHostPort(s); err != nil {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
 		v.errorf(v.m.line(append([]any{p}, parents...)...), "%s: want host:port, got %q", name, s)
+		return
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < least || n > 65535 {
+		v.errorf(v.m.line(append([]any{p}, parents...)...), "%s: the port must be a number from %d to 65535, got %q", name, least, s)
 	}
 }
 
@@ -712,7 +744,37 @@ func httpURL(s string) string {
 	case u.Host == "":
 		return fmt.Sprintf("needs a host, got %q", s)
 	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Sprintf("has a port that is not a number from 1 to 65535: %q", s)
+		}
+	}
 	return ""
+}
+
+// routeKey is a route path as the proxy's matcher compares it (proxy/route.go
+// matchPath): case folded, no trailing "/", and a last literal segment cut at
+// its first "." (a literal matches itself followed by any ".ext").
+func routeKey(p string) string {
+	p = strings.TrimSuffix(strings.ToLower(p), "/")
+	if i := strings.LastIndexByte(p, '/'); i >= 0 && !strings.HasPrefix(p[i+1:], "{") {
+		if j := strings.IndexByte(p[i+1:], '.'); j >= 0 {
+			p = p[:i+1+j]
+		}
+	}
+	return p
+}
+
+// sameListen reports whether two listen addresses are one port (an empty
+// host or 0.0.0.0 / :: takes every address; port 0 is any free one).
+func sameListen(a, b string) bool {
+	ha, pa, err1 := net.SplitHostPort(a)
+	hb, pb, err2 := net.SplitHostPort(b)
+	if err1 != nil || err2 != nil || pa != pb || pa == "0" {
+		return false
+	}
+	any := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return ha == hb || any(ha) || any(hb)
 }
 
 // routePath returns why p is not a usable route pattern, or "".
