@@ -582,6 +582,13 @@ func (s *Store) settleMoves(ctx context.Context, a *config.Activity, age time.Du
 					}
 					continue
 				}
+				if s.DurableWinners() {
+					// Deposited only once the donor's replicas hold the steal
+					// (see settleMoveLater); left for a later pass otherwise.
+					if ok, _, _ := s.waitShard(ctx, c, donor, id, ExpireAt(a)); !ok {
+						continue
+					}
+				}
 				hk := k.Shards[home]
 				cctx, cancel := s.ctx(ctx)
 				keys, args := []string{hk.Stock, hk.Out, hk.MovesIn}, []string{id, parts[1], exp, gen}

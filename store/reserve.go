@@ -578,6 +578,15 @@ func (s *Store) settleMoveLater(k *SKUKeys, donor int, moveID string, q ReserveR
 		if len(r) != 4 || r[1] < 0 || int(r[1]) >= len(k.Shards) {
 			return ErrInvalidResponse
 		}
+		if s.DurableWinners() {
+			// The steal ran late: its units are deposited only once the
+			// donor's replicas have it (as durableSteal does for one that
+			// answered in time); a failover that loses it then finds no
+			// move here and deposits nothing, so no unit exists twice.
+			if ok, _, err := s.waitShard(ctx, c, k.Shards[donor], moveID, q.ExpireAt); !ok {
+				return fmt.Errorf("%w: %w", ErrUnavailable, err)
+			}
+		}
 		return s.depositMove(ctx, c, k, donor, int(r[1]), moveID, r[2], r[3], exp)
 	})
 }
