@@ -50,6 +50,13 @@ type upstream struct {
 	releases func(status int) bool
 }
 
+// shopHeaderMax bounds a shop answer's header block; buyAnswerMax a
+// winner's answer body (README, upstream.max_conns).
+const (
+	shopHeaderMax = 64 << 10
+	buyAnswerMax  = 4 << 20
+)
+
 // dialError marks a failure to connect: nothing reached the shop, so the
 // outcome is a definite no.
 type dialError struct{ err error }
@@ -90,6 +97,11 @@ func newUpstream(u config.Upstream, keys signing.Keyring) (*upstream, error) {
 	}
 	mk := func(timeout time.Duration) *fasthttp.HostClient {
 		return &fasthttp.HostClient{
+			// A shop's header block may exceed fasthttp's 4 KiB default
+			// (a long CSP, several cookies): past the buffer the answer
+			// was a 502, and a winner's 2xx an unknown outcome, pending.
+			// Readers are pooled per request in flight, not per connection.
+			ReadBufferSize: shopHeaderMax,
 			Addr:                          host,
 			IsTLS:                         https,
 			Dial:                          dial,
@@ -108,6 +120,10 @@ func newUpstream(u config.Upstream, keys signing.Keyring) (*upstream, error) {
 		replayMax: u.ReplayMaxBytes, releases: u.Releases}
 	up.buy.RetryIfErr = func(*fasthttp.Request, int, error) (bool, bool) { return false, false }
 	up.buy.Transport = buyTransport{timeout: u.Timeout}
+	// A winner's answer is read whole (its order id, its replay): bounded,
+	// so a shop streaming without end cannot grow the heap for the whole
+	// timeout. Past it the outcome is unknown (the request was sent).
+	up.buy.MaxResponseBodySize = buyAnswerMax
 	// Ordinary answers stream back to the client as they arrive, so a large
 	// download never sits whole in memory. A buy's answer is read whole: it
 	// is small, and its order id and replay come from it.
