@@ -13,8 +13,8 @@ import (
 // fasthttp would not write the request (no host, a framing it refuses), or
 // the connection refused the first byte. The shop cannot have taken the
 // order, so the outcome is a definite no and the unit goes back, instead of
-// waiting pending for a reconciler (issue 12's red-team finding: one request
-// per identity that fasthttp would not send locked a unit).
+// waiting pending for a reconciler (a red-team finding, docs/decisions.md
+// §31: one request per identity that fasthttp would not send locked a unit).
 type notSentError struct{ err error }
 
 func (e notSentError) Error() string { return "buy not sent to the shop: " + e.err.Error() }
