@@ -84,7 +84,7 @@ func shardBacklog(maxBacklog int64, shards int) string {
 // shard. When the home shard is dry, units are moved from a donor shard
 // (steal.lua) and deposited by the same reserve call that uses them, so no
 // buyer is refused while another shard has stock.
-func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, error) {
+func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveResult, rerr error) {
 	if q.Qty < 1 || q.Qty > q.Limit || q.Shards < 1 {
 		return ReserveResult{}, fmt.Errorf("%w: qty %d, limit %d, shards %d", ErrBadRequest, q.Qty, q.Limit, q.Shards)
 	}
@@ -115,6 +115,20 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	if q.RequestID != "" {
 		rid = ridKey(k.Shards[home], q.User, q.RequestID)
 		ridHash = fnv32(rid)
+		// Copies of one request on this instance go one after the other
+		// (ridLocks), and one that waited for a copy answered SOLD_OUT is
+		// answered the same: one outcome, never SOLD_OUT beside a win.
+		l := s.rids.lock(rid, ridHash)
+		if l.soldOut {
+			s.rids.unlock(rid, ridHash, l)
+			return ReserveResult{Code: lua.Empty, FromMemory: true}, nil
+		}
+		defer func() {
+			if rerr == nil && result.Code == lua.Empty {
+				l.soldOut = true // for the copies waiting now; a later repeat is decided afresh
+			}
+			s.rids.unlock(rid, ridHash, l)
+		}()
 	}
 	out, err := s.outFlagsIn(cctx, c, k, rid != "")
 	if err != nil {
@@ -182,7 +196,11 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (ReserveResult, e
 	}
 	var res ReserveResult
 	need := q.Qty
-	skipReserve := out[home] && !allTrue(out) // the home shard is known dry: move stock first
+	// The home shard is known dry: move stock first. Not for a request id:
+	// the script answers a copy of a request that already holds a unit by
+	// its record (PENDING, the replay) before any steal, and a copy must
+	// never steal, find nothing and say SOLD_OUT beside its own win.
+	skipReserve := out[home] && !allTrue(out) && rid == ""
 	// Every steal is followed by a reserve that deposits it, so a move only
 	// stays in transit when a call fails (SettleMoves finishes those).
 	for {

@@ -41,6 +41,8 @@ const flagTTL = time.Second
 
 // Store talks to Redis (a single node or a cluster) for one proxy instance.
 type Store struct {
+	// rids serialises copies of one request on this instance (ridlock.go).
+	rids    ridLocks
 	client  atomic.Pointer[rueidis.Client]
 	opt     rueidis.ClientOption
 	timeout time.Duration
