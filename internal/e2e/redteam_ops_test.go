@@ -378,6 +378,12 @@ func TestRedTeamOpsPauseHoldsTheQueue(t *testing.T) {
 	if err := host.SetPaused(opsCtx(t), "qp", true); err != nil {
 		t.Fatal(err)
 	}
+	// The instance learns of the pause through Redis's invalidation (within
+	// 1 s, SPEC): its workers start once it has.
+	e2e.Eventually(t, 2*time.Second, "the instance sees the pause", func() bool {
+		f, err := p.Store.Flags(context.Background(), "qp")
+		return err == nil && f.Paused
+	})
 	p.StartQueue(t)
 	time.Sleep(1500 * time.Millisecond) // the workers run, paused
 	if n := len(shop.Buys()); n != 0 {
