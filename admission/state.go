@@ -202,14 +202,18 @@ func (p *Pipeline) AllowPublic(ip netip.Addr, nowNs int64) (bool, time.Duration)
 	return l.public.AllowAddr(l.client(ip), nowNs)
 }
 
-// AllowIP takes a token of the buys' per-IP limit for ip at nowNs, before
+// AllowIP takes a token of the buys' per-IP limit for ip at nowNs (of the
+// shadow activities' buckets with shadow), before
 // admission (which takes its own): the proxy spends one on a bearer token
 // it has not verified yet, as a session look-up does, so one address cannot
 // buy signature checks faster than its rate.
-func (p *Pipeline) AllowIP(ip netip.Addr, nowNs int64) (bool, time.Duration) {
+func (p *Pipeline) AllowIP(ip netip.Addr, nowNs int64, shadow bool) (bool, time.Duration) {
 	l := p.limits.Load()
 	if l == nil {
 		return true, 0
+	}
+	if shadow {
+		l = l.shadow // a shadowed buy never spends a real one's budget
 	}
 	return l.ip.AllowAddr(l.client(ip), nowNs)
 }

@@ -559,7 +559,7 @@ func TestValidation(t *testing.T) {
 		{"pass_methods twice", okAct + "    route:\n      pass_methods: [GET, GET]\n", []wantErr{{9, "lists GET twice"}}},
 		{"case_sensitive not bool", okAct + "    route: {case_sensitive: maybe}\n", []wantErr{{8, "case_sensitive: want true or false"}}},
 		{"route conflict in case", okAct + "    route: {path: \"/buy/{sku}\"}\n  - id: a2\n    route:\n      path: /BUY/{sku}\n" + window + skus1,
-			[]wantErr{{11, `route POST /buy/{sku} is already used by activity "a1"`}}},
+			[]wantErr{{11, `route POST /BUY/{sku} is already used by activity "a1"`}}},
 		{"route conflict", okAct + "    route: {path: \"/buy/{sku}\"}\n  - id: a2\n    route:\n      path: /buy/{sku}\n" + window + skus1,
 			[]wantErr{{11, `activity "a2": route POST /buy/{sku} is already used by activity "a1"`}}},
 	}

@@ -285,8 +285,9 @@ func (v *validator) redisTLS(c *Config) {
 }
 
 func (v *validator) activities(c *Config) {
-	ids := make(map[string]int)       // id → line of first use
-	routes := make(map[string]string) // method+path → id of first user
+	ids := make(map[string]int)          // id → line of first use
+	routes := make(map[string]string)    // method+path → id of first user
+	extRoutes := make(map[string]string) // method+path without the last ".ext" → id, for paths with one
 	for i := range c.Activities {
 		a := &c.Activities[i]
 		if v.m.failed(a) {
@@ -316,14 +317,26 @@ func (v *validator) activities(c *Config) {
 			// Without {activity} in the path, nothing in the request says
 			// which of two identical routes it is for.
 			// Compared as the matcher sees them: in lower case, without a
-			// trailing "/", the last literal without its ".ext" (buy.json
-			// is a spelling of buy); the second of two such routes could
+			// trailing "/"; and a last literal also matches itself followed
+			// by any ".ext", so /buy and /buy.json overlap (/buy.json and
+			// /buy.xml do not). The second of two overlapping routes could
 			// never be reached.
-			key := a.Route.Method + " " + routeKey(a.Route.Path)
-			if other, dup := routes[key]; dup {
-				v.errorf(v.m.line(&a.Route.Path, &a.Route, a), "%s: route %s is already used by activity %q; add {activity} to the path to tell them apart", name, key, other)
+			key, base := routeKey(a.Route.Path)
+			key, base = a.Route.Method+" "+key, a.Route.Method+" "+base
+			other, dup := routes[key]
+			if !dup && base != key {
+				other, dup = routes[base] // /buy.json after /buy
+			}
+			if !dup && base == key {
+				other, dup = extRoutes[key] // /buy after /buy.json
+			}
+			if dup {
+				v.errorf(v.m.line(&a.Route.Path, &a.Route, a), "%s: route %s %s is already used by activity %q (the same path to the matcher, or the same with a \".ext\"); add {activity} to the path to tell them apart", name, a.Route.Method, a.Route.Path, other)
 			} else {
 				routes[key] = a.ID
+				if base != key {
+					extRoutes[base] = a.ID
+				}
 			}
 		}
 
@@ -753,16 +766,18 @@ func httpURL(s string) string {
 }
 
 // routeKey is a route path as the proxy's matcher compares it (proxy/route.go
-// matchPath): case folded, no trailing "/", and a last literal segment cut at
-// its first "." (a literal matches itself followed by any ".ext").
-func routeKey(p string) string {
-	p = strings.TrimSuffix(strings.ToLower(p), "/")
-	if i := strings.LastIndexByte(p, '/'); i >= 0 && !strings.HasPrefix(p[i+1:], "{") {
-		if j := strings.IndexByte(p[i+1:], '.'); j >= 0 {
-			p = p[:i+1+j]
+// matchPath): case folded, no trailing "/"; base is the same with a last
+// literal segment cut at its first "." (that literal's base matches it too:
+// a literal matches itself followed by any ".ext"), or key itself.
+func routeKey(p string) (key, base string) {
+	key = strings.TrimSuffix(strings.ToLower(p), "/")
+	base = key
+	if i := strings.LastIndexByte(key, '/'); i >= 0 && !strings.HasPrefix(key[i+1:], "{") {
+		if j := strings.IndexByte(key[i+1:], '.'); j >= 0 {
+			base = key[:i+1+j]
 		}
 	}
-	return p
+	return key, base
 }
 
 // sameListen reports whether two listen addresses are one port (an empty

@@ -35,14 +35,14 @@ if state == 'q' and ARGV[4] == '1' then
   return {13, r}
 end
 qty = tonumber(qty)
-if state == 'q' and string.sub(rec, -1) == '|' then
-  -- Queued with no stream entry yet (reserve.lua's u): none will come.
-  if redis.call('HINCRBY', KEYS[1], 'u', -1) < 0 then redis.call('HSET', KEYS[1], 'u', 0) end
-end
 local from = 'p'
 if state == 'c' then from = 'c' end
 if (from == 'p' and p < qty) or (from == 'c' and c < qty) or r + p + c > i then
   return {10, r}
+end
+if state == 'q' and string.sub(rec, -1) == '|' then
+  -- Queued with no stream entry yet (reserve.lua's u): none will come.
+  if redis.call('HINCRBY', KEYS[1], 'u', -1) < 0 then redis.call('HSET', KEYS[1], 'u', 0) end
 end
 redis.call('HINCRBY', KEYS[1], from, -qty)
 redis.call('HINCRBY', KEYS[1], 'x', qty)

@@ -84,7 +84,7 @@ func (j *jwtUser) token(ctx *fasthttp.RequestCtx) ([]byte, identity.Reason) {
 // (il, when set; RATE_LIMITED with the wait when there is none), as a
 // session look-up does, so one address cannot buy signature checks faster
 // than its rate.
-func (j *jwtUser) identify(ctx *fasthttp.RequestCtx, il IPLimiter, ip netip.Addr) (string, admission.Code, time.Duration) {
+func (j *jwtUser) identify(ctx *fasthttp.RequestCtx, il IPLimiter, ip netip.Addr, shadow bool) (string, admission.Code, time.Duration) {
 	raw, r := j.token(ctx)
 	user := ""
 	if r == identity.OK {
@@ -93,7 +93,7 @@ func (j *jwtUser) identify(ctx *fasthttp.RequestCtx, il IPLimiter, ip netip.Addr
 			return user, admission.Admitted, 0
 		}
 		if il != nil {
-			if ok, wait := il.AllowIP(ip, time.Now().UnixNano()); !ok {
+			if ok, wait := il.AllowIP(ip, time.Now().UnixNano(), shadow); !ok {
 				return "", admission.RateLimited, wait
 			}
 		}

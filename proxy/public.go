@@ -52,7 +52,7 @@ var _ PublicLimiter = (*admission.Pipeline)(nil)
 // IPLimiter is what the proxy needs to gate first sights of bearer tokens
 // on the buyer's per-IP limit; *admission.Pipeline implements it.
 type IPLimiter interface {
-	AllowIP(ip netip.Addr, nowNs int64) (bool, time.Duration)
+	AllowIP(ip netip.Addr, nowNs int64, shadow bool) (bool, time.Duration)
 }
 
 var _ IPLimiter = (*admission.Pipeline)(nil)
