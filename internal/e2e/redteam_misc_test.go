@@ -224,14 +224,14 @@ func TestRedTeamMiscBundleMalformedShapes(t *testing.T) {
 	for _, tt := range []struct{ body, code string }{
 		{itemsJSON(seventeen...), "BAD_REQUEST"},
 		{itemsJSON(sixteenOneUnknown...), "UNKNOWN_ITEM"},
-		{itemsJSON("a:1", "b:1", "a:1"), "BAD_REQUEST"},                            // same SKU twice
-		{`{"items":[{"sku":"a","qty":1},{"sku":"a","qty":"1"}]}`, "BAD_REQUEST"},     // twice, other spelling
-		{`{"items":[{"sku":"a","qty":0}]}`, "BAD_REQUEST"},                           // qty 0
-		{`{"items":[{"sku":"a","qty":"0"}]}`, "BAD_REQUEST"},                         // qty "0"
-		{`{"items":[{"sku":"a","qty":-1},{"sku":"b","qty":2}]}`, "BAD_REQUEST"},      // negative
-		{`{"items":[{"sku":"a","qty":"-1"}]}`, "BAD_REQUEST"},                        // negative string
-		{`{"items":[{"sku":"a","qty":999999999}]}`, "BAD_REQUEST"},                   // huge
-		{`{"items":[{"sku":"a","qty":99999999999999999999999}]}`, "BAD_REQUEST"},     // huger
+		{itemsJSON("a:1", "b:1", "a:1"), "BAD_REQUEST"},                          // same SKU twice
+		{`{"items":[{"sku":"a","qty":1},{"sku":"a","qty":"1"}]}`, "BAD_REQUEST"}, // twice, other spelling
+		{`{"items":[{"sku":"a","qty":0}]}`, "BAD_REQUEST"},                       // qty 0
+		{`{"items":[{"sku":"a","qty":"0"}]}`, "BAD_REQUEST"},                     // qty "0"
+		{`{"items":[{"sku":"a","qty":-1},{"sku":"b","qty":2}]}`, "BAD_REQUEST"},  // negative
+		{`{"items":[{"sku":"a","qty":"-1"}]}`, "BAD_REQUEST"},                    // negative string
+		{`{"items":[{"sku":"a","qty":999999999}]}`, "BAD_REQUEST"},               // huge
+		{`{"items":[{"sku":"a","qty":99999999999999999999999}]}`, "BAD_REQUEST"}, // huger
 		{`{"items":[{"sku":"a","qty":9223372036854775807},{"sku":"b","qty":9223372036854775807}]}`, "BAD_REQUEST"},
 		{`{"items":[{"sku":"a","qty":"1e2"}]}`, "BAD_REQUEST"},
 		{`{"items":[{"sku":"a","qty":1e0}]}`, "BAD_REQUEST"},

@@ -177,7 +177,10 @@ func TestRedTeamOpsConcurrentPreheatsLoseNoUnit(t *testing.T) {
 		var errA, errB error
 		wg.Add(2)
 		go func() { defer wg.Done(); outA, errA = hostA.Preheat(context.Background(), a, false, now) }()
-		go func() { defer wg.Done(); outB, errB = hostB.Preheat(context.Background(), a, false, now.Add(time.Millisecond)) }()
+		go func() {
+			defer wg.Done()
+			outB, errB = hostB.Preheat(context.Background(), a, false, now.Add(time.Millisecond))
+		}()
 		wg.Wait()
 		if errA != nil || errB != nil {
 			t.Fatalf("%s: preheats: %v / %v", a.ID, errA, errB)

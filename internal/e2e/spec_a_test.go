@@ -128,7 +128,6 @@ func TestSpecASignatureV1ComputedIndependently(t *testing.T) {
 	}
 }
 
-
 // SPEC §5: X-Seckill-Token is a "unique, unguessable reservation id".
 func TestSpecATokensUniqueAndUnguessable(t *testing.T) {
 	f := newFixture(t)
@@ -166,9 +165,6 @@ func TestSpecATokensUniqueAndUnguessable(t *testing.T) {
 		t.Errorf("%d distinct tokens for 40 winners", len(seen))
 	}
 }
-
-
-
 
 // SPEC §4 body: {"code","message","activity","sku"} on every answer the
 // proxy gives itself about a SKU of an activity.
@@ -324,7 +320,6 @@ func TestSpecAOrderIDRecorded(t *testing.T) {
 	})
 }
 
-
 // SPEC §1 step 3 / §4: "BLOCKED | 403 | IP, device or user on a
 // blocklist" and "RATE_LIMITED | 429 | IP, device or user rate exceeded",
 // for the device (default identity.device header X-Device-Id) and the IP.
@@ -427,7 +422,6 @@ func TestSpecAPublicEndpointRefusalsAreJSON(t *testing.T) {
 		}
 	}
 }
-
 
 // SPEC §4: "Repeating a request with the same X-Request-Id (same user)
 // within 5 minutes returns the same outcome and never reserves twice" —

@@ -13,26 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/seckill-proxy/seckill-proxy/internal/e2e"
 	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
 	"github.com/seckill-proxy/seckill-proxy/lua"
 	"github.com/seckill-proxy/seckill-proxy/store"
 )
-
-// specBStore opens a store of its own on cfg's Redis, as the release
-// command does.
-func specBStore(t *testing.T, cfg *config.Config) *store.Store {
-	t.Helper()
-	st, err := store.OpenNow(cfg.Redis, zap.NewNop())
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	t.Cleanup(st.Close)
-	return st
-}
 
 // specBRelease releases token tok as `seckill-proxy release` does.
 func specBRelease(t *testing.T, st *store.Store, tok string) (lua.Code, error) {
@@ -63,7 +49,7 @@ func specBBuyID(addr, act, user, rid string) e2e.Resp {
 // shop's 200: a repeat of the winning request must not replay it.
 func TestSpecBReplayAfterOperatorReleaseIsNotStale(t *testing.T) {
 	f := newFixture(t)
-	st := specBStore(t, f.p.Cfg)
+	st := opsStore(t, f.p.Cfg)
 	first := specBBuyID(f.p.Addr, actOpen, "alice", "rid-1")
 	wantWin(t, first)
 	f.p.WantStock(t, actOpen, 99, 0, 1)
@@ -164,7 +150,7 @@ func TestSpecBStockAddsUpUnderRacingReleases(t *testing.T) {
 	p1, p2 := e2e.StartProxy(t, cfg), e2e.StartProxy(t, o.Config(t))
 	p1.Preheat(t, "rel")
 	p2.WaitPreheated(t, "rel")
-	st := specBStore(t, cfg)
+	st := opsStore(t, cfg)
 	a := p1.Activity(t, "rel")
 
 	var released atomic.Int64
@@ -385,7 +371,6 @@ func TestSpecBBundleSoldOutStatus(t *testing.T) {
 		t.Errorf("bundle SOLD_OUT answered %d, SPEC §4 says SOLD_OUT is 410", r.Status)
 	}
 }
-
 
 // README Fair start: "A repeated request id, per-user limits, stock and
 // every other rule are Redis's, as without fair start." Copies of one
@@ -730,7 +715,6 @@ func TestSpecBInflightStallHoldsNothing(t *testing.T) {
 	}
 }
 
-
 // The same promise in a crowd: a SKU selling out to many buyers while one
 // buyer's request is sent 8 times at once (a double click, a retrying SDK)
 // to one instance. Copies that arrive together share one outcome: when one
@@ -807,4 +791,3 @@ func TestSpecBCopiesOfAWinnerInACrowdNeverSoldOut(t *testing.T) {
 	}
 	t.Logf("%d runs where dup's request won, %d with a SOLD_OUT copy", wonRuns, violations)
 }
-
