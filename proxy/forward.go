@@ -101,7 +101,7 @@ func newUpstream(u config.Upstream, keys signing.Keyring) (*upstream, error) {
 			// (a long CSP, several cookies): past the buffer the answer
 			// was a 502, and a winner's 2xx an unknown outcome, pending.
 			// Readers are pooled per request in flight, not per connection.
-			ReadBufferSize: shopHeaderMax,
+			ReadBufferSize:                shopHeaderMax,
 			Addr:                          host,
 			IsTLS:                         https,
 			Dial:                          dial,

@@ -240,9 +240,9 @@ func TestRedTeamOps2CLIHeld(t *testing.T) {
 		Activities []struct {
 			ID   string `json:"id"`
 			SKUs []struct {
-				ID                                              string `json:"id"`
+				ID                                               string `json:"id"`
 				Initial, Remaining, Pending, Confirmed, Released *int64
-				OK                                              *bool `json:"ok"`
+				OK                                               *bool `json:"ok"`
 			} `json:"skus"`
 		} `json:"activities"`
 	}
