@@ -768,12 +768,12 @@ func TestRedTeamDoSIdleKeepAliveConnections(t *testing.T) {
 	}
 }
 
-// TestRedTeamDoSWinnerEndlessShopAnswer: SPEC §5 / README upstream.timeout —
-// a winner whose shop answers 200 and then sends an endless chunked body
+// TestRedTeamDoSWinnerEndlessShopAnswer: SPEC §5 / README upstream.max_conns
+// — a winner whose shop answers 200 and then sends an endless chunked body
 // (≈ 16 MiB/s) is answered 504 UPSTREAM_TIMEOUT within upstream.timeout
-// (1 s) plus slack, its reservation stays pending for the reconciler, and
-// its connection to the shop is dropped. What the proxy buffers meanwhile is
-// logged (the README sets no bound on a buy answer's size).
+// (3 s) plus slack, its reservation stays pending for the reconciler, its
+// connection to the shop is dropped, and the proxy reads at most 4 MiB of it
+// (the heap grows by what that bound allows, not by the whole timeout).
 func TestRedTeamDoSWinnerEndlessShopAnswer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("timeouts and heap measures: in the plain pass (make test), not under -race")

@@ -298,31 +298,7 @@ func specBBundle(p *e2e.Proxy, user string) e2e.Resp {
 // the bundle again at once.
 func TestSpecBBundleStallStoreUnavailableHoldsNothing(t *testing.T) {
 	node, shop, p := specBStallBundleProxy(t)
-	var mu sync.Mutex
-	var unavailable []string
-	for round := 0; round < 3; round++ {
-		wait := sleepRedis(t, node, 400*time.Millisecond)
-		var wg sync.WaitGroup
-		for i := 0; i < 10; i++ {
-			user := fmt.Sprintf("r%d-u%d", round, i)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				r := specBBundle(p, user)
-				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case r.Code == "STORE_UNAVAILABLE" && r.Status == 503:
-					unavailable = append(unavailable, user)
-				case r.Code == "WIN":
-				default:
-					t.Errorf("%s during a stall: %d %s (err %v)", user, r.Status, r.Body, r.Err)
-				}
-			}()
-		}
-		wg.Wait()
-		wait()
-	}
+	unavailable := stallRounds(t, node, func(user string) e2e.Resp { return specBBundle(p, user) })
 	if len(unavailable) == 0 {
 		t.Fatal("no bundle was in flight during a stall")
 	}

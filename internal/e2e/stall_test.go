@@ -54,31 +54,7 @@ func sleepRedis(t *testing.T, node *redistest.Server, d time.Duration) (wait fun
 // shop holds one order per winner.
 func TestRedisStallLeavesNoPhantoms(t *testing.T) {
 	node, shop, p := stallProxy(t, 100)
-	var mu sync.Mutex
-	var unavailable []string
-	for round := 0; round < 3; round++ {
-		wait := sleepRedis(t, node, 400*time.Millisecond)
-		var wg sync.WaitGroup
-		for i := 0; i < 10; i++ {
-			user := fmt.Sprintf("r%d-u%d", round, i)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				r := stallBuy(p, user)
-				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case r.Code == "STORE_UNAVAILABLE" && r.Status == 503:
-					unavailable = append(unavailable, user)
-				case r.Code == "WIN":
-				default:
-					t.Errorf("%s during a stall: %d %s (err %v)", user, r.Status, r.Body, r.Err)
-				}
-			}()
-		}
-		wg.Wait()
-		wait()
-	}
+	unavailable := stallRounds(t, node, func(user string) e2e.Resp { return stallBuy(p, user) })
 	if len(unavailable) == 0 {
 		t.Fatal("no buyer was in flight during a stall")
 	}
@@ -142,4 +118,37 @@ func TestConfirmDuringOutageEndsConfirmed(t *testing.T) {
 			})
 		})
 	}
+}
+
+// stallRounds stalls node three times for 400 ms (DEBUG SLEEP) with 10
+// buyers in flight each (buy, users r<round>-u<i>) and returns the users
+// answered STORE_UNAVAILABLE; any answer but that or a win fails t.
+func stallRounds(t *testing.T, node *redistest.Server, buy func(user string) e2e.Resp) []string {
+	t.Helper()
+	var mu sync.Mutex
+	var unavailable []string
+	for round := 0; round < 3; round++ {
+		wait := sleepRedis(t, node, 400*time.Millisecond)
+		var wg sync.WaitGroup
+		for i := 0; i < 10; i++ {
+			user := fmt.Sprintf("r%d-u%d", round, i)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := buy(user)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case r.Code == "STORE_UNAVAILABLE" && r.Status == 503:
+					unavailable = append(unavailable, user)
+				case r.Code == "WIN":
+				default:
+					t.Errorf("%s during a stall: %d %s (err %v)", user, r.Status, r.Body, r.Err)
+				}
+			}()
+		}
+		wg.Wait()
+		wait()
+	}
+	return unavailable
 }
