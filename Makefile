@@ -49,9 +49,11 @@ test-cluster: redis
 # master is SIGKILLed (internal/e2e/failover_test.go,
 # failover_variants_test.go, sentinel_test.go; figures in BENCHMARKS.md
 # "Cluster failover", "Sentinel failover"). ~1.5 min. The plain cluster one
-# and the Sentinel one (~18 s each) also run in `test`.
+# and the Sentinel one (~18 s each) also run in `test`. Also the red team's
+# cluster runs (slot migration mid-sale, pause across a failover, a frozen
+# master with durable winners; internal/e2e/redteam_cluster_test.go, ~40 s).
 test-failover: redis
-	$(GO) test -tags failover -count=1 -run 'ClusterFailover|SentinelFailover' -v ./internal/e2e/
+	$(GO) test -tags failover -count=1 -run 'ClusterFailover|SentinelFailover|RedTeamCluster' -v ./internal/e2e/
 
 # The two lagging-replica cluster failover variants, ~20 s each: too long
 # for `test`; .ci/run runs them on their own.

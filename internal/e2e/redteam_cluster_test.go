@@ -1,3 +1,5 @@
+//go:build failover
+
 package e2e_test
 
 // Red-team tests of the cluster paths (failover, slot migration, the kill
