@@ -68,6 +68,11 @@ type Request struct {
 	// Items, when not nil, make the request a bundle (issue 13 §3): every
 	// item reserved all or none, SKU is store.BundleSKU and Qty the total.
 	Items []store.BundleItem
+
+	// Keep, set by the proxy in queue mode, returns the request as the
+	// queue worker is to send it to the shop; called once, only for a
+	// reservation made, before Decide returns (store.ReserveRequest.Keep).
+	Keep func() []byte
 }
 
 // Decision is the outcome of admission.
@@ -512,7 +517,7 @@ func (p *Pipeline) reserve(ctx context.Context, r *Request, sku *config.SKU, fla
 	q := store.ReserveRequest{
 		Activity: a.ID, SKU: r.SKU, User: r.User, Qty: r.Qty, Limit: a.PerUserLimit,
 		Shards: flags.Shards, Queue: a.Mode == config.ModeQueue, NowMs: now.UnixMilli(), ExpireAt: store.ExpireAt(a),
-		RequestID: r.RequestID, MaxBacklog: a.Queue.MaxBacklog, Stock: sku.Stock,
+		RequestID: r.RequestID, MaxBacklog: a.Queue.MaxBacklog, Stock: sku.Stock, Keep: r.Keep,
 	}
 	res, err := p.store.Reserve(ctx, q)
 	if err != nil {

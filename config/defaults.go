@@ -21,6 +21,9 @@ const (
 	DefaultJWTLeeway = 30 * time.Second
 	// DefaultReplayMaxBytes bounds a winner's answer kept for exact replays.
 	DefaultReplayMaxBytes = 8 << 10
+	// DefaultQueueRequestBytes bounds the request kept in Redis for each
+	// queued buyer (queue.max_request_bytes).
+	DefaultQueueRequestBytes = 16 << 10
 	// DefaultServerMaxConns bounds the public listener's connections: each
 	// costs about 20 KiB of buffers, so the default stays under 1 GiB.
 	DefaultServerMaxConns = 40_000
@@ -184,6 +187,9 @@ func (c *Config) setDefaults(m *meta) {
 		// Enough for a big sale's spike at the default rate (50 s of it),
 		// small enough for Redis: an entry is ~100 bytes.
 		setOnce(m, &a.Queue.MaxBacklog, 100000)
+		// A browser's buy with its cookies is 1–3 KB; Redis holds at most
+		// max_backlog of them (the entry goes when the worker is done).
+		setOnce(m, &a.Queue.MaxRequestBytes, DefaultQueueRequestBytes)
 		setOnce(m, &a.PendingTimeout, 10*time.Minute)
 		setOnce(m, &a.OrderIDFrom, DefaultOrderIDFrom)
 		setOnce(m, &a.KeyTTLAfterEnd, 24*time.Hour)

@@ -404,6 +404,11 @@ type Queue struct {
 	// MaxBacklog bounds the reservations queued and not yet handled: beyond
 	// it a buyer is answered 503 BUSY (the stream is never trimmed instead).
 	MaxBacklog int64 `yaml:"max_backlog"`
+	// MaxRequestBytes bounds the request kept for each queued buyer (its
+	// request line, headers and body, as the worker sends it to the shop):
+	// a larger buy is refused 400 before anything is reserved (queue mode),
+	// or answered 503 BUSY where it would have spilled (overflow: queue).
+	MaxRequestBytes int64 `yaml:"max_request_bytes"`
 }
 
 // Verify says how the reconciler asks the shop whether an order exists.

@@ -369,6 +369,9 @@ func (v *validator) activities(c *Config) {
 		if v.ok(&a.Queue.MaxBacklog) && a.Queue.MaxBacklog <= 0 {
 			v.errorf(v.m.line(&a.Queue.MaxBacklog, &a.Queue, a), "%s: queue.max_backlog must be positive, got %d", name, a.Queue.MaxBacklog)
 		}
+		if v.ok(&a.Queue.MaxRequestBytes) && (a.Queue.MaxRequestBytes < 1024 || a.Queue.MaxRequestBytes > 1<<20) {
+			v.errorf(v.m.line(&a.Queue.MaxRequestBytes, &a.Queue, a), "%s: queue.max_request_bytes must be 1024 to 1048576, got %d", name, a.Queue.MaxRequestBytes)
+		}
 		if v.ok(&a.PendingTimeout) && a.PendingTimeout <= 0 {
 			v.errorf(at(&a.PendingTimeout), "%s: pending_timeout must be positive, got %s", name, a.PendingTimeout)
 		} else if least := MinPendingTimeout(c.Upstream); v.ok(&a.PendingTimeout) && v.ok(&c.Upstream.Timeout) && v.ok(&c.Upstream.OverflowWait) && a.PendingTimeout < least {

@@ -7,6 +7,9 @@
 --
 -- KEYS[1] res  KEYS[2] log  KEYS[3] stock (its u: entries still to come)
 -- ARGV[1] token id  ARGV[2] token (full, for the stream)  ARGV[3] expire-at ms
+-- ARGV[4] the buyer's request as the worker sends it to the shop (field r;
+--         optional: an entry without it is sent as a request rebuilt from
+--         the route: reconcile --repair, which has no request to keep)
 --
 -- Returns {code, entry id}:
 --   {1, id}  OK: the entry was written
@@ -27,8 +30,10 @@ if id ~= '' then
   return {6, id}
 end
 -- A stream from before sequence ids ("*" ids) keeps "*"; no place shown.
-id = redis.pcall('XADD', KEYS[2], '0-*', 't', ARGV[2])
-if type(id) == 'table' then id = redis.call('XADD', KEYS[2], '*', 't', ARGV[2]) end
+local fields = {'t', ARGV[2]}
+if ARGV[4] and ARGV[4] ~= '' then fields[3], fields[4] = 'r', ARGV[4] end
+id = redis.pcall('XADD', KEYS[2], '0-*', unpack(fields))
+if type(id) == 'table' then id = redis.call('XADD', KEYS[2], '*', unpack(fields)) end
 if redis.call('XLEN', KEYS[2]) == 1 then redis.call('PEXPIREAT', KEYS[2], ARGV[3]) end
 redis.call('HSET', KEYS[1], ARGV[1], head .. '|' .. id)
 if redis.call('HINCRBY', KEYS[3], 'u', -1) < 0 then redis.call('HSET', KEYS[3], 'u', 0) end

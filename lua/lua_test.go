@@ -1137,7 +1137,7 @@ func TestScriptSHA(t *testing.T) {
 		{name: "bundlerelease", src: lua.BundleRelease, want: "28f487945238e03525d5de8fc1e47960ce2a1915"},
 		{name: "bundleconfirm", src: lua.BundleConfirm, want: "f2e4893e32a4c119be0df8fbb6593c6a28f3d1c8"},
 		{name: "inflight", src: lua.Inflight, want: "fdb195e6a728ae701bed333f29abee511ffbd408"},
-		{name: "spill", src: lua.Spill, want: "a5707561a500ede0b30f8088433f60b960ba2dac"},
+		{name: "spill", src: lua.Spill, want: "288ca27b1c617622419003660f2c30893159f8d7"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -9,6 +9,8 @@
 -- ARGV[3] now ms (proxy clock: queued since)
 -- ARGV[4] the most entries the stream may hold (its share of queue.max_backlog)
 -- ARGV[5] expire-at ms (for a stream this creates)
+-- ARGV[6] the buyer's request as the worker sends it to the shop (field r;
+--         optional, see enqueue.lua)
 --
 -- Returns {code, ...}:
 --   {1}           OK: queued
@@ -30,8 +32,10 @@ if backlog >= tonumber(ARGV[4]) then
 end
 -- Sequence ids as reserve.lua writes them (a buyer's place in the queue);
 -- a stream from before them keeps "*" ids.
-local id = redis.pcall('XADD', KEYS[3], '0-*', 't', ARGV[2])
-if type(id) == 'table' then id = redis.call('XADD', KEYS[3], '*', 't', ARGV[2]) end
+local fields = {'t', ARGV[2]}
+if ARGV[6] and ARGV[6] ~= '' then fields[3], fields[4] = 'r', ARGV[6] end
+local id = redis.pcall('XADD', KEYS[3], '0-*', unpack(fields))
+if type(id) == 'table' then id = redis.call('XADD', KEYS[3], '*', unpack(fields)) end
 redis.call('HSET', KEYS[1], ARGV[1], 'q|' .. user .. '|' .. qty .. '|' .. ARGV[3] .. '||' .. id)
 redis.call('ZREM', KEYS[2], ARGV[1])
 if redis.call('PTTL', KEYS[3]) == -1 then redis.call('PEXPIREAT', KEYS[3], ARGV[5]) end

@@ -152,7 +152,7 @@ func New() *Metrics {
 			Name: "seckill_upstream_inflight_limit", Help: "The fleet's limit of winners in flight to the shop, by activity (moves with upstream.adaptive).",
 		}, []string{"activity"}),
 		Overflow: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "seckill_upstream_overflow_total", Help: "Winners that found the shop's in-flight budget full, by activity and outcome (waited, queued, busy, backlog, down, unknown).",
+			Name: "seckill_upstream_overflow_total", Help: "Winners that found the shop's in-flight budget full, by activity and outcome (waited, queued, busy, backlog, too_large, down, unknown).",
 		}, []string{"activity", "outcome"}),
 		DurableWinners: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_durable_winners_total", Help: "Winners' waits for replicas (redis.durable_winners), by path (buy, queue) and result (durable, forwarded, refused, taken, deferred).",

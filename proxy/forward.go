@@ -155,14 +155,18 @@ func (u *upstream) prepare(ctx *fasthttp.RequestCtx) {
 	if u.basePath != "" {
 		req.URI().SetPathBytes(append([]byte(u.basePath), req.URI().PathOriginal()...))
 	}
+	setForwardedFor(req, ctx.RemoteIP())
+}
+
+// setForwardedFor sets X-Forwarded-For to one canonical line: every line the
+// client and its balancers sent, in order, then the peer (a shop that reads
+// only one line then reads the same list the proxy judged the client by).
+func setForwardedFor(req *fasthttp.Request, peer net.IP) {
 	// Built in a pooled buffer: this runs for every proxied request.
 	bp := bufPool.Get().(*[]byte)
 	b := (*bp)[:0]
-	ip, _ := netip.AddrFromSlice(ctx.RemoteIP())
+	ip, _ := netip.AddrFromSlice(peer)
 	b = appendForwardedFor(b, &req.Header, ip.Unmap())
-	// One canonical line: every line the client and its balancers sent,
-	// in order, then the peer (a shop that reads only one line then reads
-	// the same list the proxy judged the client by).
 	req.Header.Del(fasthttp.HeaderXForwardedFor)
 	req.Header.SetBytesV(fasthttp.HeaderXForwardedFor, b)
 	*bp = b

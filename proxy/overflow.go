@@ -28,7 +28,7 @@ import (
 
 // spiller is what overflow needs of the store beyond Book.
 type spiller interface {
-	Spill(ctx context.Context, t store.Token, shards int, nowMs, maxBacklog, expireAt int64) (lua.Code, int64, error)
+	Spill(ctx context.Context, t store.Token, shards int, nowMs, maxBacklog, expireAt int64, request []byte) (lua.Code, int64, error)
 	ForgetRequestID(ctx context.Context, t store.Token, shards int, user, requestID string) error
 }
 
@@ -109,9 +109,17 @@ func (s *Server) overflow(ctx *fasthttp.RequestCtx, st *state, r *admission.Requ
 	// A bundle is never queued: queue workers send one SKU's buy, so a
 	// queued bundle was never sent nor released (red-team finding). Past
 	// the budget it is BUSY, its units released, as with overflow: busy.
+	// The worker sends the buyer's own request (keptRequest); one larger
+	// than the queue keeps is BUSY too.
+	kept, fits := []byte(nil), false
 	if st.cfg.SpillsToQueue(a) && sp != nil && r.Items == nil {
+		if kept, fits = s.spillRequest(ctx, st, a); !fits {
+			outcome = "too_large"
+		}
+	}
+	if fits {
 		c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		code, backlog, err := sp.Spill(c, d.Token, d.Shards, time.Now().UnixMilli(), a.Queue.MaxBacklog, store.ExpireAt(a))
+		code, backlog, err := sp.Spill(c, d.Token, d.Shards, time.Now().UnixMilli(), a.Queue.MaxBacklog, store.ExpireAt(a), kept)
 		cancel()
 		switch {
 		case err == nil && (code == lua.OK || code == lua.Same):

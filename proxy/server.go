@@ -331,12 +331,22 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, st *state, m match) {
 	if req.Items == nil {
 		ans.sku = req.SKU
 	}
+	if msg, big := tooLargeToKeep(ctx, a); big {
+		// Queue mode keeps the request for its later send: refused before
+		// anything is reserved, rather than queued and sent without it.
+		ans.code, ans.message = admission.BadRequest, msg
+		s.answer(ctx, st, a, &ans)
+		return
+	}
 	// The request goes to admission behind an interface, so it would escape
 	// to the heap: take it from a pool instead (nothing keeps it past Decide
 	// and forwardWinner, both done before this handler returns).
 	rp := requestPool.Get().(*admission.Request)
 	*rp = req
 	defer func() { *rp = admission.Request{}; requestPool.Put(rp) }()
+	if a.Mode == config.ModeQueue && req.Items == nil {
+		rp.Keep = s.keeper(ctx, st.upstream, m)
+	}
 	if a.FairStart > 0 {
 		// A buy held in the fair_start window is dropped if its buyer
 		// has gone by its release (admission peeks at the socket).
@@ -485,7 +495,9 @@ func readSignature(ctx *fasthttp.RequestCtx, sg *config.Signature, req *admissio
 
 // answer writes a proxy-made answer and counts it.
 func (s *Server) answer(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, ans *answer) {
-	ans.message = st.messages[ans.code]
+	if ans.message == "" { // a message of its own says what to change (a BAD_REQUEST's)
+		ans.message = st.messages[ans.code]
+	}
 	if ans.code == admission.Unauthenticated && ans.challenge == "" && st.session != nil {
 		ans.challenge = st.session.challenge
 	}

@@ -1,6 +1,7 @@
 package reservation
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -450,7 +451,7 @@ func (aq *actQueue) handle(ctx context.Context, j job) {
 		return
 	}
 	t0 := time.Now()
-	status, oid, err := aq.forward(ctx, tok, res)
+	status, oid, err := aq.forward(ctx, tok, res, j.e.Request)
 	done(time.Since(t0), sendOutcome(ctx, status, err))
 	switch {
 	case ctx.Err() != nil:
@@ -518,16 +519,95 @@ func (aq *actQueue) settle(ctx context.Context, kind string, f func(context.Cont
 	return false
 }
 
-// forward sends one reservation to the shop as a buy request rebuilt from
-// the activity's route: the path with {activity} and {sku} filled in, the
-// SKU and quantity where sku_from / qty_from say (query, form or JSON
-// body), the buyer's identity where identity.user says, and the
-// X-Seckill-* headers of SPEC §5. The buyer's original body and headers
-// are not kept (memory); a POST/PUT/PATCH with nothing to carry sends {}.
-func (aq *actQueue) forward(ctx context.Context, tok store.Token, res store.Reservation) (int, string, error) {
+// forward sends one reservation to the shop: the buyer's own request as
+// the proxy kept it (kept: body, cookies, query and headers, as sync mode
+// sends them), else one rebuilt from the route; either with the X-Seckill-*
+// headers of SPEC §5, signed now.
+func (aq *actQueue) forward(ctx context.Context, tok store.Token, res store.Reservation, kept string) (int, string, error) {
+	a := aq.a
+	qty := strconv.FormatInt(res.Qty, 10)
+	var req *http.Request
+	if kept != "" {
+		var err error
+		if req, err = aq.keptRequest(ctx, kept); err != nil {
+			// Written by the proxy, so this is a bug or a damaged entry:
+			// the rebuilt request still places the order.
+			aq.q.log.Error("queue: the kept request cannot be read; sending one rebuilt from the route",
+				zap.String("token", tok.String()), zap.Error(err))
+			req = nil
+		}
+	}
+	if req == nil {
+		var err error
+		if req, err = aq.rebuilt(ctx, tok, res, qty); err != nil {
+			return 0, "", err
+		}
+	}
+	t := tok.String()
+	h := req.Header
+	h["X-Seckill-Token"] = []string{t}
+	h["X-Seckill-Activity"] = []string{a.ID}
+	h["X-Seckill-Sku"] = []string{tok.SKU}
+	h["X-Seckill-Qty"] = []string{qty}
+	h["X-Seckill-User"] = []string{res.User}
+	// v2 covers the request line net/http writes for req: method and
+	// request-target (escaped path, "?" and the raw query when present).
+	h["X-Seckill-Signature"] = []string{aq.keys.Sign(time.Now().UnixMilli(), signing.Request{Token: t, Activity: a.ID, SKU: tok.SKU,
+		Qty: qty, User: res.User, Method: req.Method, Target: req.URL.RequestURI()})}
+	t0 := time.Now()
+	resp, err := aq.client.Do(req)
+	if err != nil {
+		aq.q.m.UpstreamLatency.WithLabelValues("queue_failed").Observe(time.Since(t0).Seconds())
+		return 0, "", err
+	}
+	defer func() { _ = resp.Body.Close() }() // read (capped) below; a close error changes nothing
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	outcome := "queue_ok"
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		outcome = "queue_refused"
+	}
+	aq.q.m.UpstreamLatency.WithLabelValues(outcome).Observe(time.Since(t0).Seconds())
+	if err != nil && outcome == "queue_ok" {
+		return 0, "", err // 2xx whose body was cut: outcome unknown
+	}
+	return resp.StatusCode, orderIDOf(resp.Header, b, a.OrderIDFrom), nil
+}
+
+// keptRequest reads the buyer's request the proxy kept in the stream entry
+// (HTTP/1.1 wire form, see proxy.keptRequest) and points it at the shop.
+func (aq *actQueue) keptRequest(ctx context.Context, kept string) (*http.Request, error) {
+	in, err := http.ReadRequest(bufio.NewReader(strings.NewReader(kept)))
+	if err != nil {
+		return nil, err
+	}
+	body, err := io.ReadAll(in.Body)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.HasPrefix(in.RequestURI, "/") {
+		return nil, fmt.Errorf("request target %q is not a path", in.RequestURI)
+	}
+	var rd io.Reader
+	if len(body) > 0 {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, in.Method, aq.base+in.RequestURI, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header, req.Host = in.Header, in.Host
+	return req, nil
+}
+
+// rebuilt is a buy request rebuilt from the activity's route, for an entry
+// that carries no request (reconcile --repair enqueues reservations whose
+// instance stopped before writing the entry): the path with {activity} and
+// {sku} filled in, the SKU and quantity where sku_from / qty_from say
+// (query, form or JSON body), the buyer's identity where identity.user
+// says; a POST/PUT/PATCH with nothing to carry sends {}.
+func (aq *actQueue) rebuilt(ctx context.Context, tok store.Token, res store.Reservation, qty string) (*http.Request, error) {
 	a := aq.a
 	path := strings.NewReplacer("{activity}", url.PathEscape(a.ID), "{sku}", url.PathEscape(tok.SKU)).Replace(a.Route.Path)
-	qty := strconv.FormatInt(res.Qty, 10)
 	query := url.Values{}
 	form := url.Values{}
 	body := map[string]any{}
@@ -569,7 +649,7 @@ func (aq *actQueue) forward(ctx context.Context, tok store.Token, res store.Rese
 	}
 	req, err := http.NewRequestWithContext(ctx, a.Route.Method, u, rd)
 	if err != nil {
-		return 0, "", fmt.Errorf("build request: %w", err)
+		return nil, fmt.Errorf("build request: %w", err)
 	}
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
@@ -580,34 +660,7 @@ func (aq *actQueue) forward(ctx context.Context, tok store.Token, res store.Rese
 	case id.Cookie != "":
 		req.AddCookie(&http.Cookie{Name: id.Cookie, Value: res.User})
 	}
-	t := tok.String()
-	h := req.Header
-	h["X-Seckill-Token"] = []string{t}
-	h["X-Seckill-Activity"] = []string{a.ID}
-	h["X-Seckill-Sku"] = []string{tok.SKU}
-	h["X-Seckill-Qty"] = []string{qty}
-	h["X-Seckill-User"] = []string{res.User}
-	// v2 covers the request line net/http writes for req: method and
-	// request-target (escaped path, "?" and the raw query when present).
-	h["X-Seckill-Signature"] = []string{aq.keys.Sign(time.Now().UnixMilli(), signing.Request{Token: t, Activity: a.ID, SKU: tok.SKU,
-		Qty: qty, User: res.User, Method: req.Method, Target: req.URL.RequestURI()})}
-	t0 := time.Now()
-	resp, err := aq.client.Do(req)
-	if err != nil {
-		aq.q.m.UpstreamLatency.WithLabelValues("queue_failed").Observe(time.Since(t0).Seconds())
-		return 0, "", err
-	}
-	defer func() { _ = resp.Body.Close() }() // read (capped) below; a close error changes nothing
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	outcome := "queue_ok"
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		outcome = "queue_refused"
-	}
-	aq.q.m.UpstreamLatency.WithLabelValues(outcome).Observe(time.Since(t0).Seconds())
-	if err != nil && outcome == "queue_ok" {
-		return 0, "", err // 2xx whose body was cut: outcome unknown
-	}
-	return resp.StatusCode, orderIDOf(resp.Header, b, a.OrderIDFrom), nil
+	return req, nil
 }
 
 // sendOutcome is how a send ended, for the in-flight budget's adaptive limit.

@@ -83,7 +83,7 @@ func (s *Store) SyncInflight(ctx context.Context, act string, q InflightSync) (I
 // shard's stream takes at most its share of maxBacklog. Replies: OK,
 // Backlog (with the estimated activity backlog; nothing changed), Same
 // (already queued), Released, Confirmed, Unknown.
-func (s *Store) Spill(ctx context.Context, t Token, shards int, nowMs, maxBacklog, expireAt int64) (lua.Code, int64, error) {
+func (s *Store) Spill(ctx context.Context, t Token, shards int, nowMs, maxBacklog, expireAt int64, request []byte) (lua.Code, int64, error) {
 	c, err := s.Client()
 	if err != nil {
 		return 0, 0, err
@@ -95,7 +95,7 @@ func (s *Store) Spill(ctx context.Context, t Token, shards int, nowMs, maxBacklo
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
 	r, err := ints(spillScript.Exec(cctx, c, []string{k.Res, k.Pending, k.Log},
-		[]string{t.Field(), t.String(), itoa(nowMs), shardBacklog(maxBacklog, shards), itoa(expireAt)}))
+		[]string{t.Field(), t.String(), itoa(nowMs), shardBacklog(maxBacklog, shards), itoa(expireAt), string(request)}))
 	if err != nil {
 		return 0, 0, err
 	}

@@ -26,6 +26,10 @@ type QueueEntry struct {
 	Shard int
 	ID    string // stream entry id, for XACK
 	Token string // the reservation's token text
+	// Request is the buyer's request as the shop is to get it (HTTP/1.1
+	// wire form, without the X-Seckill-* headers the worker adds); empty
+	// for an entry written without one (reconcile --repair).
+	Request string
 	// Redelivered is true for an entry taken over from another consumer
 	// (XAUTOCLAIM): the shop may already have seen it.
 	Redelivered bool
@@ -128,7 +132,7 @@ func entries(shard int, xs []rueidis.XRangeEntry, redelivered bool) []QueueEntry
 		// A nil field map is an entry deleted while pending (streams are no
 		// longer trimmed, but one written before may have been); it is acked
 		// like any other.
-		out = append(out, QueueEntry{Shard: shard, ID: x.ID, Token: x.FieldValues["t"], Redelivered: redelivered})
+		out = append(out, QueueEntry{Shard: shard, ID: x.ID, Token: x.FieldValues["t"], Request: x.FieldValues["r"], Redelivered: redelivered})
 	}
 	return out
 }

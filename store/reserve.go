@@ -39,6 +39,11 @@ type ReserveRequest struct {
 	// handled: each shard's stream takes its share, ceil(MaxBacklog/Shards),
 	// decided exactly in the script on the buyer's home shard. 0 = no bound.
 	MaxBacklog int64
+	// Keep (queue mode), called once the reservation is made and only then,
+	// on the caller's goroutine, returns the buyer's request as the queue
+	// worker is to send it: the stream entry carries it (nil: the worker
+	// rebuilds one from the route).
+	Keep func() []byte
 }
 
 // RequestIDTTL is how long a request id is remembered (SPEC §4: 5 minutes).
@@ -275,8 +280,8 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 
 var enqueueScript = rueidis.NewLuaScript(lua.Enqueue)
 
-// enqueue writes a queued reservation's stream entry, now that the buyer's
-// call heard it was reserved (enqueue.lua: reserve.lua leaves it out, so a
+// enqueue writes a queued reservation's stream entry (with the buyer's
+// request, q.Keep), now that the buyer's call heard it was reserved (enqueue.lua: reserve.lua leaves it out, so a
 // reserve that ran after its buyer was told STORE_UNAVAILABLE is never read
 // by a worker before its abort releases it). The buyer is told QUEUED
 // either way: the reservation exists. If Redis does not answer, the
@@ -284,6 +289,9 @@ var enqueueScript = rueidis.NewLuaScript(lua.Enqueue)
 // buyer's next call runs it first.
 func (s *Store) enqueue(ctx context.Context, c rueidis.Client, sk ShardKeys, tok Token, q ReserveRequest) {
 	keys, args := []string{sk.Res, sk.Log, sk.Stock}, []string{tok.Field(), tok.String(), itoa(q.ExpireAt)}
+	if q.Keep != nil {
+		args = append(args, string(q.Keep()))
+	}
 	run := func(ctx context.Context) error {
 		cctx, cancel := s.ctx(ctx)
 		defer cancel()
