@@ -105,6 +105,7 @@ func (c *Config) setDefaults(m *meta) {
 	setOnce(m, &c.Server.DrainDelay, DefaultDrainDelay)
 	setOnce(m, &c.Server.ShutdownTimeout, 2*min(c.Upstream.Timeout, MaxUpstreamTimeout)+5*time.Second)
 	setOnce(m, &c.Server.FairStartMaxHeld, DefaultFairStartMaxHeld)
+	setOnce(m, &c.Server.WarmWorkers, max(0, min(DefaultWarmWorkers, c.Server.MaxConns)))
 
 	if !c.Redis.Sentinel.Enabled() {
 		// Behind Sentinel the master's address comes from the sentinels.
@@ -220,6 +221,13 @@ const DefaultDrainDelay = time.Second
 // DefaultBuyerMemo is redis.buyer_memo's default: at most ~40 MiB per
 // instance for buyers remembered at their limit.
 const DefaultBuyerMemo = 1 << 18
+
+// DefaultWarmWorkers is server.warm_workers' default: the 1000users
+// preset's first wave (seed 001's load profile) finds a worker ready.
+const DefaultWarmWorkers = 1024
+
+// MaxWarmWorkers bounds server.warm_workers.
+const MaxWarmWorkers = 100_000
 
 // DefaultFairStartMaxHeld is server.fair_start_max_held's default: buys
 // one instance holds at once in fair_start windows.

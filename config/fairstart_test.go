@@ -39,6 +39,8 @@ func TestFairStartValidation(t *testing.T) {
 		{"spread too long", okAct + "    fair_start: 500ms\n    fair_start_spread: 1m\n", []wantErr{{9, "fair_start_spread must be between 10ms and 10s, got 1m0s"}}},
 		{"past the end", short + "    fair_start: 600ms\n", []wantErr{{8, "fair_start + fair_start_spread (1.2s) must end before the activity ends (1s after start)"}}},
 		{"max held zero", okAct + "server:\n  fair_start_max_held: 0\n", []wantErr{{9, "server.fair_start_max_held must be between 1 and 10000000, got 0"}}},
+		{"warm workers negative", okAct + "server:\n  warm_workers: -1\n", []wantErr{{9, "server.warm_workers must be between 0 (none) and 100000, got -1"}}},
+		{"warm workers above max_conns", okAct + "server:\n  max_conns: 50\n  warm_workers: 60\n", []wantErr{{10, "server.warm_workers (60) cannot exceed server.max_conns (50)"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkErrors(t, tc.give, tc.want) })
 	}

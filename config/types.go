@@ -174,6 +174,13 @@ type Server struct {
 	// 100,000); one more is answered 503 BUSY. Each held buy keeps its
 	// connection, so max_conns bounds them too.
 	FairStartMaxHeld int `yaml:"fair_start_max_held"`
+	// WarmWorkers is how many of the listener's worker goroutines are made
+	// ready, with a buy's stack depth, at start-up and 2 s before each
+	// activity's start (default 1024; 0: none): a sale's first wave then
+	// does not wait for a thousand goroutines to be made and their stacks
+	// grown by copying. Capped by max_conns, max_conns_per_ip and a
+	// quarter of the open-file limit.
+	WarmWorkers int `yaml:"warm_workers"`
 }
 
 // Redis says how to reach the store.

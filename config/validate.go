@@ -172,6 +172,11 @@ func (v *validator) upstream(c *Config) {
 	if v.ok(&sv.FairStartMaxHeld) && (sv.FairStartMaxHeld < 1 || sv.FairStartMaxHeld > MaxFairStartHeld) {
 		v.errorf(v.m.line(&sv.FairStartMaxHeld, &c.Server), "server.fair_start_max_held must be between 1 and %d, got %d", MaxFairStartHeld, sv.FairStartMaxHeld)
 	}
+	if v.ok(&sv.WarmWorkers) && (sv.WarmWorkers < 0 || sv.WarmWorkers > MaxWarmWorkers) {
+		v.errorf(v.m.line(&sv.WarmWorkers, &c.Server), "server.warm_workers must be between 0 (none) and %d, got %d", MaxWarmWorkers, sv.WarmWorkers)
+	} else if v.ok(&sv.WarmWorkers) && v.ok(&sv.MaxConns) && sv.MaxConns >= 1 && sv.WarmWorkers > sv.MaxConns {
+		v.errorf(v.m.line(&sv.WarmWorkers, &c.Server), "server.warm_workers (%d) cannot exceed server.max_conns (%d): each warm worker is made by a connection", sv.WarmWorkers, sv.MaxConns)
+	}
 	for _, d := range []struct {
 		p    *time.Duration
 		name string

@@ -66,9 +66,13 @@ type Metrics struct {
 	// Overflow counts winners that found the shop's in-flight budget full,
 	// by activity and outcome: waited (got a slot after waiting), queued
 	// (202 QUEUED), busy (503 BUSY, released), backlog (the queue was
-	// full too: 503 BUSY, released), unknown (Redis did not answer the
+	// full too: 503 BUSY, released), too_large (the request is over
+	// queue.max_request_bytes: 503 BUSY, released), unknown (Redis did not answer the
 	// spill: 504 UPSTREAM_TIMEOUT with the token).
 	Overflow *prometheus.CounterVec
+	// WarmWorkers is how many of the listener's workers the last warm-up
+	// made ready (server.warm_workers).
+	WarmWorkers prometheus.Gauge
 	// FairHeld is how many buys this instance holds in fair_start windows.
 	FairHeld prometheus.Gauge
 	// FairReleases counts held buys let on after their window, by outcome:
@@ -159,6 +163,10 @@ func New() *Metrics {
 		}, []string{"path", "result"}),
 	}
 	r.MustRegister(m.Inflight, m.InflightLimit, m.Overflow)
+	m.WarmWorkers = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "seckill_warm_workers", Help: "Listener workers the last warm-up made ready, with a buy's stack depth (server.warm_workers; at start-up and 2 s before each activity's start).",
+	})
+	r.MustRegister(m.WarmWorkers)
 	r.MustRegister(m.DurableWinners)
 	r.MustRegister(m.SessionLookups, m.SessionCache, m.SessionLatency)
 	m.Gauges = newGauges(r)

@@ -57,6 +57,7 @@ type Server struct {
 	m       *metrics.Metrics
 	log     *zap.Logger
 	srv     *fasthttp.Server
+	warm    *warmer
 	display displayCache
 	obs     observers
 	refused routeRefusals
@@ -108,6 +109,7 @@ func New(cfg *config.Config, d Deciders, b Book, m *metrics.Metrics, log *zap.Lo
 		return nil, err
 	}
 	sv := cfg.Server
+	s.warm = newWarmer()
 	s.srv = &fasthttp.Server{
 		Handler:        s.handle,
 		Name:           "seckill-proxy",

@@ -206,6 +206,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 	// its record (PENDING, the replay) before any steal, and a copy must
 	// never steal, find nothing and say SOLD_OUT beside its own win.
 	skipReserve := out[home] && !allTrue(out) && rid == ""
+	rechecks := 0 // looks at the flags again before SOLD_OUT after the donors were dry
 	// Every steal is followed by a reserve that deposits it, so a move only
 	// stays in transit when a call fails (SettleMoves finishes those).
 	for {
@@ -269,6 +270,21 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 			return ReserveResult{}, err
 		}
 		if moved == 0 {
+			// Every donor was dry when asked. A buyer with qty > 1 may
+			// have moved units it could not use onto its home shard just
+			// now (a partial steal): they were in transit while this buyer
+			// looked. The deposit reopened that shard, and Redis's
+			// invalidation of its flag brings a fresh read: look once
+			// more before saying SOLD_OUT (spec_b's qty test: 4 of 30
+			// loaded runs left a unit unsold beside a qty-1 SOLD_OUT).
+			if rechecks < 2 && s.clientCache {
+				rechecks++
+				if fresh, err := s.outFlagsIn(cctx, c, k, false); err == nil && !allTrue(fresh) {
+					out, skipReserve = fresh, fresh[home] && rid == ""
+					args[7], args[8], args[12] = "0", "", "0" // what was moved is deposited
+					continue
+				}
+			}
 			return ReserveResult{Code: lua.Empty, Moves: res.Moves}, nil
 		}
 		res.Moves++

@@ -76,6 +76,8 @@ func cmdServe(c *cli) error {
 	defer stop()
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
+	// The listener's workers made ready before the first wave (server.warm_workers).
+	go srv.RunWarmups(ctx, ln.Addr().String())
 	go func() { errc <- adminSrv.Serve(aln) }()
 	go backgroundReconciler(ctx, rec, current, log)
 	// Redis-side gauges of /metrics (per node, per SKU): read once a
@@ -217,10 +219,11 @@ func restartOnly(old, next *config.Config) []string {
 	if old.Watch != next.Watch {
 		out = append(out, "watch")
 	}
-	// The listener's limits are set when it starts (fair_start_max_held
-	// alone is applied on reload, by admission).
+	// The listener's limits are set when it starts (fair_start_max_held is
+	// applied on reload, by admission; warm_workers at the next warm-up).
 	was, is := old.Server, next.Server
 	was.FairStartMaxHeld, is.FairStartMaxHeld = 0, 0
+	was.WarmWorkers, is.WarmWorkers = 0, 0
 	if !reflect.DeepEqual(was, is) {
 		out = append(out, "server")
 	}
