@@ -64,6 +64,7 @@ type warmer struct {
 type warmRound struct {
 	want    int64
 	arrived atomic.Int64
+	met     atomic.Int64  // requests held until all had arrived: workers of their own
 	all     chan struct{} // closed by the last to arrive
 }
 
@@ -97,6 +98,7 @@ func (w *warmer) serve(ctx *fasthttp.RequestCtx) {
 		t := time.NewTimer(time.Second)
 		select {
 		case <-r.all:
+			r.met.Add(1)
 		case <-t.C:
 		}
 		t.Stop()
@@ -134,7 +136,8 @@ func warmCap(n int, sv config.Server) int {
 
 // Warm makes up to n of the listener's workers ready (see above) by
 // connecting to addr, the address the listener is bound to; it returns
-// how many warm-up requests were answered.
+// how many were: warm-up requests held in the handler all at once (each
+// on a worker of its own) and answered.
 func (s *Server) Warm(addr string, n int) int {
 	st := s.cur.Load()
 	if n = warmCap(n, st.cfg.Server); n == 0 || s.draining.Load() {
@@ -143,7 +146,8 @@ func (s *Server) Warm(addr string, n int) int {
 	w := s.warm
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.round.Store(&warmRound{want: int64(n), all: make(chan struct{})})
+	round := &warmRound{want: int64(n), all: make(chan struct{})}
+	w.round.Store(round)
 	defer w.round.Store(nil)
 	req := []byte("GET " + string(st.prefix) + "_warm HTTP/1.1\r\nHost: " + addr + "\r\n" + warmHeader + ": " + w.nonce + "\r\n\r\n")
 	var answered atomic.Int64
@@ -168,10 +172,12 @@ func (s *Server) Warm(addr string, n int) int {
 		}()
 	}
 	wg.Wait()
+	// Ready: held at once, so each on a worker of its own, and answered.
+	ready := min(round.met.Load(), answered.Load())
 	w.done.Add(1)
-	s.m.WarmWorkers.Set(float64(answered.Load()))
-	s.log.Info("listener workers warmed", zap.Int("asked", n), zap.Int64("ready", answered.Load()), zap.Duration("took", time.Since(t0)))
-	return int(answered.Load())
+	s.m.WarmWorkers.Set(float64(ready))
+	s.log.Info("listener workers warmed", zap.Int("asked", n), zap.Int64("ready", ready), zap.Duration("took", time.Since(t0)))
+	return int(ready)
 }
 
 // Warmups reports how many warm-ups have run.

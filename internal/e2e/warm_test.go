@@ -21,10 +21,11 @@ func TestWarmMakesListenerWorkersReady(t *testing.T) {
 		Activities: []e2e.Activity{{ID: "wm", Stock: 5}}}, nil)
 	before := runtime.NumGoroutine()
 	if got := p.Server.Warm(p.Addr, 300); got != 300 {
-		t.Fatalf("Warm(300) made %d workers ready, want 300 (every warm-up request answered 204 by the proxy)", got)
+		t.Fatalf("Warm(300) made %d workers ready, want 300 (every warm-up request held in the handler at once, then answered 204)", got)
 	}
-	if after := runtime.NumGoroutine(); after < before+300 {
-		t.Fatalf("goroutines %d before the warm-up, %d after: want at least 300 idle workers more", before, after)
+	// Other tests' goroutines come and go meanwhile: a loose check.
+	if after := runtime.NumGoroutine(); after < before+250 {
+		t.Fatalf("goroutines %d before the warm-up, %d after: want about 300 idle workers more", before, after)
 	}
 	if g := p.Gauge(p.Metrics.WarmWorkers); g != 300 {
 		t.Fatalf("seckill_warm_workers = %v, want 300", g)
