@@ -123,15 +123,18 @@ func New(cfg *config.Config, d Deciders, b Book, m *metrics.Metrics, log *zap.Lo
 		// would spool uploads to temporary files first.
 		DisablePreParseMultipartForm: true,
 		Concurrency:                  sv.MaxConns,
-		MaxConnsPerIP:                sv.MaxConnsPerIP,
-		ReadTimeout:                  sv.ReadTimeout,
-		WriteTimeout:                 sv.WriteTimeout,
-		IdleTimeout:                  sv.IdleTimeout,
-		NoDefaultServerHeader:        true,
-		NoDefaultDate:                false,
-		ReduceMemoryUsage:            false,
-		Logger:                       zap.NewStdLog(log.Named("fasthttp")),
-		ErrorHandler:                 malformedRequest,
+		// Workers a wave made (or a warm-up: warm.go) wait this long for
+		// the next wave, rather than fasthttp's 10 s.
+		MaxIdleWorkerDuration: workerIdle,
+		MaxConnsPerIP:         sv.MaxConnsPerIP,
+		ReadTimeout:           sv.ReadTimeout,
+		WriteTimeout:          sv.WriteTimeout,
+		IdleTimeout:           sv.IdleTimeout,
+		NoDefaultServerHeader: true,
+		NoDefaultDate:         false,
+		ReduceMemoryUsage:     false,
+		Logger:                zap.NewStdLog(log.Named("fasthttp")),
+		ErrorHandler:          malformedRequest,
 	}
 	return s, nil
 }

@@ -45,6 +45,12 @@ import (
 // runs' noise of each other; BENCHMARKS.md ninth round.)
 const warmStackBytes = 8 << 10
 
+// workerIdle is how long an idle listener worker is kept (fasthttp's
+// default is 10 s): a sale comes in waves (the start, a restock, a second
+// SKU's start), and the goroutines the first made, stacks grown, serve
+// the next. Bounded by server.max_conns; a GC halves an idle one's stack.
+const workerIdle = time.Minute
+
 // warmLead is how long before an activity's start its warm-up runs.
 const warmLead = 2 * time.Second
 

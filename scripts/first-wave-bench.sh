@@ -40,11 +40,11 @@ one() { # warm_workers -> "proxy_p999 others bare_p999"
   for i in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$pa/_seckill/time" && break; sleep 0.05; done
   sleep 1 # the start-up warm-up is done by then; the wave comes as the sale opens
   "$BIN/seckill-bench" run --preset 1000users --activity fw --sku s --target "http://127.0.0.1:$pa" \
-    --user-prefix "p$RANDOM-" --quiet --json "$w/p.json" >/dev/null 2>&1 || true
+    --user-prefix "p$RANDOM-" --quiet --json "$w/p.json" >/dev/null 2>"$w/p.err" || { echo "proxy run failed: $(tail -1 "$w/p.err")" >&2; rm -f "$w/p.json"; }
   kill "$ppid"; wait "$ppid" 2>/dev/null || true
   sleep 1
   "$BIN/seckill-bench" run --preset 1000users --activity fw --sku s --target "http://127.0.0.1:$bp" \
-    --user-prefix "b$RANDOM-" --quiet --json "$w/b.json" >/dev/null 2>&1 || true
+    --user-prefix "b$RANDOM-" --quiet --json "$w/b.json" >/dev/null 2>"$w/b.err" || { echo "bare run failed: $(tail -1 "$w/b.err")" >&2; rm -f "$w/b.json"; }
   read -r pq po < <(summary "$w/p.json"); read -r bq _ < <(summary "$w/b.json")
   echo "$pq $po $bq"
   sleep 1
@@ -55,12 +55,12 @@ echo "|---|---|---:|---|---|---:|---|"
 for r in $(seq "$runs"); do
   if [ $((r % 2)) = 1 ]; then a=$(one 1024); b=$(one 0); else b=$(one 0); a=$(one 1024); fi
   read -r ap ao ab <<<"$a"; read -r bp_ bo bb <<<"$b"
-  ra=$(awk -v x="$ap" -v y="$ab" 'BEGIN { if (y > 0) printf "%.2f", x / y; else print "-" }')
-  rb=$(awk -v x="$bp_" -v y="$bb" 'BEGIN { if (y > 0) printf "%.2f", x / y; else print "-" }')
+  ra=$(awk -v x="$ap" -v y="$ab" 'BEGIN { if (x + 0 > 0 && y + 0 > 0) printf "%.2f", x / y; else print "-" }')
+  rb=$(awk -v x="$bp_" -v y="$bb" 'BEGIN { if (x + 0 > 0 && y + 0 > 0) printf "%.2f", x / y; else print "-" }')
   echo "| $r | $ap / $ab | **$ra** | $ao | $bp_ / $bb | **$rb** | $bo |"
-  echo "$ra $rb" >> "$w/ratios"
+  [ "$ra" = - ] || [ "$rb" = - ] || echo "$ra $rb" >> "$w/ratios"
 done
 awk 'function med(x, n,   i, j, v) { for (i = 2; i <= n; i++) { v = x[i]; for (j = i - 1; j >= 1 && x[j] > v; j--) x[j + 1] = x[j]; x[j + 1] = v }
        return (n % 2) ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2 }
      { n++; a[n] = $1; b[n] = $2; if ($1 < $2) better++ }
-     END { printf "median p99.9 ratio to bare: warmed %.2f, not warmed %.2f; warmed better in %d of %d runs\n", med(a, n), med(b, n), better, n }' "$w/ratios"
+     END { if (n == 0) { print "no run gave figures"; exit 1 }; printf "median p99.9 ratio to bare: warmed %.2f, not warmed %.2f; warmed better in %d of %d runs\n", med(a, n), med(b, n), better, n }' "$w/ratios" 2>/dev/null || echo "no run gave figures"
