@@ -175,11 +175,11 @@ type Server struct {
 	// connection, so max_conns bounds them too.
 	FairStartMaxHeld int `yaml:"fair_start_max_held"`
 	// WarmWorkers is how many of the listener's worker goroutines are made
-	// ready, with a buy's stack depth, at start-up and 2 s before each
-	// activity's start (default 1024; 0: none): a sale's first wave then
-	// does not wait for a thousand goroutines to be made and their stacks
-	// grown by copying. Capped by max_conns, max_conns_per_ip and a
-	// quarter of the open-file limit.
+	// ready at start-up and 2 s before each activity's start (default 1024;
+	// 0: none): a sale's first wave then does not wait for a thousand
+	// goroutines to be made and their stacks grown. Each round takes at
+	// most half the connections max_conns leaves free and half the file
+	// descriptors left; none with max_conns_per_ip (proxy/warm.go).
 	WarmWorkers int `yaml:"warm_workers"`
 }
 

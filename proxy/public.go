@@ -18,10 +18,6 @@ import (
 // public serves the proxy's own endpoints under the public prefix:
 // time, activities/{id}, reservations/{token}.
 func (s *Server) public(ctx *fasthttp.RequestCtx, st *state, rest []byte) {
-	if string(rest) == "_warm" && s.warm.is(ctx) {
-		s.warm.serve(ctx)
-		return
-	}
 	if !ctx.IsGet() && !ctx.IsHead() {
 		jsonError(ctx, fasthttp.StatusMethodNotAllowed, "method not allowed")
 		return

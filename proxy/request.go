@@ -286,12 +286,17 @@ func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 // The same pass removes X-Original-URL and X-Rewrite-URL: IIS URL Rewrite
 // and older Symfony route a request by them, so a client could name the
 // buy handler on an ordinary path and walk around admission.
+//
+// Names are compared with "_" taken as "-": Rack, PHP and WSGI servers
+// give X_Seckill_User and X-Seckill-User the same HTTP_X_SECKILL_USER, and
+// a forged copy written after the proxy's own would win there. The warm-up
+// header (warm.go) goes too: it never reaches the shop.
 func stripSeckillHeaders(h *fasthttp.RequestHeader) {
 	var names [8][]byte
 	n := 0
 	for k := range h.All() {
-		if len(k) >= 10 && bytes.EqualFold(k[:10], []byte("X-Seckill-")) ||
-			bytes.EqualFold(k, []byte("X-Original-URL")) || bytes.EqualFold(k, []byte("X-Rewrite-URL")) {
+		if len(k) >= 10 && nameFold(k[:10], "x-seckill-") || nameFold(k, "x-original-url") ||
+			nameFold(k, "x-rewrite-url") || nameFold(k, "seckill-proxy-warm") {
 			if n == len(names) {
 				break
 			}
@@ -305,6 +310,27 @@ func stripSeckillHeaders(h *fasthttp.RequestHeader) {
 	if n == len(names) { // more than fit: go again until none is left
 		stripSeckillHeaders(h)
 	}
+}
+
+// nameFold reports whether header name k is lower (lower case, "-"
+// separators) in any letter case, with "_" for any "-".
+func nameFold(k []byte, lower string) bool {
+	if len(k) != len(lower) {
+		return false
+	}
+	for i := range len(k) {
+		c := k[i]
+		switch {
+		case c == '_':
+			c = '-'
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // bytesString views b as a string without copying, for a call that only

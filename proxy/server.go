@@ -253,6 +253,9 @@ func (s *Server) Handler() fasthttp.RequestHandler { return s.handle }
 
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	st := s.cur.Load()
+	if s.warm.take(ctx) { // a warm-up round's own request (warm.go)
+		return
+	}
 	stripSeckillHeaders(&ctx.Request.Header)
 	path := ctx.Path()
 	if bytes.HasPrefix(path, st.prefix) {

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/hex"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -14,172 +16,185 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
-
-	"github.com/seckill-proxy/seckill-proxy/config"
 )
 
 // Warm workers (server.warm_workers).
 //
 // fasthttp serves each connection on a worker goroutine and keeps idle
-// workers for the next connections (10 s). A sale's first wave opens a
-// thousand connections at once: on a proxy that has been idle, each needs a
-// new goroutine whose stack grows by copying, three times or four, to the
-// buy path's depth (fasthttp, the handler, admission, the store, rueidis).
-// Measured on a fresh proxy (1000users preset, BENCHMARKS.md ninth round):
-// a quarter of the wave's CPU was stack growth and goroutine creation, and
-// the first wave's p99.9 was 2.0–2.6× the bare handler's, with buyers
-// answered STORE_UNAVAILABLE when their reserve replies waited past
-// redis.timeout for the CPU; with the workers made ready first, 1.0–1.9×.
+// workers for the next connections (workerIdle). A sale's first wave opens
+// a thousand connections at once: on a proxy that has been idle, each needs
+// a new goroutine whose stack then grows by copying to the buy path's depth
+// (fasthttp, the handler, admission, the store, rueidis). Measured on a
+// fresh proxy (1000users preset, BENCHMARKS.md ninth round): a quarter of
+// the wave's CPU was stack growth and goroutine creation, and the first
+// wave's p99.9 was ~2.1x the bare handler's, with buyers answered
+// STORE_UNAVAILABLE when their reserve replies waited past redis.timeout
+// for the CPU; with the workers made ready first, ~1.6x and none.
 //
 // So the proxy makes the workers ready itself: it opens warm_workers
 // connections to its own listener at once, each carrying a warm-up request
-// that touches a buy's stack depth and holds its worker until every one
-// has arrived; the connections then close and the workers wait, stacks
-// grown, for the sale's connections. It does this at start-up and 2 s
-// before each activity's start (a garbage collection halves an idle
-// worker's stack, so closer to the start is better than long before).
-
-// warmStackBytes is the stack a warm-up request touches, so a warmed
-// worker starts a buy with a 16 KiB stack rather than the 2 KiB it is
-// made with. (Ready workers are what pays: 8, 0 and 24 KiB were within the
-// runs' noise of each other; BENCHMARKS.md ninth round.)
-const warmStackBytes = 8 << 10
-
-// workerIdle is how long an idle listener worker is kept (fasthttp's
-// default is 10 s): a sale comes in waves (the start, a restock, a second
-// SKU's start), and the goroutines the first made, stacks grown, serve
-// the next. Bounded by server.max_conns; a GC halves an idle one's stack.
-const workerIdle = time.Minute
+// that holds its worker until every request that got through has arrived;
+// the connections then close and the workers wait for the sale's
+// connections. It does this at start-up and 2 s before each activity's
+// start. How deep a warm-up grows the stack did not matter (0, 8 and 24
+// KiB within the noise; a GC halves an idle worker's stack anyway): the
+// ready goroutines are what pays.
 
 // warmLead is how long before an activity's start its warm-up runs.
 const warmLead = 2 * time.Second
 
-// warmHeader carries the process's nonce on its own warm-up requests.
-const warmHeader = "Seckill-Proxy-Warm" // not X-Seckill-*: those are stripped on entry
+// warmHeader carries a warm-up round's nonce. It is not X-Seckill-* (those
+// are stripped on entry), and stripSeckillHeaders removes it from every
+// request that is not the round's own, so it never reaches the shop.
+const warmHeader = "Seckill-Proxy-Warm"
 
-// warmer holds what the warm-up requests are recognised by.
+// workerIdle is how long an idle listener worker is kept (fasthttp's
+// default is 10 s; fasthttp reaps once per period, so up to twice this): a
+// sale comes in waves (the start, a restock, a second SKU's start), and the
+// goroutines the first made serve the next. Bounded by server.max_conns.
+const workerIdle = time.Minute
+
+// warmer holds the warm-up round running, if any.
 type warmer struct {
-	nonce string
-	mu    sync.Mutex                // one warm-up at a time
-	round atomic.Pointer[warmRound] // the warm-up running, if any
-	done  atomic.Int64              // warm-ups run
+	mu    sync.Mutex                // one round at a time
+	round atomic.Pointer[warmRound] // nil between rounds
+	done  atomic.Int64              // rounds run
 }
 
-// warmRound is one warm-up's rendezvous: its requests hold their workers
-// until all want of them are inside the handler.
+// warmRound is one warm-up's rendezvous: its requests, recognised by a
+// nonce valid for this round only, hold their workers until Warm has seen
+// every request that got through arrive (or a second passes).
 type warmRound struct {
-	want    int64
+	nonce   string
 	arrived atomic.Int64
-	met     atomic.Int64  // requests held until all had arrived: workers of their own
-	all     chan struct{} // closed by the last to arrive
+	met     atomic.Int64  // held until the release: workers of their own
+	all     chan struct{} // closed by Warm: let the workers go
 }
 
-func newWarmer() *warmer {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return &warmer{nonce: hex.EncodeToString(b[:])}
-}
+func newWarmer() *warmer { return &warmer{} }
 
-// is reports whether ctx is one of this process's warm-up requests: from
-// the proxy's own host, carrying the nonce.
-func (w *warmer) is(ctx *fasthttp.RequestCtx) bool {
+// take serves ctx if it is a request of the running warm-up round (from the
+// proxy's own host, carrying the round's nonce, on any path), reporting
+// whether it did. Between rounds it costs one atomic load.
+func (w *warmer) take(ctx *fasthttp.RequestCtx) bool {
+	r := w.round.Load()
+	if r == nil {
+		return false
+	}
+	v := ctx.Request.Header.Peek(warmHeader)
+	if len(v) == 0 || subtle.ConstantTimeCompare(v, []byte(r.nonce)) != 1 {
+		return false
+	}
 	ip, _ := netip.AddrFromSlice(ctx.RemoteIP())
 	local, _ := netip.AddrFromSlice(ctx.LocalIP())
 	if ip = ip.Unmap(); !ip.IsLoopback() && ip != local.Unmap() {
 		return false
 	}
-	return string(ctx.Request.Header.Peek(warmHeader)) == w.nonce
-}
-
-// serve answers one warm-up request: it touches warmStackBytes of stack,
-// then holds its worker until the round's requests are all inside the
-// handler, each on a worker of its own (so n connections make n workers,
-// not fewer reused), or a second passes.
-func (w *warmer) serve(ctx *fasthttp.RequestCtx) {
-	growStack(warmStackBytes / 1024)
-	if r := w.round.Load(); r != nil {
-		if r.arrived.Add(1) == r.want {
-			close(r.all)
-		}
-		t := time.NewTimer(time.Second)
-		select {
-		case <-r.all:
-			r.met.Add(1)
-		case <-t.C:
-		}
-		t.Stop()
+	r.arrived.Add(1)
+	t := time.NewTimer(time.Second)
+	select {
+	case <-r.all:
+		r.met.Add(1)
+	case <-t.C:
 	}
+	t.Stop()
 	ctx.SetStatusCode(fasthttp.StatusNoContent)
 	ctx.SetConnectionClose()
+	return true
 }
 
-// growStack uses about n KiB of stack.
-//
-//go:noinline
-func growStack(n int) byte {
-	var b [1000]byte
-	b[n%len(b)] = byte(n)
-	if n > 0 {
-		return growStack(n-1) + b[n%len(b)]
+// warmCap bounds a round's connections by what the listener has room for
+// now (max_conns as it was started with, less the connections open),
+// leaving half of it to buyers, and by the file descriptors left (both ends
+// of each connection are this process's); with max_conns_per_ip there is
+// no warm-up.
+func (s *Server) warmCap(n int) int {
+	if c := s.srv.Concurrency; c > 0 {
+		n = min(n, (c-int(s.srv.GetOpenConnectionsCount()))/2)
 	}
-	return b[0]
-}
-
-// warmCap bounds a warm-up's connections: max_conns and max_conns_per_ip
-// leave room for buyers, and both ends of each connection are this
-// process's, within a quarter of the open-file limit.
-func warmCap(n int, sv config.Server) int {
-	n = min(n, sv.MaxConns/2)
-	if sv.MaxConnsPerIP > 0 {
-		n = min(n, sv.MaxConnsPerIP/2)
+	if s.srv.MaxConnsPerIP > 0 {
+		// The warm-up's connections all come from the proxy's own
+		// address, which may be the buyers' too (a balancer on the host):
+		// how many it holds is not known, so nothing is taken from it.
+		return 0
 	}
-	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err == nil && rl.Cur < 1<<30 {
-		n = min(n, int(rl.Cur/8))
+	if free, ok := freeFDs(); ok {
+		n = min(n, (free-64)/2) // a margin for Redis, the shop, the admin listener
 	}
 	return max(n, 0)
 }
 
-// Warm makes up to n of the listener's workers ready (see above) by
-// connecting to addr, the address the listener is bound to; it returns
-// how many were: warm-up requests held in the handler all at once (each
-// on a worker of its own) and answered.
-func (s *Server) Warm(addr string, n int) int {
-	st := s.cur.Load()
-	if n = warmCap(n, st.cfg.Server); n == 0 || s.draining.Load() {
-		return 0
+// freeFDs is how many more files this process may open (Linux: the
+// RLIMIT_NOFILE soft limit less the entries of /proc/self/fd).
+func freeFDs() (int, bool) {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur > 1<<30 {
+		return 0, false
 	}
+	d, err := os.Open("/proc/self/fd")
+	if err != nil {
+		return 0, false
+	}
+	defer func() { _ = d.Close() }()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return 0, false
+	}
+	return int(rl.Cur) - len(names), true
+}
+
+// Warm makes up to n of the listener's workers ready (see above) by
+// connecting to addr, the address the listener is bound to; it returns how
+// many were: warm-up requests held in the handler together, each on a
+// worker of its own.
+func (s *Server) Warm(addr string, n int) int {
 	w := s.warm
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	round := &warmRound{want: int64(n), all: make(chan struct{})}
+	if n = s.warmCap(n); n == 0 || s.draining.Load() {
+		return 0
+	}
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	round := &warmRound{nonce: hex.EncodeToString(b[:]), all: make(chan struct{})}
 	w.round.Store(round)
 	defer w.round.Store(nil)
-	req := []byte("GET " + string(st.prefix) + "_warm HTTP/1.1\r\nHost: " + addr + "\r\n" + warmHeader + ": " + w.nonce + "\r\n\r\n")
-	var answered atomic.Int64
-	var wg sync.WaitGroup
+	req := []byte("GET /_warm HTTP/1.1\r\nHost: " + addr + "\r\n" + warmHeader + ": " + round.nonce + "\r\n\r\n")
+	var sent atomic.Int64
+	var wrote, read sync.WaitGroup
 	t0 := time.Now()
 	for range n {
-		wg.Add(1)
+		wrote.Add(1)
+		read.Add(1)
 		go func() {
-			defer wg.Done()
+			defer read.Done()
 			c, err := net.DialTimeout("tcp", addr, time.Second)
 			if err != nil {
+				wrote.Done()
 				return
 			}
 			defer func() { _ = c.Close() }()
 			_ = c.SetDeadline(time.Now().Add(3 * time.Second))
-			if _, err := c.Write(req); err != nil {
-				return
+			_, err = c.Write(req)
+			if err == nil {
+				sent.Add(1)
 			}
-			if line, err := bufio.NewReaderSize(c, 128).ReadSlice('\n'); err == nil && len(line) > 12 && string(line[9:12]) == "204" {
-				answered.Add(1)
+			wrote.Done()
+			if err == nil {
+				_, _ = bufio.NewReaderSize(c, 128).ReadSlice('\n')
 			}
 		}()
 	}
-	wg.Wait()
-	// Ready: held at once, so each on a worker of its own, and answered.
-	ready := min(round.met.Load(), answered.Load())
+	// Every request that got through is let go once all of them are in
+	// (a connection the listener refused is not waited for), or after a
+	// second: the workers they hold are buyers' room meanwhile.
+	wrote.Wait()
+	for deadline := time.Now().Add(time.Second); round.arrived.Load() < sent.Load() && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	close(round.all)
+	read.Wait()
+	ready := round.met.Load()
 	w.done.Add(1)
 	s.m.WarmWorkers.Set(float64(ready))
 	s.log.Info("listener workers warmed", zap.Int("asked", n), zap.Int64("ready", ready), zap.Duration("took", time.Since(t0)))

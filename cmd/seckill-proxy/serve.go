@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -260,5 +261,29 @@ func secretWarnings(cfg *config.Config) []string {
 // of a sale is a thousand new connections at once (issue 10).
 func listenPublic(addr string) (net.Listener, error) {
 	lc := net.ListenConfig{KeepAlive: -1}
-	return lc.Listen(context.Background(), "tcp", addr)
+	ln, err := lc.Listen(context.Background(), "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return patientListener{ln}, nil
+}
+
+// patientListener retries an accept that failed for want of file
+// descriptors (EMFILE, ENFILE) or buffers, as net/http does: fasthttp takes
+// any such error as permanent and its Serve returns, which ended serve —
+// a connection flood at the open-file limit stopped the proxy (red-team
+// finding). Connections close meanwhile and free descriptors.
+type patientListener struct{ net.Listener }
+
+func (l patientListener) Accept() (net.Conn, error) {
+	wait := 5 * time.Millisecond
+	for {
+		c, err := l.Listener.Accept()
+		if err == nil || !errors.Is(err, syscall.EMFILE) && !errors.Is(err, syscall.ENFILE) &&
+			!errors.Is(err, syscall.ENOBUFS) && !errors.Is(err, syscall.ENOMEM) {
+			return c, err
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, time.Second)
+	}
 }
