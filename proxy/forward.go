@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -617,6 +618,18 @@ func orderID(resp *fasthttp.Response, from string) string {
 		body := resp.Body()
 		if len(body) == 0 || len(body) > 1<<20 {
 			return ""
+		}
+		if ce := resp.Header.ContentEncoding(); len(ce) > 0 && !bytes.EqualFold(ce, []byte("identity")) {
+			// A shop that compresses its answers (the buyer's own
+			// Accept-Encoding is forwarded): the id is in the decoded body.
+			// An order answer is small; a large compressed one is not read.
+			if len(body) > 64<<10 {
+				return ""
+			}
+			var err error
+			if body, err = resp.BodyUncompressed(); err != nil || len(body) > 1<<20 {
+				return ""
+			}
 		}
 		return findOrderID(body, name)
 	}

@@ -30,17 +30,66 @@ func keepSize(req *fasthttp.Request) int64 {
 }
 
 // tooLargeToKeep reports whether a buy of an activity that may queue it
-// (mode: queue) is larger than the queue keeps, with the message saying so.
+// (mode: queue) cannot be kept for its worker, with the message saying
+// why: larger than the queue keeps, or a header field the worker's HTTP
+// client would refuse to send (fasthttp takes names net/http does not: the
+// buy would be queued, never sent, and held until the reconciler).
 func tooLargeToKeep(ctx *fasthttp.RequestCtx, a *config.Activity) (string, bool) {
 	if a.Mode != config.ModeQueue {
 		return "", false
 	}
-	if n := keepSize(&ctx.Request); n > a.Queue.MaxRequestBytes {
+	return unkeepable(&ctx.Request, a)
+}
+
+// unkeepable is tooLargeToKeep for any activity whose winners may be queued.
+func unkeepable(req *fasthttp.Request, a *config.Activity) (string, bool) {
+	if n := keepSize(req); n > a.Queue.MaxRequestBytes {
 		return "request too large to queue: " + strconv.FormatInt(n, 10) + " bytes, queue.max_request_bytes is " +
 			strconv.FormatInt(a.Queue.MaxRequestBytes, 10), true
 	}
+	for k, v := range req.Header.All() {
+		if !validFieldName(k) || !validFieldValue(v) {
+			return "header field " + strconv.Quote(string(k)) + " is not valid HTTP; a queued buy could not be sent with it", true
+		}
+	}
 	return "", false
 }
+
+// validFieldName reports whether k is an RFC 9110 token.
+func validFieldName(k []byte) bool {
+	if len(k) == 0 {
+		return false
+	}
+	for _, c := range k {
+		if c >= 0x80 || !tokenChar[c] {
+			return false
+		}
+	}
+	return true
+}
+
+// validFieldValue reports whether v has no control byte but tab.
+func validFieldValue(v []byte) bool {
+	for _, c := range v {
+		if c < 0x20 && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+var tokenChar = func() (t [128]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()
 
 // keeper returns the function that builds the request to keep for a queued
 // buyer (admission.Request.Keep). m is taken by value and the closure made
@@ -84,10 +133,10 @@ func (s *Server) keptRequest(ctx *fasthttp.RequestCtx, up *upstream, m *match) [
 }
 
 // spillRequest is keptRequest for a sync winner spilled to the queue
-// (upstream.overflow: queue), or nil with false when it is larger than the
-// activity's queue keeps.
+// (upstream.overflow: queue), or nil with false when it cannot be kept
+// (unkeepable).
 func (s *Server) spillRequest(ctx *fasthttp.RequestCtx, st *state, a *config.Activity) ([]byte, bool) {
-	if keepSize(&ctx.Request) > a.Queue.MaxRequestBytes {
+	if _, bad := unkeepable(&ctx.Request, a); bad {
 		return nil, false
 	}
 	// The path was rewritten to the canonical spelling already (buy).

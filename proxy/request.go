@@ -97,8 +97,17 @@ func (e *extractor) get(ctx *fasthttp.RequestCtx, pathSKU []byte, body *jsonBody
 	case "cookie":
 		return cookieOnce(&ctx.Request.Header, e.name)
 	case "query":
+		// The same name in a form body too: PHP's $_REQUEST and Go's
+		// FormValue read the body's copy first, so the shop could sell
+		// another SKU than the one admitted.
+		if ctx.PostArgs().Has(e.name) {
+			return nil, errTwice{}
+		}
 		return argOnce(ctx.QueryArgs(), e.name)
 	case "form":
+		if ctx.QueryArgs().Has(e.name) {
+			return nil, errTwice{}
+		}
 		return argOnce(ctx.PostArgs(), e.name)
 	case "path":
 		return pathSKU, nil

@@ -596,6 +596,10 @@ func (aq *actQueue) keptRequest(ctx context.Context, kept string) (*http.Request
 		return nil, err
 	}
 	req.Header, req.Host = in.Header, in.Host
+	// Nobody waits on this answer but the worker, which reads the order id
+	// from it: net/http asks for gzip itself and decodes it, where the
+	// buyer's Accept-Encoding (br, zstd) would leave it encoded.
+	req.Header.Del("Accept-Encoding")
 	return req, nil
 }
 

@@ -61,11 +61,15 @@ func Decode(data []byte) (any, error) {
 	return v, err
 }
 
+// foldKey is k with letter case folded as encoding/json matches keys to
+// struct fields (simple Unicode folding: K, k and the Kelvin sign are one).
+func foldKey(k string) string { return strings.ToLower(strings.ToUpper(k)) }
+
 // DecodeStrict is Decode for a document others read too (a buy's body,
 // which the shop parses after the proxy judged it): an object with a key
 // twice, at any depth, or anything after the document is an error, since
 // parsers disagree on which copy wins (encoding/json and PHP take the last,
-// others the first).
+// others the first). Keys that differ in letter case only count as twice.
 func DecodeStrict(data []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -83,10 +87,14 @@ func DecodeStrict(data []byte) (any, error) {
 		if n := len(stack); n > 0 && stack[n-1].obj {
 			top := &stack[n-1]
 			if k, ok := tok.(string); ok && top.key {
-				if _, dup := top.seen[k]; dup {
-					return nil, fmt.Errorf("jsonptr: key %q twice in one object", k)
+				// Keys equal but for case count as one: encoding/json
+				// decodes into a struct field by any case (Unicode folds too:
+				// "SKU", "s\u212au"), the last copy winning.
+				f := foldKey(k)
+				if _, dup := top.seen[f]; dup {
+					return nil, fmt.Errorf("jsonptr: key %q twice in one object (letter case aside)", k)
 				}
-				top.seen[k] = struct{}{}
+				top.seen[f] = struct{}{}
 				top.key = false
 				continue
 			}
