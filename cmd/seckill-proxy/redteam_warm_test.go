@@ -193,8 +193,8 @@ func TestRedTeamWarmSIGTERMDuringStartupWarmup(t *testing.T) {
 	rwNoSettle = true
 	defer func() { rwNoSettle = false }()
 	cmd, _, logs := rwServeLimited(t, bin, 20000, time.Now().Add(time.Hour), "{ max_conns: 20000, warm_workers: 10000 }")
-	// serve's signal handler is installed just after its "serving" line
-	// (a SIGTERM before it kills the process outright: not the warm-up's)
+	// After "serving", so the warm-up is under way (serve's signal handler
+	// is installed before its listener opens: TestServeSIGTERMAsSoonAsListening).
 	for !strings.Contains(logs.String(), `"msg":"serving"`) {
 		time.Sleep(time.Millisecond)
 	}

@@ -53,6 +53,12 @@ func cmdServe(c *cli) error {
 	if err != nil {
 		return fail(exitFailed, "serve: %v", err)
 	}
+	// Signals are taken from before the listener opens: a SIGTERM in the
+	// moments before the loop below waits in sigs and is a graceful stop
+	// (it ended serve at once, with no drain: red-team finding).
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	ln, err := listenPublic(cfg.Listen)
 	if err != nil {
 		return fail(exitFailed, "serve: listen %s: %v", cfg.Listen, err)
@@ -142,9 +148,6 @@ func cmdServe(c *cli) error {
 		go watchFile(ctx, c.cfgPath, changed)
 	}
 
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
 	for {
 		select {
 		case err := <-errc:
