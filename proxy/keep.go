@@ -29,19 +29,11 @@ func keepSize(req *fasthttp.Request) int64 {
 	return int64(len(h.Method()) + len(h.RequestURI()) + len(h.RawHeaders()) + len(req.Body()) + 16)
 }
 
-// tooLargeToKeep reports whether a buy of an activity that may queue it
-// (mode: queue) cannot be kept for its worker, with the message saying
-// why: larger than the queue keeps, or a header field the worker's HTTP
-// client would refuse to send (fasthttp takes names net/http does not: the
-// buy would be queued, never sent, and held until the reconciler).
-func tooLargeToKeep(ctx *fasthttp.RequestCtx, a *config.Activity) (string, bool) {
-	if a.Mode != config.ModeQueue {
-		return "", false
-	}
-	return unkeepable(&ctx.Request, a)
-}
-
-// unkeepable is tooLargeToKeep for any activity whose winners may be queued.
+// unkeepable reports whether a buy that may be queued (mode: queue, or a
+// spill) cannot be kept for its worker, with the message saying why:
+// larger than the queue keeps, or a header field the worker's HTTP client
+// would refuse to send (fasthttp takes names net/http does not: the buy
+// would be queued, never sent, and held until the reconciler).
 func unkeepable(req *fasthttp.Request, a *config.Activity) (string, bool) {
 	if n := keepSize(req); n > a.Queue.MaxRequestBytes {
 		return "request too large to queue: " + strconv.FormatInt(n, 10) + " bytes, queue.max_request_bytes is " +
@@ -108,11 +100,8 @@ func (s *Server) keeper(ctx *fasthttp.RequestCtx, up *upstream, m match) func() 
 func (s *Server) keptRequest(ctx *fasthttp.RequestCtx, up *upstream, m *match) []byte {
 	var req fasthttp.Request
 	ctx.Request.CopyTo(&req)
-	if m != nil && m.r != nil && m.act != nil {
-		var b [256]byte
-		if p := m.shopPath(b[:0]); !bytes.Equal(p, req.URI().PathOriginal()) {
-			req.URI().SetPathBytes(p)
-		}
+	if m != nil {
+		m.rewriteURI(req.URI())
 	}
 	req.URI().DisablePathNormalizing = true
 	for _, k := range hopByHop {

@@ -376,13 +376,16 @@ func (m *match) shopPath(dst []byte) []byte {
 
 // rewrite points a winner at the canonical path (query kept), unless the
 // client already spelled it so.
-func (m *match) rewrite(ctx *fasthttp.RequestCtx) {
+func (m *match) rewrite(ctx *fasthttp.RequestCtx) { m.rewriteURI(ctx.Request.URI()) }
+
+// rewriteURI is rewrite for any request's URI (a copy kept for the queue).
+func (m *match) rewriteURI(u *fasthttp.URI) {
 	if m.r == nil || m.act == nil {
 		return
 	}
 	var b [256]byte
 	p := m.shopPath(b[:0])
-	if !bytes.Equal(p, ctx.URI().PathOriginal()) {
-		ctx.Request.URI().SetPathBytes(p)
+	if !bytes.Equal(p, u.PathOriginal()) {
+		u.SetPathBytes(p)
 	}
 }

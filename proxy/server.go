@@ -57,7 +57,7 @@ type Server struct {
 	m       *metrics.Metrics
 	log     *zap.Logger
 	srv     *fasthttp.Server
-	warm    *warmer
+	warm    warmer
 	display displayCache
 	obs     observers
 	refused routeRefusals
@@ -109,7 +109,6 @@ func New(cfg *config.Config, d Deciders, b Book, m *metrics.Metrics, log *zap.Lo
 		return nil, err
 	}
 	sv := cfg.Server
-	s.warm = newWarmer()
 	s.srv = &fasthttp.Server{
 		Handler:        s.handle,
 		Name:           "seckill-proxy",
@@ -339,12 +338,15 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, st *state, m match) {
 	if req.Items == nil {
 		ans.sku = req.SKU
 	}
-	if msg, big := tooLargeToKeep(ctx, a); big {
-		// Queue mode keeps the request for its later send: refused before
-		// anything is reserved, rather than queued and sent without it.
-		ans.code, ans.message = admission.BadRequest, msg
-		s.answer(ctx, st, a, &ans)
-		return
+	if a.Mode == config.ModeQueue {
+		// Queue mode keeps the request for its later send: one it cannot
+		// keep is refused before anything is reserved, rather than queued
+		// and sent without it (or never sent).
+		if msg, bad := unkeepable(&ctx.Request, a); bad {
+			ans.code, ans.message = admission.BadRequest, msg
+			s.answer(ctx, st, a, &ans)
+			return
+		}
 	}
 	// The request goes to admission behind an interface, so it would escape
 	// to the heap: take it from a pool instead (nothing keeps it past Decide

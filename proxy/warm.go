@@ -71,8 +71,6 @@ type warmRound struct {
 	all     chan struct{} // closed by Warm: let the workers go
 }
 
-func newWarmer() *warmer { return &warmer{} }
-
 // take serves ctx if it is a request of the running warm-up round (from the
 // proxy's own host, carrying the round's nonce, on any path), reporting
 // whether it did. Between rounds it costs one atomic load.
@@ -148,7 +146,7 @@ func freeFDs() (int, bool) {
 // many were: warm-up requests held in the handler together, each on a
 // worker of its own.
 func (s *Server) Warm(addr string, n int) int {
-	w := s.warm
+	w := &s.warm
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if n = s.warmCap(n); n == 0 || s.draining.Load() {

@@ -297,9 +297,10 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 var enqueueScript = rueidis.NewLuaScript(lua.Enqueue)
 
 // enqueue writes a queued reservation's stream entry (with the buyer's
-// request, q.Keep), now that the buyer's call heard it was reserved (enqueue.lua: reserve.lua leaves it out, so a
-// reserve that ran after its buyer was told STORE_UNAVAILABLE is never read
-// by a worker before its abort releases it). The buyer is told QUEUED
+// request, q.Keep), now that the buyer's call heard it was reserved
+// (enqueue.lua: reserve.lua leaves it out, so a reserve that ran after its
+// buyer was told STORE_UNAVAILABLE is never read by a worker before its
+// abort releases it). The buyer is told QUEUED
 // either way: the reservation exists. If Redis does not answer, the
 // retrier writes the entry (idempotent: one entry per reservation); the
 // buyer's next call runs it first.

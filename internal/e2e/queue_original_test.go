@@ -11,6 +11,7 @@ import (
 
 	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/seckill-proxy/seckill-proxy/internal/e2e"
+	"github.com/seckill-proxy/seckill-proxy/store"
 )
 
 // qoBuy is one buyer's request as a legacy shop needs it to place the
@@ -23,6 +24,16 @@ func qoBuy(addr, act, user string, i int) e2e.Resp {
 			{"X-Client", "app-" + user}, {"Content-Type", "application/json"}},
 		Body: []byte(fmt.Sprintf(`{"address":"street %d","note":"gift wrap ü"}`, i)),
 	})
+}
+
+// qoWantConfirmed fails unless every token ends confirmed within 10 s.
+func qoWantConfirmed(t *testing.T, addr string, toks []string) {
+	t.Helper()
+	for i, res := range rqAwaitSettled(addr, toks, 10*time.Second) {
+		if res.State != store.StateConfirmed {
+			t.Errorf("token %s: %s, want confirmed", toks[i], res)
+		}
+	}
 }
 
 // qoWantOriginal fails unless the shop's buy of each user carried that
@@ -107,11 +118,7 @@ func TestQueueSendsTheBuyersOwnRequest(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	for i, res := range rqAwaitSettled(p.Addr, toks, 10*time.Second) {
-		if res.State != "confirmed" {
-			t.Errorf("token %s: %s, want confirmed", toks[i], res)
-		}
-	}
+	qoWantConfirmed(t, p.Addr, toks)
 	qoWantOriginal(t, shop, users)
 	rqWantStock(t, opsStore(t, p.Cfg), a)
 }

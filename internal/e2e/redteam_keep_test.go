@@ -84,7 +84,7 @@ func rkBuyLine(act string) string {
 	return "POST /api/seckill/" + act + "/" + e2e.SKU + "/buy HTTP/1.1\r\nHost: shop.example\r\n"
 }
 
-// TestRedTeamKeepHeaderNameTheFrontAccepts (FAILS: bug in the feature):
+// TestRedTeamKeepHeaderNameTheFrontAccepts (failed before the fix in a6ff746: a bug in the feature):
 // fasthttp (the front) accepts a header whose name has a space in it
 // ("X B: 1"). Sync mode forwards it with fasthttp's client and settles by
 // the shop's answer (a net/http shop says 400: released at once, the buyer
@@ -217,8 +217,8 @@ func TestRedTeamKeepWireShapes(t *testing.T) {
 	rqWantStock(t, opsStore(t, p.Cfg), a)
 }
 
-// TestRedTeamKeepSkuFromJSONDuplicate (FAILS: pre-existing, sync mode
-// too; jsonptr.DecodeStrict refuses a key twice only when spelled the
+// TestRedTeamKeepSkuFromJSONDuplicate (failed before a6ff746: pre-existing, sync mode
+// too; jsonptr.DecodeStrict refused a key twice only when spelled the
 // same): a JSON-body SKU route where the
 // buyer's body names the SKU twice. Admission picks one; the kept body
 // goes to the shop byte for byte (as sync mode). The shop's own JSON
@@ -476,8 +476,8 @@ func (s *rkWireShop) of(user string) string {
 	return ""
 }
 
-// TestRedTeamKeepUnderscoreSeckillHeaders (FAILS: pre-existing in sync
-// mode, worse in queue mode): stripSeckillHeaders matches "X-Seckill-" only,
+// TestRedTeamKeepUnderscoreSeckillHeaders (failed before a6ff746: pre-existing in sync
+// mode, worse in queue mode): stripSeckillHeaders matched "X-Seckill-" only,
 // so X_Seckill_Sku reaches the shop. CGI-style stacks (Rack, PHP, WSGI
 // servers that map both spellings to HTTP_X_SECKILL_SKU) take it for the
 // proxy's header; where both arrive the later one usually wins. Sync mode
@@ -517,7 +517,7 @@ func TestRedTeamKeepUnderscoreSeckillHeaders(t *testing.T) {
 	}
 }
 
-// TestRedTeamKeepGzipShopOrderID (FAILS, both modes): a shop behind the
+// TestRedTeamKeepGzipShopOrderID (failed before a6ff746, both modes): a shop behind the
 // usual compression middleware gzips its answer when the request says
 // Accept-Encoding: gzip, which every browser does. The queue worker now
 // sends the buyer's Accept-Encoding, so net/http no longer asks for (and
@@ -712,16 +712,12 @@ func TestRedTeamKeepCluster(t *testing.T) {
 		}
 		toks = append(toks, got.Token())
 	}
-	for i, res := range rqAwaitSettled(p.Addr, toks, 10*time.Second) {
-		if res.State != store.StateConfirmed {
-			t.Errorf("%s: %s, want confirmed", toks[i], res)
-		}
-	}
+	qoWantConfirmed(t, p.Addr, toks)
 	qoWantOriginal(t, shop, users)
 	rqWantStock(t, opsStore(t, p.Cfg), a)
 }
 
-// TestRedTeamKeepSkuFromFormQuery (FAILS: pre-existing, sync mode too):
+// TestRedTeamKeepSkuFromFormQuery (failed before a6ff746: pre-existing, sync mode too):
 // form and query SKU routes, queue and sync: a buy naming the SKU twice (or
 // in both the query and the body) must be refused or admitted for the SKU
 // the shop's net/http reading finds (r.FormValue: form body first, then
