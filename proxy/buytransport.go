@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"net"
 	"sync"
 	"time"
@@ -87,6 +88,14 @@ func (t buyTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, 
 		hc.CloseConn(cc)
 		return false, timeoutAsErrTimeout(err)
 	}
+	if resp.StatusCode() < 200 {
+		// A 101: the shop switched the connection to another protocol
+		// (the proxy sends no Upgrade, hop.go, so this is a shop that
+		// ignores that). What it did with the buy is unknown, and the
+		// connection is no longer HTTP/1.1: closed, never pooled.
+		hc.CloseConn(cc)
+		return false, errSwitchedProtocols
+	}
 	if req.ConnectionClose() || resp.ConnectionClose() {
 		hc.CloseConn(cc)
 	} else {
@@ -94,6 +103,10 @@ func (t buyTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, 
 	}
 	return false, nil
 }
+
+// errSwitchedProtocols is a buy answered 101 Switching Protocols: sent, its
+// outcome unknown.
+var errSwitchedProtocols = errors.New("the shop answered 101 Switching Protocols; the buy's outcome is unknown")
 
 // timeoutAsErrTimeout reports any timeout as fasthttp.ErrTimeout, as the
 // default transport does.

@@ -53,6 +53,11 @@ const (
 	// that do not make a buy here but may in a framework that resolves
 	// them differently (set by the route table, not by canonPath).
 	flawAmbiguous
+	// flawNetworkPath: a target starting "//" whose path after the first
+	// segment is under a buy prefix: URL parsers (Go's url.Parse, Python's
+	// urlsplit, Node's URL) read "//host/api/…/buy" as a host and the buy
+	// path (set by the server, not by canonPath).
+	flawNetworkPath
 )
 
 // String names the flaw (metrics label).
@@ -74,6 +79,8 @@ func (f pathFlaw) String() string {
 		return "above_root"
 	case flawAmbiguous:
 		return "ambiguous_spelling"
+	case flawNetworkPath:
+		return "network_path"
 	}
 	return "unknown"
 }

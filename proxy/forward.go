@@ -151,7 +151,11 @@ func (u *upstream) prepare(ctx *fasthttp.RequestCtx) {
 		req.URI().SetScheme("http")
 	}
 	if len(req.Header.Host()) == 0 {
+		// Both: fasthttp writes the parsed URI's host over the header's,
+		// and a request that came without Host (HTTP/1.0) parsed none. It
+		// goes out as HTTP/1.1 (hop.go), which must carry one.
 		req.Header.SetHost(u.hostHeader)
+		req.URI().SetHost(u.hostHeader)
 	}
 	if u.basePath != "" {
 		req.URI().SetPathBytes(append([]byte(u.basePath), req.URI().PathOriginal()...))
@@ -643,6 +647,15 @@ func (s *Server) pass(ctx *fasthttp.RequestCtx, st *state) {
 	t0 := time.Now()
 	err := up.pass.DoTimeout(&ctx.Request, &ctx.Response, up.passTimeout)
 	s.obs.passLatency.Observe(time.Since(t0).Seconds())
+	if err == nil && ctx.Response.StatusCode() < 200 {
+		// A 101: the shop switched its connection to another protocol,
+		// although the proxy sends no Upgrade (hop.go), and fasthttp
+		// pooled it. The proxy tunnels nothing: the answer is a 502 and
+		// the idle connections go, so the next request is not written
+		// into the switched one.
+		up.pass.CloseIdleConnections()
+		err = errSwitchedProtocols
+	}
 	if err != nil {
 		answerUnreachable(ctx, err)
 		s.obs.passError.Inc()

@@ -15,7 +15,7 @@ import (
 // routeRefusals count the requests refused by their path alone (no
 // activity known yet): seckill_rejections_total{layer="route"}.
 type routeRefusals struct {
-	unsafe  [flawAmbiguous + 1]prometheus.Counter // by pathFlaw
+	unsafe  [flawNetworkPath + 1]prometheus.Counter // by pathFlaw
 	method  prometheus.Counter
 	trailer prometheus.Counter
 }
@@ -195,6 +195,24 @@ func (t *routeTable) under(c []byte) bool {
 		}
 	}
 	return false
+}
+
+// networkPathBuy reports whether a target that starts with "//" and passes
+// as it is spelled would, read as a network-path reference ("//host/path",
+// RFC 3986 §4.2, as generic URL parsers in shops read it), name a path
+// under a buy prefix: no buy reaches the shop without admission, so such a
+// target is refused.
+func (t *routeTable) networkPathBuy(method, raw []byte) bool {
+	if len(raw) < 3 || raw[0] != '/' || raw[1] != '/' {
+		return false
+	}
+	i := bytes.IndexByte(raw[2:], '/')
+	if i < 0 {
+		return false
+	}
+	m, kind := t.resolve(method, raw[2+i:])
+	m.release()
+	return kind != routePass
 }
 
 // resolve decides what the request with this method and raw path is. It

@@ -269,9 +269,15 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		writeAnswer(ctx, &answer{code: admission.BadRequest, message: "request trailer fields are not accepted"})
 		return
 	}
+	// The buyer's connection ends here: its hop-by-hop fields go before any
+	// decision (hop.go), and come back for fasthttp's answer on it.
+	cc := stripHopByHop(&ctx.Request.Header)
 	// Routes are matched on the path as sent, canonicalised here: fasthttp's
 	// Path() decodes %2F into a separator and keeps case, ";" and ".json".
 	m, kind := st.routes.resolve(ctx.Method(), ctx.URI().PathOriginal())
+	if kind == routePass && st.routes.networkPathBuy(ctx.Method(), ctx.URI().PathOriginal()) {
+		kind, m.flaw = routeUnsafe, flawNetworkPath
+	}
 	switch kind {
 	case routeBuy:
 		s.buy(ctx, st, m)
@@ -295,6 +301,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	default:
 		s.pass(ctx, st)
 	}
+	restoreClientConn(&ctx.Request.Header, cc)
 	m.release()
 	if s.draining.Load() {
 		ctx.SetConnectionClose()

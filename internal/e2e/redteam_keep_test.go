@@ -610,12 +610,10 @@ func TestRedTeamKeepHostLikeSync(t *testing.T) {
 		}
 		t.Logf("%s: Host at the shop: sync %q, queue %q", f.name, hosts[0], hosts[1])
 		if f.name == "http10" {
-			// Sync mode sends it on as HTTP/1.0 with no Host (see
-			// TestRedTeamKeepHTTP10NoHostSync); the worker sends the shop's.
+			// Both send the shop's Host (see TestRedTeamKeepHTTP10NoHostSync).
 			if !strings.HasPrefix(shop.URL, "http://"+hosts[1]) {
 				t.Errorf("http10: the queue worker sent Host %q, want the shop's %s", hosts[1], shop.URL)
 			}
-			continue
 		}
 		if hosts[0] != hosts[1] {
 			t.Errorf("%s: the shop got Host %q from sync mode but %q from the queue worker", f.name, hosts[0], hosts[1])
@@ -624,8 +622,8 @@ func TestRedTeamKeepHostLikeSync(t *testing.T) {
 }
 
 // TestRedTeamKeepHTTP10NoHostSync: an HTTP/1.0 buy without Host is placed
-// in both modes: sync mode sends it on as HTTP/1.0 with no Host (fasthttp
-// takes the Host from the parsed URI, empty), the queue worker (net/http)
+// in both modes: sync mode sends it on as HTTP/1.1 (the proxy's own
+// version, proxy/hop.go) with the shop's Host, the queue worker (net/http)
 // with the shop's authority.
 func TestRedTeamKeepHTTP10NoHostSync(t *testing.T) {
 	r := e2e.StartRedis(t)
