@@ -39,6 +39,9 @@ func cmdShop(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	if err := shopRates(cfg); err != nil {
+		return err
+	}
 	m, def, err := shop.ParseStock(stock)
 	if err != nil {
 		return usageError{err}
@@ -87,6 +90,27 @@ func cmdShop(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		_ = s.Close() // Serve's error is the one to report
 		return err
 	}
+}
+
+// shopRates refuses rates and durations the shop cannot honour: a fraction
+// outside 0..1 (2 meant as "2 %") or NaN would fail or hang every order, or
+// none, with no word, and the bench report would blame the proxy.
+func shopRates(cfg shop.Config) error {
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"--fail-rate", cfg.FailRate}, {"--timeout-rate", cfg.TimeoutRate}} {
+		if !(r.v >= 0 && r.v <= 1) {
+			return usagef("%s %v: want a fraction from 0 to 1 (0.02 for 2 %%)", r.name, r.v)
+		}
+	}
+	if cfg.Latency < 0 {
+		return usagef("--latency %s: want 0 or more", cfg.Latency)
+	}
+	if cfg.Hang < 0 {
+		return usagef("--hang %s: want 0 or more", cfg.Hang)
+	}
+	return nil
 }
 
 func newLogger(format string) (*zap.Logger, error) {
