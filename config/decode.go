@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -301,7 +302,14 @@ func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) bool {
 		return true
 	case reflect.Float64:
 		var f float64
-		if (tag != "!!int" && tag != "!!float") || n.Decode(&f) != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		err := n.Decode(&f)
+		if i, ok, padded := zeroPadded(n.Value); tag == "!!int" && padded {
+			f, err = float64(i), nil
+			if !ok {
+				err = strconv.ErrRange
+			}
+		}
+		if (tag != "!!int" && tag != "!!float") || err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
 			d.errorf(n.Line, "%s: want a number, got %q", describe(path), n.Value)
 			return false
 		}
@@ -320,6 +328,9 @@ func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) bool {
 func integer(n *yaml.Node, tag string) (int64, bool) {
 	switch tag {
 	case "!!int":
+		if i, ok, padded := zeroPadded(n.Value); padded {
+			return i, ok
+		}
 		var i int64
 		return i, n.Decode(&i) == nil
 	case "!!float":
@@ -331,6 +342,24 @@ func integer(n *yaml.Node, tag string) (int64, bool) {
 	default:
 		return 0, false
 	}
+}
+
+// zeroPadded reads a zero-padded decimal like 010 or -007 (with YAML's
+// "_" digit separators) as the decimal number it shows: yaml.v3 takes it for
+// YAML 1.1 octal (010 is 8, while 08 and 09 are 8 and 9), so a column of
+// padded numbers pasted from a spreadsheet would load some right and some
+// wrong. Explicit forms (0o10, 0x10, 0b10) are left to yaml.v3. padded says
+// s is such a number; ok that it fits an int64.
+func zeroPadded(s string) (i int64, ok, padded bool) {
+	digits := strings.ReplaceAll(s, "_", "")
+	if digits != "" && (digits[0] == '-' || digits[0] == '+') {
+		digits = digits[1:]
+	}
+	if len(digits) < 2 || digits[0] != '0' || strings.Trim(digits, "0123456789") != "" {
+		return 0, false, false
+	}
+	i, err := strconv.ParseInt(strings.TrimPrefix(strings.ReplaceAll(s, "_", ""), "+"), 10, 64)
+	return i, err == nil, true
 }
 
 func (d *decoder) duration(n *yaml.Node, v reflect.Value, path string) bool {
