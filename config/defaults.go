@@ -122,9 +122,10 @@ func (c *Config) setDefaults(m *meta) {
 		setOnce(m, &d.Timeout, DefaultDurableTimeout)
 		setOnce(m, &d.OnTimeout, DurableRefuse)
 	}
-	if len(c.Redis.Addrs) > 1 {
+	if len(c.Redis.Addrs) > 1 && !m.has(&c.Redis.Cluster) {
 		// Several seeds only make sense for a cluster; a single-node client
-		// would silently use the first and ignore the rest.
+		// would silently use the first and ignore the rest. An explicit
+		// cluster: false with several is a validation error.
 		c.Redis.Cluster = true
 	}
 

@@ -1,10 +1,38 @@
 package config
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
 )
+
+// testJWKSFile writes a JWKS of one P-256 key and returns its path:
+// validation loads jwks_file.
+func testJWKSFile(t *testing.T) string {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := k.PublicKey.Bytes() // 0x04 || x || y
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := base64.RawURLEncoding.EncodeToString
+	path := filepath.Join(t.TempDir(), "jwks.json")
+	doc := fmt.Sprintf(`{"keys":[{"kty":"EC","crv":"P-256","kid":"k1","x":%q,"y":%q}]}`, enc(b[1:33]), enc(b[33:]))
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
 
 // jwtUser is identity.user.jwt in block style, starting on line 8 of okAct.
 const jwtUser = okAct + "identity:\n  user:\n    jwt:\n"
@@ -40,7 +68,9 @@ func TestJWTDefaults(t *testing.T) {
 }
 
 func TestJWTValidation(t *testing.T) {
-	const keys = "      jwks_file: /etc/jwks.json\n      issuer: i\n      audience: a\n"
+	// A real file: validation loads jwks_file (a missing one is an error of its own).
+	jwks := testJWKSFile(t)
+	keys := "      jwks_file: " + jwks + "\n      issuer: i\n      audience: a\n"
 	tests := []struct {
 		name string
 		give string
@@ -53,8 +83,8 @@ func TestJWTValidation(t *testing.T) {
 		{"header and cookie", jwtUser + keys + "      header: Authorization\n      cookie: t\n", []wantErr{{15, "set one of header or cookie"}}},
 		{"bad url", jwtUser + "      jwks_url: ftp://x/j\n      issuer: i\n      audience: a\n", []wantErr{{11, "jwks_url must start with http:// or https://"}}},
 		{"bad env", jwtUser + "      hmac_secret_env: 1X\n      issuer: i\n      audience: a\n", []wantErr{{11, "not a valid environment variable name"}}},
-		{"issuer required", jwtUser + "      jwks_file: /j\n      audience: a\n", []wantErr{{10, "issuer is required"}}},
-		{"audience required", jwtUser + "      jwks_file: /j\n      issuer: i\n", []wantErr{{10, "audience is required"}}},
+		{"issuer required", jwtUser + "      jwks_file: " + jwks + "\n      audience: a\n", []wantErr{{10, "issuer is required"}}},
+		{"audience required", jwtUser + "      jwks_file: " + jwks + "\n      issuer: i\n", []wantErr{{10, "audience is required"}}},
 		{"bad pointer", jwtUser + keys + "      claim: \"/a~2\"\n", []wantErr{{14, `"~" not followed by 0 or 1`}}},
 		{"leeway too long", jwtUser + keys + "      leeway: 1h\n", []wantErr{{14, "leeway must be between 0s and 5m0s"}}},
 		{"alg none", jwtUser + keys + "      algorithms: [RS256, none]\n", []wantErr{{14, `algorithm "none" is refused`}}},

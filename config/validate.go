@@ -90,6 +90,7 @@ func (v *validator) config(c *Config) {
 	}
 	v.envName(&c.Admin.TokenEnv, "admin.token_env", c.Admin.TokenEnv, &c.Admin)
 	v.upstream(c)
+	v.upstreamSelf(c)
 	v.redis(c)
 	if n := c.Reconcile.ExceptionsMax; v.ok(&c.Reconcile.ExceptionsMax) && (n < MinExceptionsMax || n > MaxExceptionsMax) {
 		v.errorf(v.m.line(&c.Reconcile.ExceptionsMax, &c.Reconcile), "reconcile.exceptions_max must be between %d and %d entries, got %d", MinExceptionsMax, MaxExceptionsMax, n)
@@ -118,8 +119,13 @@ func (v *validator) config(c *Config) {
 			v.errorf(v.m.line(mapEntry{&c.Messages, code}, &c.Messages), "messages: %q is not a SPEC response code", code)
 		}
 	}
+	v.requestHeaders(c)
 	v.activities(c)
 	v.bundleRouteClashes(c)
+	// Two routes one request matches, or one under the public endpoints:
+	// some buys could never be made.
+	v.routeOverlaps(c)
+	v.publicPrefixRoutes(c)
 }
 
 func (v *validator) upstream(c *Config) {
@@ -194,6 +200,9 @@ func (v *validator) redis(c *Config) {
 	}
 	if r.TLS.Enabled {
 		v.redisTLS(c)
+	}
+	if v.m.has(&r.Cluster) && v.ok(&r.Cluster) && !r.Cluster && len(r.Addrs) > 1 {
+		v.errorf(v.m.line(&r.Cluster), "redis.cluster is false but redis.addrs lists %d addresses: a single Redis takes one address (list only its master), a Redis Cluster several (set cluster: true)", len(r.Addrs))
 	}
 	if v.ok(&r.Addrs) && len(r.Addrs) == 0 && !r.Sentinel.Enabled() {
 		v.errorf(v.m.line(&r.Addrs, &c.Redis), "redis.addrs needs at least one address")
@@ -290,9 +299,7 @@ func (v *validator) redisTLS(c *Config) {
 }
 
 func (v *validator) activities(c *Config) {
-	ids := make(map[string]int)          // id → line of first use
-	routes := make(map[string]string)    // method+path → id of first user
-	extRoutes := make(map[string]string) // method+path without the last ".ext" → id, for paths with one
+	ids := make(map[string]int) // id → line of first use
 	for i := range c.Activities {
 		a := &c.Activities[i]
 		if v.m.failed(a) {
@@ -318,33 +325,6 @@ func (v *validator) activities(c *Config) {
 		}
 
 		v.route(a, name)
-		if v.ok(&a.Route.Method) && v.ok(&a.Route.Path) && !strings.Contains(a.Route.Path, "{activity}") {
-			// Without {activity} in the path, nothing in the request says
-			// which of two identical routes it is for.
-			// Compared as the matcher sees them: in lower case, without a
-			// trailing "/"; and a last literal also matches itself followed
-			// by any ".ext", so /buy and /buy.json overlap (/buy.json and
-			// /buy.xml do not). The second of two overlapping routes could
-			// never be reached.
-			key, base := routeKey(a.Route.Path)
-			key, base = a.Route.Method+" "+key, a.Route.Method+" "+base
-			other, dup := routes[key]
-			if !dup && base != key {
-				other, dup = routes[base] // /buy.json after /buy
-			}
-			if !dup && base == key {
-				other, dup = extRoutes[key] // /buy after /buy.json
-			}
-			if dup {
-				v.errorf(v.m.line(&a.Route.Path, &a.Route, a), "%s: route %s %s is already used by activity %q (the same path to the matcher, or the same with a \".ext\"); add {activity} to the path to tell them apart", name, a.Route.Method, a.Route.Path, other)
-			} else {
-				routes[key] = a.ID
-				if base != key {
-					extRoutes[base] = a.ID
-				}
-			}
-		}
-
 		v.bundleRoute(a, name)
 		v.window(a, name)
 		v.fairStart(a, name)
@@ -365,8 +345,8 @@ func (v *validator) activities(c *Config) {
 		if v.ok(&a.ShadowHeaders) && v.ok(&a.Mode) && a.ShadowHeaders && a.Mode != ModeShadow {
 			v.errorf(at(&a.ShadowHeaders), "%s: shadow_headers applies only to mode: shadow (mode is %q)", name, a.Mode)
 		}
-		if v.ok(&a.Queue.Workers) && a.Queue.Workers < 1 {
-			v.errorf(v.m.line(&a.Queue.Workers, &a.Queue, a), "%s: queue.workers must be at least 1, got %d", name, a.Queue.Workers)
+		if v.ok(&a.Queue.Workers) && (a.Queue.Workers < 1 || a.Queue.Workers > MaxQueueWorkers) {
+			v.errorf(v.m.line(&a.Queue.Workers, &a.Queue, a), "%s: queue.workers must be at least 1 and at most %d (each is a goroutine and a connection to the shop), got %d", name, MaxQueueWorkers, a.Queue.Workers)
 		}
 		if v.ok(&a.Queue.Rate) && a.Queue.Rate <= 0 {
 			v.errorf(v.m.line(&a.Queue.Rate, &a.Queue, a), "%s: queue.rate must be positive, got %g", name, a.Queue.Rate)
@@ -391,6 +371,7 @@ func (v *validator) activities(c *Config) {
 		if v.ok(&a.KeyTTLAfterEnd) && a.KeyTTLAfterEnd <= 0 {
 			v.errorf(at(&a.KeyTTLAfterEnd), "%s: key_ttl_after_end must be positive, got %s", name, a.KeyTTLAfterEnd)
 		}
+		v.keyTTL(a, name)
 		// Explicitly 0 would preheat at start: buyers of the first moment
 		// would be answered NOT_READY, which is what scheduling avoids.
 		if v.m.has(&a.PreheatAt) && v.ok(&a.PreheatAt) && a.PreheatAt >= 0 {
@@ -430,6 +411,10 @@ func (v *validator) route(a *Activity, name string) {
 			v.errorf(at(&r.Path), "%s: route.path %s", name, msg)
 		} else if r.SkuFrom == "path" && !hasSegment(r.Path, "{sku}") {
 			v.errorf(at(&r.Path), "%s: route.path must contain a {sku} segment when sku_from is path", name)
+		} else if v.ok(&r.SkuFrom) && r.SkuFrom != "path" && hasSegment(r.Path, "{sku}") {
+			// Two SKUs in one request: the proxy would reserve sku_from's
+			// while the shop sells the path's.
+			v.errorf(at(&r.Path), "%s: route.path captures {sku} but sku_from is %q: the proxy would reserve the SKU named there while the shop reads the path's; drop {sku} from the path, or set sku_from: path", name, r.SkuFrom)
 		}
 	}
 	seen := map[string]bool{}
@@ -619,6 +604,13 @@ func (v *validator) jwt(j *JWT, parent any) {
 	}
 	if keys != 1 {
 		v.errorf(at(j), "%s: set exactly one of jwks_file, jwks_url or hmac_secret_env", name)
+	}
+	if j.JWKSFile != "" && v.ok(&j.JWKSFile) {
+		// Loaded now, as redis.tls files are: serve would start with no key
+		// and refuse every buyer's token.
+		if err := checkJWKSFile(j.JWKSFile); err != nil {
+			v.errorf(at(&j.JWKSFile), "%s.jwks_file: %v", name, err)
+		}
 	}
 	if j.JWKSURL != "" {
 		if msg := httpURL(j.JWKSURL); msg != "" {
