@@ -99,10 +99,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if ee.err.Error() != "" {
 			fmt.Fprintln(stderr, ee.err)
 		}
+		if ee.code != exitUsage {
+			printHints(c, stderr)
+		}
 		return ee.code
 	}
 	fmt.Fprintln(stderr, "seckill-proxy "+c.name+": "+err.Error())
+	printHints(c, stderr)
 	return exitFailed
+}
+
+// printHints writes what may explain a failed command (hints.go).
+func printHints(c *cli, w io.Writer) {
+	for _, h := range c.hints() {
+		fmt.Fprintln(w, h)
+	}
 }
 
 // cli is one command invocation: its flags, positional args and output.
@@ -118,6 +129,8 @@ type cli struct {
 	// release); the others refuse any, rather than ignore them.
 	takesArgs bool
 	log       *zap.Logger
+	// cfg is the config once loaded, for the hints of a failed command.
+	cfg *config.Config
 }
 
 // flags starts the command's flag set with the flags every command shares.
@@ -194,6 +207,7 @@ func (c *cli) config() (*config.Config, error) {
 	if err != nil {
 		return nil, &exitError{code: exitUsage, err: err}
 	}
+	c.cfg = cfg
 	return cfg, nil
 }
 

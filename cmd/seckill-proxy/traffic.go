@@ -129,6 +129,10 @@ func cmdEligible(c *cli) error {
 	if err != nil {
 		return err
 	}
+	if a := cfg.Activity(*act); a != nil && !a.EligibleOnly && len(adds) > 0 {
+		// The list is kept, but nothing reads it: everyone may buy.
+		fmt.Fprintf(c.stderr, "warning: activity %q has no eligible_only: true in %s: its eligibility list is not consulted and every buyer may buy; set eligible_only: true (and reload) to restrict the sale to the list\n", a.ID, cfg.Path)
+	}
 	*act = acts[0].ID // a shadow activity's list is its shadow copy's
 	ctx := context.Background()
 	if len(adds) > 0 {
