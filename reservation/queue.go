@@ -62,6 +62,9 @@ type Queue struct {
 	stop context.CancelFunc // stops reading; forwarders drain what they hold
 	kill context.CancelFunc // also aborts requests in flight
 	wg   sync.WaitGroup
+	// acts are the activities the last Start served, by id: one a later
+	// config drops is still drained (Start) until its keys expire.
+	acts map[string]*config.Activity
 }
 
 // NewQueue builds the workers; Start runs them.
@@ -78,6 +81,12 @@ func NewQueue(st *store.Store, m *metrics.Metrics, log *zap.Logger, opt QueueOpt
 // Start (re)starts the workers for cfg's queue-mode activities: a reload
 // stops the old ones gracefully first. Entries the old ones held but had
 // not handled are taken over after ClaimIdle.
+//
+// Every other activity — cfg's that no longer use the queue (a reload from
+// mode: queue to sync, or without the overflow: queue that spilled into
+// it), and those an earlier config had and cfg drops — gets draining
+// workers: buyers already told QUEUED are still sent, and the workers go
+// once its streams stay empty (drainGrace).
 func (q *Queue) Start(cfg *config.Config) {
 	q.Stop()
 	q.mu.Lock()
@@ -85,11 +94,15 @@ func (q *Queue) Start(cfg *config.Config) {
 	readCtx, stop := context.WithCancel(context.Background())
 	sendCtx, kill := context.WithCancel(context.Background())
 	q.stop, q.kill = stop, kill
+	acts := map[string]*config.Activity{}
+	var drain []*config.Activity
 	for i := range cfg.Activities {
 		a := &cfg.Activities[i]
+		acts[a.ID] = a
 		// Sync-mode winners the shop had no room for wait in the queue
 		// too (upstream.overflow: queue): the same workers send them.
 		if !cfg.UsesQueue(a) {
+			drain = append(drain, a)
 			continue
 		}
 		aq := newActQueue(q, cfg, a)
@@ -104,6 +117,23 @@ func (q *Queue) Start(cfg *config.Config) {
 		}()
 		q.log.Info("queue workers started", zap.String("activity", a.ID), zap.Int("workers", a.Queue.Workers),
 			zap.Float64("rate", a.Queue.Rate), zap.Duration("claim_idle", aq.claimIdle))
+	}
+	now := time.Now().UnixMilli()
+	for id, a := range q.acts {
+		if acts[id] == nil && now <= store.ExpireAt(a) {
+			acts[id] = a
+			drain = append(drain, a)
+		}
+	}
+	q.acts = acts
+	for _, a := range drain {
+		aq := newActQueue(q, cfg, a)
+		aq.drain = true
+		q.wg.Add(1)
+		go func() {
+			defer q.wg.Done()
+			aq.run(readCtx, sendCtx)
+		}()
 	}
 }
 
@@ -150,6 +180,12 @@ type actQueue struct {
 	// later delivery.
 	budget   *inflight.Budget
 	slotWait time.Duration
+	// drain marks the workers of an activity that no longer uses the
+	// queue: they send what its streams still hold, then stop once they
+	// have stayed empty for drainGrace (a buy admitted under the old
+	// config may still be queueing as the reload lands).
+	drain      bool
+	drainGrace time.Duration
 }
 
 type job struct {
@@ -173,6 +209,7 @@ func newActQueue(q *Queue, cfg *config.Config, a *config.Activity) *actQueue {
 	}
 	aq.budget = q.opt.Inflight.Budget(a.ID)
 	aq.slotWait = aq.claimIdle / 2
+	aq.drainGrace = aq.claimIdle + cfg.Upstream.OverflowWait
 	aq.client = q.opt.Client
 	if aq.client == nil {
 		aq.client = &http.Client{
@@ -193,7 +230,8 @@ func newActQueue(q *Queue, cfg *config.Config, a *config.Activity) *actQueue {
 // again (a client-side cached read).
 const pausePoll = 100 * time.Millisecond
 
-// backlogEvery is how often the backlog gauge is refreshed.
+// backlogEvery is how often the backlog gauge is refreshed, and how often
+// draining workers look at empty streams.
 const backlogEvery = time.Second
 
 // watchBacklog keeps seckill_queue_backlog current for the activity: the
@@ -228,16 +266,22 @@ func (aq *actQueue) run(readCtx, sendCtx context.Context) {
 	jobs := make(chan job)
 	free := make(chan struct{}, a.Queue.Workers)
 	var wg sync.WaitGroup
-	for i := 0; i < a.Queue.Workers; i++ {
-		free <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range jobs {
-				aq.handle(sendCtx, j)
-				free <- struct{}{}
-			}
-		}()
+	// The forwarders start with the first entry to send: draining workers
+	// mostly find nothing.
+	forwarding := false
+	forward := func() {
+		forwarding = true
+		for i := 0; i < a.Queue.Workers; i++ {
+			free <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range jobs {
+					aq.handle(sendCtx, j)
+					free <- struct{}{}
+				}
+			}()
+		}
 	}
 	defer func() {
 		close(jobs)
@@ -256,6 +300,13 @@ func (aq *actQueue) run(readCtx, sendCtx context.Context) {
 		rr      int
 		idle    = 10 * time.Millisecond
 		claimed time.Time
+		// Draining (aq.drain): when the streams last held entries, whether
+		// they ever did since Start, when they were last looked at, and
+		// whether the last read found nothing (then they are looked at).
+		seen      = time.Now()
+		found     bool
+		looked    time.Time
+		drainIdle = true
 	)
 	sleep := func(d time.Duration) bool {
 		select {
@@ -267,10 +318,42 @@ func (aq *actQueue) run(readCtx, sendCtx context.Context) {
 	}
 	for readCtx.Err() == nil {
 		if time.Now().UnixMilli() > aq.expireAt {
-			aq.q.log.Info("queue workers stop: the activity's keys have expired", zap.String("activity", a.ID))
+			if !aq.drain {
+				aq.q.log.Info("queue workers stop: the activity's keys have expired", zap.String("activity", a.ID))
+			}
 			return
 		}
 		f, err := aq.q.st.Flags(readCtx, a.ID)
+		if aq.drain && err == nil && drainIdle && time.Since(looked) >= backlogEvery {
+			looked = time.Now()
+			var n int64
+			var lerr error
+			if f.Ready && f.Shards > 0 {
+				n, lerr = aq.q.st.QueueLength(readCtx, a.ID, a.SKUs[0].ID, f.Shards)
+			}
+			switch {
+			case lerr != nil: // Redis trouble: read as usual, look again later
+			case n > 0:
+				if !found {
+					aq.q.log.Warn("queue: the activity no longer uses the queue, but buyers told QUEUED are still in it: sending them",
+						zap.String("activity", a.ID), zap.Int64("entries", n))
+					found = true
+				}
+				seen = time.Now()
+				aq.q.m.QueueBacklog.WithLabelValues(a.ID).Set(float64(n))
+			case time.Since(seen) >= aq.drainGrace:
+				if found {
+					aq.q.log.Info("queue: drained; no workers for the activity now", zap.String("activity", a.ID))
+					aq.q.m.QueueBacklog.WithLabelValues(a.ID).Set(0)
+				}
+				return
+			default:
+				if !sleep(backlogEvery) {
+					return
+				}
+				continue
+			}
+		}
 		if err != nil || !f.Ready || f.Shards <= 0 {
 			sleep(time.Second)
 			continue
@@ -290,6 +373,9 @@ func (aq *actQueue) run(readCtx, sendCtx context.Context) {
 				refs = append(refs, shardRef{a.SKUs[0].ID, s})
 			}
 			ensured = map[shardRef]bool{}
+		}
+		if !forwarding {
+			forward()
 		}
 		// Wait for one free forwarder, then take every other free one.
 		select {
@@ -347,6 +433,7 @@ func (aq *actQueue) run(readCtx, sendCtx context.Context) {
 			}
 		}
 		rr++
+		drainIdle = len(got) == 0
 		for i := len(got); i < n; i++ {
 			free <- struct{}{}
 		}
