@@ -139,8 +139,14 @@ func New(cfg *config.Config, d Deciders, b Book, m *metrics.Metrics, log *zap.Lo
 }
 
 // Apply swaps in a new config (reload). The old one keeps serving requests
-// already in flight.
+// already in flight. A config that would open a running sale's buy path to
+// the shop is refused (keepsRunningSales).
 func (s *Server) Apply(cfg *config.Config) error {
+	if prev := s.cur.Load(); prev != nil {
+		if err := s.keepsRunningSales(prev.cfg, cfg); err != nil {
+			return err
+		}
+	}
 	up, err := newUpstream(cfg.Upstream, signingKeys(cfg))
 	if err != nil {
 		return err
