@@ -118,6 +118,9 @@ func ExpireAt(a *config.Activity) int64 {
 // taken waits for it, then reads the meta afresh (and so finds the stock
 // as configured: unchanged).
 func (s *Store) Preheat(ctx context.Context, a *config.Activity, force bool, now time.Time) (PreheatOutcome, error) {
+	if err := ended(a, now); err != nil {
+		return 0, err // before the lease: a refusal writes nothing
+	}
 	name, holder := PreheatLease(a.ID), newID()
 	ttl := 10*s.timeout + 10*time.Second // above preheat's own bound
 	giveUp := time.Now().Add(ttl)
@@ -146,8 +149,43 @@ func (s *Store) Preheat(ctx context.Context, a *config.Activity, force bool, now
 // scheduled preheat takes it itself, then calls PreheatLocked).
 func PreheatLease(act string) string { return "preheat:" + act }
 
+// ErrEnded means preheat refused an activity whose keys would expire at
+// once (end + key_ttl_after_end already past). It is a refusal, like
+// ErrRunning: errors.Is(err, ErrRunning) holds too, so the callers that
+// report refusals (the CLI, the admin API) go on with other activities.
+var ErrEnded = errors.New("activity is over: its keys would expire at once")
+
+// endedError is ErrEnded with the dates that make it so.
+type endedError struct{ msg string }
+
+func (e *endedError) Error() string { return e.msg }
+
+func (e *endedError) Is(target error) bool { return target == ErrEnded || target == ErrRunning }
+
+// ended refuses a preheat whose keys would all be written with an expiry
+// in the past: Redis deletes them at once, and "created" would be a lie.
+func ended(a *config.Activity, now time.Time) error {
+	if exp := ExpireAt(a); exp <= now.UnixMilli() {
+		return &endedError{msg: fmt.Sprintf("%v: %s ended at %s, and end + key_ttl_after_end (%s) is already past; nothing preheated (check start and end in the config)",
+			ErrEnded, a.ID, a.End.UTC().Format(time.RFC3339), time.UnixMilli(exp).UTC().Format(time.RFC3339))}
+	}
+	return nil
+}
+
+// metaLoading is the meta field a preheat sets (to its generation), with
+// ready=0, before it touches a shard, and removes when it sets ready=1: a
+// meta that has it is a preheat that never finished (a crash, a timeout,
+// a refused command), whose old stock may be partly wiped. The SKU,
+// shards and place fields keep describing the old stock until then, so
+// the next preheat (plain or forced) wipes it again and loads the stock.
+const metaLoading = "loading"
+
 // PreheatLocked is Preheat for a caller that holds PreheatLease(a.ID).
 func (s *Store) PreheatLocked(ctx context.Context, a *config.Activity, force bool, now time.Time) (PreheatOutcome, error) {
+	if err := ended(a, now); err != nil {
+		return 0, err
+	}
+	exp := ExpireAt(a)
 	c, err := s.Client()
 	if err != nil {
 		return 0, err
@@ -164,7 +202,13 @@ func (s *Store) PreheatLocked(ctx context.Context, a *config.Activity, force boo
 	// steals stamp their moves with it, and a move's units are deposited
 	// only into stock of the same generation, so a steal taken from the
 	// stock a forced preheat replaced never lands in the new stock.
-	gen := max(now.UnixMilli(), atoi(meta["ver"])+1)
+	gen := max(now.UnixMilli(), atoi(meta["ver"])+1, atoi(meta[metaLoading])+1)
+	if meta["ready"] != "1" && meta[metaLoading] != "" && len(metaSKUs(meta)) > 0 {
+		// An earlier preheat stopped midway over older stock: what its
+		// wipe left is no stock to keep (that preheat had already decided
+		// to replace it). Finish the job: wipe what the meta names, load.
+		outcome = PreheatOverwritten
+	}
 	if meta["ready"] == "1" {
 		// Forced means "start over": even with the stock unchanged, the
 		// reservations go (a rehearsal before the sale, a bench re-run).
@@ -186,12 +230,7 @@ func (s *Store) PreheatLocked(ctx context.Context, a *config.Activity, force boo
 			// Look for sales in the SKUs Redis holds, not the new config's:
 			// a SKU dropped from the config would otherwise be wiped unseen.
 			held := *a
-			held.SKUs = nil
-			for f, v := range meta {
-				if id, ok := strings.CutPrefix(f, "sku:"); ok {
-					held.SKUs = append(held.SKUs, config.SKU{ID: id, Stock: atoi(v)})
-				}
-			}
+			held.SKUs = metaSKUs(meta)
 			st, err := s.Status(ctx, &held)
 			if err != nil {
 				return 0, err
@@ -210,12 +249,25 @@ func (s *Store) PreheatLocked(ctx context.Context, a *config.Activity, force boo
 	if err != nil {
 		return 0, err
 	}
+	// Not ready before any shard is touched: a preheat that stops midway
+	// leaves a meta that says so (every proxy answers NOT_READY, as for
+	// any activity not preheated, and the next preheat loads the stock),
+	// never ready=1 over wiped shards. Only the fields preheat owns are
+	// written, here and below: a pause landing meanwhile stays.
+	for _, r := range c.DoMulti(cctx,
+		c.B().Hset().Key(s.MetaKey(a.ID)).FieldValue().FieldValue("ready", "0").FieldValue(metaLoading, itoa(gen)).Build(),
+		// A meta made here has no lifetime yet (NX: only then).
+		c.B().Pexpireat().Key(s.MetaKey(a.ID)).MillisecondsTimestamp(exp).Nx().Build(),
+	) {
+		if err := r.Error(); err != nil {
+			return 0, wrap(err)
+		}
+	}
 	if outcome == PreheatOverwritten {
 		if err := s.wipe(cctx, c, a.ID, meta, place); err != nil {
 			return 0, err
 		}
 	}
-	exp := ExpireAt(a)
 	for _, sku := range a.SKUs {
 		k := s.keys.getPlaced(a.ID, sku.ID, a.Shards, place)
 		for i, sk := range k.Shards {
@@ -243,18 +295,42 @@ func (s *Store) PreheatLocked(ctx context.Context, a *config.Activity, force boo
 			}
 		}
 	}
+	// The meta's fields, rewritten in place (never DEL + HSET: "paused",
+	// set by a pause meanwhile, is not preheat's to write). First, while
+	// ready is still 0, the fields of the old stock that the new one has
+	// not (SKUs dropped, the placement of a single node) and the
+	// scheduler's mark (the stock is then not the scheduler's, see
+	// MarkScheduledPreheat); then ready=1 with the new stock's fields.
+	stale := []string{metaScheduledBy}
+	inConfig := make(map[string]bool, len(a.SKUs))
+	for _, sku := range a.SKUs {
+		inConfig[sku.ID] = true
+	}
+	for f := range meta {
+		if id, ok := strings.CutPrefix(f, "sku:"); ok && !inConfig[id] {
+			stale = append(stale, f)
+		}
+	}
 	fv := c.B().Hset().Key(s.MetaKey(a.ID)).FieldValue().FieldValue("shards", strconv.Itoa(a.Shards)).
-		FieldValue("ver", itoa(gen)).FieldValue("ready", "1").FieldValue("paused", meta["paused"]+"")
+		FieldValue("ver", itoa(gen)).FieldValue("ready", "1")
 	for _, sku := range a.SKUs {
 		fv = fv.FieldValue("sku:"+sku.ID, itoa(sku.Stock))
 	}
 	if place != "" {
 		fv = fv.FieldValue(placeField, place)
+	} else {
+		stale = append(stale, placeField)
 	}
 	for _, r := range c.DoMulti(cctx,
-		c.B().Del().Key(s.MetaKey(a.ID)).Build(),
+		c.B().Hdel().Key(s.MetaKey(a.ID)).Field(stale...).Build(),
 		fv.Build(),
+		c.B().Hdel().Key(s.MetaKey(a.ID)).Field(metaLoading).Build(),
 		c.B().Pexpireat().Key(s.MetaKey(a.ID)).MillisecondsTimestamp(exp).Build(),
+		// The registry of preheated activities (DroppedActivities).
+		c.B().Zadd().Key(s.activitiesKey()).ScoreMember().ScoreMember(float64(exp), a.ID).Build(),
+		c.B().Zremrangebyscore().Key(s.activitiesKey()).Min("-inf").Max("("+itoa(now.UnixMilli())).Build(),
+		c.B().Pexpireat().Key(s.activitiesKey()).MillisecondsTimestamp(exp).Nx().Build(),
+		c.B().Pexpireat().Key(s.activitiesKey()).MillisecondsTimestamp(exp).Gt().Build(),
 	) {
 		if err := r.Error(); err != nil {
 			return 0, wrap(err)
@@ -304,6 +380,145 @@ func (s *Store) placement(ctx context.Context, c rueidis.Client, a *config.Activ
 		return "", err
 	}
 	return strings.Join(placeShards(s.prefix, a.ID, a.Shards, t), ","), nil
+}
+
+// metaSKUs is the SKUs a meta hash names (its "sku:<id>" fields) with
+// their preheated stock, sorted by id.
+func metaSKUs(meta map[string]string) []config.SKU {
+	var out []config.SKU
+	for f, v := range meta {
+		if id, ok := strings.CutPrefix(f, "sku:"); ok {
+			out = append(out, config.SKU{ID: id, Stock: atoi(v)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// droppedSKUs is the SKUs a ready meta names that a's config does not.
+func droppedSKUs(meta map[string]string, a *config.Activity) []config.SKU {
+	if meta["ready"] != "1" {
+		return nil
+	}
+	var out []config.SKU
+	for _, k := range metaSKUs(meta) {
+		if a.SKU(k.ID) == nil {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// WithHeldSKUs returns a copy of a whose SKUs are the config's and then
+// those Redis still holds for the activity that the config no longer
+// names (dropped after preheat), with the ids of the latter. Their
+// reservations must still be settled: the reconciler walks this list.
+// a itself is returned when nothing was dropped.
+func (s *Store) WithHeldSKUs(ctx context.Context, a *config.Activity) (*config.Activity, []string, error) {
+	c, err := s.Client()
+	if err != nil {
+		return a, nil, err
+	}
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	meta, err := c.Do(cctx, c.B().Hgetall().Key(s.MetaKey(a.ID)).Build()).AsStrMap()
+	if err != nil {
+		return a, nil, wrap(err)
+	}
+	dropped := droppedSKUs(meta, a)
+	if len(dropped) == 0 {
+		return a, nil, nil
+	}
+	held := *a
+	held.SKUs = append(append([]config.SKU(nil), a.SKUs...), dropped...)
+	ids := make([]string, len(dropped))
+	for i, k := range dropped {
+		ids[i] = k.ID
+	}
+	return &held, ids, nil
+}
+
+// StockDrift compares what was preheated for a (its meta hash) with a's
+// config and says each difference (stock, shards, SKUs added or
+// dropped); nil when they agree or a is not preheated. A plain preheat
+// would answer "unchanged" only when this is nil.
+func (s *Store) StockDrift(ctx context.Context, a *config.Activity) ([]string, error) {
+	c, err := s.Client()
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	meta, err := c.Do(cctx, c.B().Hgetall().Key(s.MetaKey(a.ID)).Build()).AsStrMap()
+	if err != nil {
+		return nil, wrap(err)
+	}
+	if meta["ready"] != "1" || sameStock(meta, a) {
+		return nil, nil
+	}
+	var out []string
+	if meta["shards"] != strconv.Itoa(a.Shards) {
+		out = append(out, fmt.Sprintf("shards: %d in the config, %s preheated", a.Shards, meta["shards"]))
+	}
+	for _, sku := range a.SKUs {
+		v, ok := meta["sku:"+sku.ID]
+		switch {
+		case !ok:
+			out = append(out, fmt.Sprintf("sku %s: in the config (stock %d), not preheated", sku.ID, sku.Stock))
+		case v != itoa(sku.Stock):
+			out = append(out, fmt.Sprintf("sku %s: stock %d in the config, %s preheated", sku.ID, sku.Stock, v))
+		}
+	}
+	for _, k := range droppedSKUs(meta, a) {
+		out = append(out, fmt.Sprintf("sku %s: preheated (stock %d), not in the config", k.ID, k.Stock))
+	}
+	return out, nil
+}
+
+// activitiesKey is a sorted set of every activity preheated, scored by
+// when its keys expire (ExpireAt): how DroppedActivities finds the
+// activities a config no longer names without scanning the keyspace.
+func (s *Store) activitiesKey() string { return s.prefix + ":{activities}:preheated" }
+
+// DroppedActivities returns, sorted, the activities whose stock Redis
+// still holds (preheated, keys not expired) that known does not name; a
+// shadow activity's id and its copy's count as one. Only activities
+// preheated by this version or later are known to Redis this way.
+func (s *Store) DroppedActivities(ctx context.Context, known []string, now time.Time) ([]*config.Activity, error) {
+	c, err := s.Client()
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	ids, err := c.Do(cctx, c.B().Zrange().Key(s.activitiesKey()).Min("("+itoa(now.UnixMilli())).Max("+inf").Byscore().Build()).AsStrSlice()
+	if err != nil {
+		return nil, wrap(err)
+	}
+	skip := map[string]bool{}
+	for _, id := range known {
+		base := strings.TrimSuffix(id, config.ShadowSuffix)
+		skip[base], skip[config.ShadowID(base)] = true, true
+	}
+	var out []*config.Activity
+	sort.Strings(ids)
+	for _, id := range ids {
+		if skip[id] {
+			continue
+		}
+		mctx, mcancel := s.ctx(ctx)
+		meta, err := c.Do(mctx, c.B().Hgetall().Key(s.MetaKey(id)).Build()).AsStrMap()
+		mcancel()
+		if err != nil {
+			return out, wrap(err)
+		}
+		shards, _ := strconv.Atoi(meta["shards"])
+		if meta["ready"] != "1" || shards <= 0 {
+			continue // expired, or never finished: no reservations to settle
+		}
+		out = append(out, &config.Activity{ID: id, Shards: shards, SKUs: metaSKUs(meta)})
+	}
+	return out, nil
 }
 
 func sameStock(meta map[string]string, a *config.Activity) bool {
@@ -419,7 +634,10 @@ type SKUStatus struct {
 	// InTransit counts units moving between shards (inside Remaining).
 	InTransit int64 `json:"in_transit"`
 	Preheated bool  `json:"preheated"`
-	OK        bool  `json:"ok"`
+	// NotInConfig marks a SKU Redis holds (preheated) that the config no
+	// longer names: its reservations are still settled by the reconciler.
+	NotInConfig bool `json:"not_in_config,omitempty"`
+	OK          bool `json:"ok"`
 	// Problem says what breaks the invariant when OK is false.
 	Problem string `json:"problem,omitempty"`
 }
@@ -447,7 +665,9 @@ func (a ActivityStatus) OK() bool {
 
 // Status reads every shard's counters and checks, per SKU,
 // initial = remaining + pending + confirmed, per shard and in total, and
-// that nothing is negative or confirmed beyond initial.
+// that nothing is negative or confirmed beyond initial. The SKUs are the
+// config's, then those Redis holds that the config no longer names
+// (NotInConfig).
 func (s *Store) Status(ctx context.Context, a *config.Activity) (ActivityStatus, error) {
 	c, err := s.Client()
 	if err != nil {
@@ -464,8 +684,12 @@ func (s *Store) Status(ctx context.Context, a *config.Activity) (ActivityStatus,
 	}
 	out := ActivityStatus{ID: a.ID, Paused: meta["paused"] == "1"}
 	shards, _ := strconv.Atoi(meta["shards"])
-	for _, sku := range a.SKUs {
-		st := SKUStatus{ID: sku.ID, OK: true}
+	skus := a.SKUs
+	if dropped := droppedSKUs(meta, a); len(dropped) > 0 {
+		skus = append(append([]config.SKU(nil), a.SKUs...), dropped...)
+	}
+	for i, sku := range skus {
+		st := SKUStatus{ID: sku.ID, OK: true, NotInConfig: i >= len(a.SKUs)}
 		init, preheated := meta["sku:"+sku.ID]
 		if meta["ready"] != "1" || !preheated || shards <= 0 {
 			out.SKUs = append(out.SKUs, st)
