@@ -262,6 +262,16 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 		}
 		return ar, err
 	}
+	// SKUs dropped from the config after preheat still hold reservations:
+	// they are settled like the others (the activity's verify.url still
+	// answers for them), and named.
+	held, dropped, err := r.st.WithHeldSKUs(ctx, a)
+	if err != nil {
+		return ar, err
+	}
+	for _, id := range dropped {
+		ar.Notes = append(ar.Notes, fmt.Sprintf("sku %s: not in the config, but Redis holds its stock (preheated before it was dropped): its reservations are settled as the others; its keys expire with the activity's", id))
+	}
 	var fence *store.Fence
 	if repair {
 		if err := r.renew(ctx, fenceToken); err != nil {
@@ -271,7 +281,7 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 		if err := r.st.FenceShards(ctx, a, f.Shards, *fence); err != nil {
 			return ar, leaseErr(err)
 		}
-		n, err := r.st.SettleMovesFenced(ctx, withShards(a, f.Shards), moveSettleAge, now, *fence)
+		n, err := r.st.SettleMovesFenced(ctx, withShards(held, f.Shards), moveSettleAge, now, *fence)
 		if err != nil {
 			return ar, leaseErr(err)
 		}
@@ -284,8 +294,8 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 	seen := 0
 	// Bundles' reservations (token SKU store.BundleSKU) are settled too,
 	// whole, even when the config no longer has a bundle_route.
-	skuIDs := make([]string, 0, len(a.SKUs)+1)
-	for _, k := range a.SKUs {
+	skuIDs := make([]string, 0, len(held.SKUs)+1)
+	for _, k := range held.SKUs {
 		skuIDs = append(skuIDs, k.ID)
 	}
 	skuIDs = append(skuIDs, store.BundleSKU)
@@ -349,6 +359,75 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 		ar.SKUs = append(ar.SKUs, sr)
 	}
 	return ar, nil
+}
+
+// droppedPendingAge is how long a reservation of an activity no longer in
+// the config must have been pending before Dropped reports it: the
+// default pending_timeout (the activity's own went with its config).
+const droppedPendingAge = 10 * time.Minute
+
+// Dropped reports the activities Redis still holds stock for (preheated,
+// keys not yet expired) that known, the config's every activity, does not
+// name: removed from the file during or after the sale. Their pending
+// reservations are never settled, since nothing says which shop to ask
+// (verify.url went with the config): each one pending beyond
+// droppedPendingAge is listed, and alerted. Activities with nothing
+// pending and their invariant kept are left out (a file cleaned up after
+// a sale). Read only: it needs no lease.
+func (r *Reconciler) Dropped(ctx context.Context, known []*config.Activity, now time.Time) ([]ActivityReport, error) {
+	ids := make([]string, len(known))
+	for i, a := range known {
+		ids[i] = a.ID
+	}
+	acts, err := r.st.DroppedActivities(ctx, ids, now)
+	if err != nil {
+		return nil, err
+	}
+	var out []ActivityReport
+	for _, a := range acts {
+		ar := ActivityReport{ID: a.ID, Phase: "not in the config"}
+		var units int64
+		skuIDs := make([]string, 0, len(a.SKUs)+1)
+		for _, k := range a.SKUs {
+			skuIDs = append(skuIDs, k.ID)
+		}
+		for _, skuID := range append(skuIDs, store.BundleSKU) {
+			err := r.st.StalePending(ctx, a.ID, skuID, a.Shards, now.Add(-droppedPendingAge).UnixMilli(), stalePage, func(stale []store.Reservation) error {
+				for _, res := range stale {
+					units += res.Qty
+					ar.Stale = append(ar.Stale, Finding{Token: res.Token.String(), User: res.User, Qty: res.Qty, AgeMs: now.UnixMilli() - res.CreatedMs,
+						Verdict: Unverified, Action: "left", Detail: "activity not in the config: no verify.url to ask"})
+				}
+				return nil
+			})
+			if err != nil {
+				return out, fmt.Errorf("activity %s (not in the config): %w", a.ID, err)
+			}
+		}
+		st, err := r.st.Status(ctx, a)
+		if err != nil {
+			return out, fmt.Errorf("activity %s (not in the config): %w", a.ID, err)
+		}
+		var pending int64
+		for _, k := range st.SKUs {
+			k.NotInConfig = true
+			pending += k.Pending
+			ar.SKUs = append(ar.SKUs, SKUReport{SKUStatus: k, Tolerance: Tolerance(k.Initial)})
+			if !k.OK {
+				r.alert(&ar, "invariant", fmt.Sprintf("sku %s: %s", k.ID, k.Problem))
+			}
+		}
+		if len(ar.Stale) > 0 {
+			r.alert(&ar, "unsettled", fmt.Sprintf("activity %s is not in the config, but Redis holds %d reservation(s) of it (%d units) pending for over %s, e.g. %s: nothing settles them; put the activity back in the config (with its verify.url) and run reconcile --repair",
+				a.ID, len(ar.Stale), units, droppedPendingAge, ar.Stale[0].Token))
+		} else if pending > 0 {
+			ar.Notes = append(ar.Notes, fmt.Sprintf("activity %s is not in the config, but Redis holds %d unit(s) of it pending: put it back in the config (with its verify.url) so they are settled", a.ID, pending))
+		}
+		if len(ar.Alerts) > 0 || len(ar.Notes) > 0 {
+			out = append(out, ar)
+		}
+	}
+	return out, nil
 }
 
 // queueAge alerts when the oldest queued reservation (never sent, so

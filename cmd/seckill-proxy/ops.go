@@ -222,6 +222,9 @@ func cmdStatus(c *cli) error {
 				case !k.OK:
 					okText = "BROKEN: " + k.Problem
 				}
+				if k.NotInConfig {
+					okText += " (not in the config)"
+				}
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t\n", a.ID, k.ID, k.Initial, k.Remaining, k.Pending, k.Confirmed, k.Released, okText)
 			}
 		}
@@ -245,8 +248,39 @@ func cmdStatus(c *cli) error {
 			fmt.Fprintln(c.stderr, "warning: "+store.PlacementWarning(a.ID, *a.Placement))
 		}
 	}
+	if *act == "" {
+		// Activities removed from the config: nothing settles their
+		// pending reservations (reconcile lists them).
+		drops, err := st.DroppedActivities(context.Background(), activityIDs(acts), now)
+		if err != nil {
+			fmt.Fprintf(c.stderr, "warning: activities not in the config were not checked: %v\n", err)
+		}
+		for _, d := range drops {
+			s, err := st.Status(context.Background(), d)
+			if err != nil {
+				fmt.Fprintf(c.stderr, "warning: %s: not in the config, but Redis holds its stock: %v\n", d.ID, err)
+				continue
+			}
+			var pending int64
+			for _, k := range s.SKUs {
+				pending += k.Pending
+			}
+			if pending > 0 || !s.OK() {
+				fmt.Fprintf(c.stderr, "warning: %s: not in the config, but Redis holds its stock with %d unit(s) pending: nothing settles them (seckill-proxy reconcile -c %s lists them)\n", d.ID, pending, c.cfgPath)
+			}
+		}
+	}
 	if !ok {
 		return &exitError{code: exitFailed, err: errors.New("stock invariant broken: initial != remaining + pending + confirmed")}
 	}
 	return nil
+}
+
+// activityIDs is the ids of acts.
+func activityIDs(acts []*config.Activity) []string {
+	ids := make([]string, len(acts))
+	for i, a := range acts {
+		ids[i] = a.ID
+	}
+	return ids
 }

@@ -38,6 +38,11 @@ func backgroundReconciler(ctx context.Context, rec *reservation.Reconciler, cfg 
 			log.Warn("background reconcile failed", zap.Error(err))
 			continue
 		}
+		// Activities removed from the config whose reservations are still
+		// pending: alerted (and logged) by the reconciler itself.
+		if _, err := rec.Dropped(ctx, acts, time.Now()); err != nil && ctx.Err() == nil {
+			log.Warn("background reconcile: activities not in the config not checked", zap.Error(err))
+		}
 		// Alerts and notes are logged by the reconciler itself.
 		for _, a := range rep.Activities {
 			if len(a.Stale) > 0 || a.MovesSettled > 0 {
@@ -89,6 +94,15 @@ func cmdReconcile(c *cli) error {
 	rep, err := rec.Run(context.Background(), acts, *repair, time.Now())
 	if err != nil {
 		return fail(exitFailed, "reconcile: %v", err)
+	}
+	if *act == "" {
+		// The whole config: are activities it no longer names still
+		// holding reservations in Redis?
+		drops, err := rec.Dropped(context.Background(), acts, time.Now())
+		if err != nil {
+			fmt.Fprintf(c.stderr, "warning: activities not in the config were not checked: %v\n", err)
+		}
+		rep.Activities = append(rep.Activities, drops...)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(c.stdout)
