@@ -149,11 +149,50 @@ func (r *run) keys(ctx context.Context) {
 			r.fail("preheat "+a.ID, "could not read its meta key: "+err.Error(), "check Redis")
 			continue
 		}
+		if rec.Ready {
+			if r.stockDrift(ctx, a, rec, now) {
+				r.keyTTLs(ctx, a, now)
+				continue
+			}
+		}
 		r.preheatState(a, rec, now)
 		if rec.Ready {
 			r.keyTTLs(ctx, a, now)
 		}
 	}
+}
+
+// stockDrift compares what was preheated for a with its config (the file
+// edited after preheat: stock, shards, SKUs) and, when they differ, says
+// so as a's preheat check, returning true. Before start with nothing
+// sold it fails: the sale would sell what Redis holds, not what the file
+// says, and a plain preheat replaces it safely. Once running or with
+// sales it warns: Redis holds the sale as it is, and preheat --force
+// would delete its reservations, which a person must decide.
+func (r *run) stockDrift(ctx context.Context, a *config.Activity, rec store.PreheatRecord, now time.Time) bool {
+	name := "preheat " + a.ID
+	diffs, err := r.st.StockDrift(ctx, a)
+	if err != nil {
+		r.fail(name, "could not read its meta key: "+err.Error(), "check Redis")
+		return true
+	}
+	if len(diffs) == 0 {
+		return false
+	}
+	detail := fmt.Sprintf("preheated at %s, but the config differs from what was preheated: %s", ts(rec.At), strings.Join(diffs, "; "))
+	var sold int64
+	if st, err := r.st.Status(ctx, a); err == nil {
+		for _, k := range st.SKUs {
+			sold += k.Pending + k.Confirmed + k.Released
+		}
+	}
+	if !now.Before(a.Start) || sold > 0 {
+		r.warn(name, detail+fmt.Sprintf(" (the sale has %d units reserved or sold; it sells what Redis holds)", sold),
+			"if the file is right, seckill-proxy preheat -c "+r.cfg.Path+" --activity "+a.ID+" --force replaces the stock and deletes every reservation; otherwise restore the file to what was preheated")
+		return true
+	}
+	r.fail(name, detail+": the sale would sell what Redis holds", "seckill-proxy preheat -c "+r.cfg.Path+" --activity "+a.ID+" (nothing is sold yet: it replaces the stock; --force if it refuses)")
+	return true
 }
 
 func (r *run) preheatState(a *config.Activity, rec store.PreheatRecord, now time.Time) {
