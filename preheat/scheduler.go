@@ -201,9 +201,11 @@ func (s *Scheduler) step(ctx context.Context, cfg *config.Config, a *config.Acti
 		s.sawReady(a, st, now, rec)
 		return
 	}
-	if st.seenReady && !now.Before(a.Start) {
+	if st.seenReady && !now.Before(a.Start) && !rec.Loading {
 		// Sold stock would be sold again: a person must decide (status,
-		// reconcile, then preheat --force).
+		// reconcile, then preheat --force). A preheat loading the stock
+		// (by hand, or one that stopped midway) is not that: the lease
+		// below waits for it, or finishes it.
 		s.log.Error("stock of a running activity is gone from Redis (restarted empty?); not preheating it again, which could oversell: check status and reconcile, then preheat --force by hand",
 			zap.String("activity", a.ID))
 		s.runs.WithLabelValues(a.ID, OutcomeLost).Inc()

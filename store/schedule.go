@@ -15,6 +15,9 @@ type PreheatRecord struct {
 	// ScheduledBy names the serve instance whose scheduled preheat
 	// (preheat_at) loaded the stock; "" for a preheat by hand.
 	ScheduledBy string
+	// Loading: not ready because a preheat is writing the stock, or
+	// stopped midway (the next preheat finishes it); not stock lost.
+	Loading bool
 }
 
 // metaScheduledBy is the meta hash field a scheduled preheat leaves. A
@@ -32,17 +35,17 @@ func (s *Store) PreheatRecord(ctx context.Context, act string) (PreheatRecord, e
 	}
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
-	m, err := c.Do(cctx, c.B().Hmget().Key(s.MetaKey(act)).Field("ready", "ver", metaScheduledBy).Build()).ToArray()
+	m, err := c.Do(cctx, c.B().Hmget().Key(s.MetaKey(act)).Field("ready", "ver", metaScheduledBy, metaLoading).Build()).ToArray()
 	if err != nil {
 		return PreheatRecord{}, wrap(err)
 	}
-	var v [3]string
+	var v [4]string
 	for i := range m {
 		if i < len(v) {
 			v[i], _ = m[i].ToString()
 		}
 	}
-	r := PreheatRecord{Ready: v[0] == "1", ScheduledBy: v[2]}
+	r := PreheatRecord{Ready: v[0] == "1", ScheduledBy: v[2], Loading: v[0] != "1" && v[3] != ""}
 	if ms, err := strconv.ParseInt(v[1], 10, 64); err == nil && r.Ready {
 		r.At = time.UnixMilli(ms)
 	}
