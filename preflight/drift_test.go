@@ -34,3 +34,18 @@ func TestPreflightStockDrift(t *testing.T) {
 	}
 	want(t, run1(t, cfg), "preheat pfact", Pass, "preheated at")
 }
+
+// A preheat that stopped midway (meta not ready, loading) fails the
+// preheat check, saying so, even before start.
+func TestPreflightHalfDonePreheat(t *testing.T) {
+	srv := goodRedis(t)
+	cfg := env{addrs: []string{srv.Addr}, shopURL: shop(t, 200, 404), preheatAt: "-5m"}.config(t)
+	st := openStore(t, cfg)
+	if _, err := st.Preheat(context.Background(), &cfg.Activities[0], false, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Do("HSET", st.MetaKey("pfact"), "ready", "0", "loading", "1"); err != nil {
+		t.Fatal(err)
+	}
+	want(t, run1(t, cfg), "preheat pfact", Fail, "stopped midway")
+}

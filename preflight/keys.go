@@ -206,6 +206,9 @@ func (r *run) preheatState(a *config.Activity, rec store.PreheatRecord, now time
 			by = "by the scheduled preheat of " + rec.ScheduledBy
 		}
 		r.pass(name, fmt.Sprintf("preheated at %s %s", ts(rec.At), by))
+	case rec.Loading:
+		r.fail(name, "not ready: a preheat is writing its stock, or stopped midway (its old stock may be partly wiped); buyers are answered 503 NOT_READY",
+			"wait for the preheat in progress, or run seckill-proxy preheat -c "+r.cfg.Path+" --activity "+a.ID+" (it finishes the load)")
 	case running:
 		r.fail(name, "running and not preheated: every buyer is answered 503 NOT_READY",
 			"seckill-proxy preheat -c "+r.cfg.Path+" --activity "+a.ID)
