@@ -24,27 +24,17 @@ import (
 // which fasthttp owns (it writes its own); Expect is end to end.
 var hopFields = [...]string{"Connection", "Keep-Alive", "Proxy-Connection", "TE", "Upgrade"}
 
-// clientConn is what the buyer's connection asked of the proxy, kept while
-// its fields are gone from the request: fasthttp's server reads them back
-// from the request after the handler (keep-alive or close, HTTP/1.0
-// framing of the answer).
-type clientConn struct {
-	close bool
-	proto string // the request's protocol when it is not HTTP/1.1
-}
-
 // stripHopByHop removes the hop-by-hop fields and every field the
 // Connection header names (never the framing fields or Host: fasthttp owns
-// those, and the proxy sets Host), sets the protocol to HTTP/1.1, and
-// returns what restoreClientConn needs.
-func stripHopByHop(h *fasthttp.RequestHeader) clientConn {
-	cc := clientConn{close: h.ConnectionClose()}
+// those, and the proxy sets Host) and sets the protocol to HTTP/1.1.
+// fasthttp's server reads the buyer's keep-alive and version before the
+// handler runs, so its answer on the buyer's connection is unchanged.
+func stripHopByHop(h *fasthttp.RequestHeader) {
 	if !h.IsHTTP11() {
-		cc.proto = string(h.Protocol())
 		h.SetProtocol("HTTP/1.1")
 	}
 	if !hasHopField(h) {
-		return cc
+		return
 	}
 	// The names are copied out first: deleting fields moves the bytes
 	// PeekAll returned. The header's size bounds how many there are.
@@ -62,7 +52,6 @@ func stripHopByHop(h *fasthttp.RequestHeader) clientConn {
 	for _, k := range named {
 		h.DelBytes(k)
 	}
-	return cc
 }
 
 // hasHopField reports whether any hop-by-hop field is there: one pass over
@@ -87,13 +76,29 @@ func protectedField(name []byte) bool {
 		bytes.EqualFold(name, []byte(fasthttp.HeaderTrailer))
 }
 
-// restoreClientConn puts back what the buyer's connection asked, for
-// fasthttp's server to answer by after the handler.
-func restoreClientConn(h *fasthttp.RequestHeader, cc clientConn) {
-	if cc.proto != "" {
-		h.SetProtocol(cc.proto)
-	}
-	if cc.close {
-		h.SetConnectionClose()
-	}
+// A connection keeps its request's buffers between requests (the server
+// runs with ReduceMemoryUsage off, for speed): a buy's buffered body, a
+// long request line, and the table of a header of many lines stayed
+// allocated on an idle keep-alive connection, 60–250 KiB each against the
+// ≈ 20 KiB the README counts per connection (red-team finding,
+// docs/decisions.md §34). A request that grew them is answered and its
+// connection closed, so what it grew goes back to the pools instead of
+// idling with the connection.
+const (
+	keepBodyMax        = 8 << 10  // a buy body above this closes the connection
+	keepHeaderMax      = 12 << 10 // request line and header fields above this
+	keepHeaderBytesMax = 4 << 10  // a header above this many bytes…
+	keepHeaderLinesMax = 64       // …and this many lines closes it
+)
+
+// headerGrew reports whether the request's line and header grew its
+// connection's buffers past what an idle connection should hold.
+func headerGrew(h *fasthttp.RequestHeader) bool {
+	raw := len(h.RawHeaders())
+	return raw+len(h.RequestURI()) > keepHeaderMax || raw > keepHeaderBytesMax && h.Len() > keepHeaderLinesMax
+}
+
+// bodyGrew reports whether a buy's buffered body did.
+func bodyGrew(req *fasthttp.Request) bool {
+	return !req.IsBodyStream() && len(req.Body()) > keepBodyMax
 }

@@ -100,15 +100,15 @@ func (e *extractor) get(ctx *fasthttp.RequestCtx, pathSKU []byte, body *jsonBody
 		// The same name in a form body too: PHP's $_REQUEST and Go's
 		// FormValue read the body's copy first, so the shop could sell
 		// another SKU than the one admitted.
-		if ctx.PostArgs().Has(e.name) {
+		if rawArgHas(formBody(ctx), e.name, false) {
 			return nil, errTwice{}
 		}
-		return argOnce(ctx.QueryArgs(), e.name)
+		return rawArgOnce(queryString(ctx), e.name)
 	case "form":
-		if ctx.QueryArgs().Has(e.name) {
+		if rawArgHas(queryString(ctx), e.name, false) {
 			return nil, errTwice{}
 		}
-		return argOnce(ctx.PostArgs(), e.name)
+		return rawArgOnce(formBody(ctx), e.name)
 	case "path":
 		return pathSKU, nil
 	case "json":
@@ -151,10 +151,6 @@ func headerOnce(h *fasthttp.RequestHeader, name string) ([]byte, error) {
 func cookieOnce(h *fasthttp.RequestHeader, name string) ([]byte, error) {
 	return onlyOne(h.Cookies(), name)
 }
-
-// argOnce returns the value of the query or form argument name, nil when
-// absent, or errTwice when it is sent more than once.
-func argOnce(args *fasthttp.Args, name string) ([]byte, error) { return onlyOne(args.All(), name) }
 
 // onlyOne returns the value of name in kvs, nil when absent, or errTwice.
 func onlyOne(kvs iter.Seq2[[]byte, []byte], name string) ([]byte, error) {
@@ -358,10 +354,5 @@ func hasMethodOverride(ctx *fasthttp.RequestCtx) bool {
 			return true
 		}
 	}
-	for k := range ctx.QueryArgs().All() {
-		if bytes.EqualFold(k, []byte("_method")) {
-			return true
-		}
-	}
-	return false
+	return rawArgHas(queryString(ctx), "_method", true)
 }

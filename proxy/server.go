@@ -262,9 +262,15 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	stripSeckillHeaders(&ctx.Request.Header)
+	// Answered, then the connection closes (hop.go): set on the answer
+	// as the handler ends, after anything that resets it.
+	grew := headerGrew(&ctx.Request.Header)
 	path := ctx.Path()
 	if bytes.HasPrefix(path, st.prefix) {
 		s.public(ctx, st, path[len(st.prefix):])
+		if grew {
+			ctx.SetConnectionClose()
+		}
 		return
 	}
 	if hasTrailers(&ctx.Request.Header) {
@@ -276,8 +282,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	// The buyer's connection ends here: its hop-by-hop fields go before any
-	// decision (hop.go), and come back for fasthttp's answer on it.
-	cc := stripHopByHop(&ctx.Request.Header)
+	// decision (hop.go). fasthttp took what it needs of them (keep-alive,
+	// the HTTP version) before the handler.
+	stripHopByHop(&ctx.Request.Header)
 	// Routes are matched on the path as sent, canonicalised here: fasthttp's
 	// Path() decodes %2F into a separator and keeps case, ";" and ".json".
 	m, kind := st.routes.resolve(ctx.Method(), ctx.URI().PathOriginal())
@@ -307,7 +314,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	default:
 		s.pass(ctx, st)
 	}
-	restoreClientConn(&ctx.Request.Header, cc)
+	if grew || kind == routeBuy && bodyGrew(&ctx.Request) {
+		ctx.SetConnectionClose()
+	}
 	m.release()
 	if s.draining.Load() {
 		ctx.SetConnectionClose()

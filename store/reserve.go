@@ -205,7 +205,9 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 	// the script answers a copy of a request that already holds a unit by
 	// its record (PENDING, the replay) before any steal, and a copy must
 	// never steal, find nothing and say SOLD_OUT beside its own win.
-	skipReserve := out[home] && !allTrue(out) && rid == ""
+	// Nor for a buyer this instance saw holding units (seenBuyers): their
+	// reserve's limit check answers first, and only EMPTY steals.
+	skipReserve := out[home] && !allTrue(out) && rid == "" && !s.seen.has(q.Activity, q.User)
 	rechecks := 0 // looks at the flags again before SOLD_OUT after the donors were dry
 	// Every steal is followed by a reserve that deposits it, so a move only
 	// stays in transit when a call fails (SettleMoves finishes those).
@@ -235,6 +237,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 			}
 			switch lua.Code(r.code) {
 			case lua.OK:
+				s.seen.add(q.Activity, q.User)
 				if q.Queue {
 					s.enqueue(ctx, c, k.Shards[home], tok, q)
 				}
@@ -246,6 +249,9 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 					return ReserveResult{}, ErrInvalidResponse
 				}
 				s.remember(&q, &r, last) // only a reply with an epoch is remembered
+				if r.code != int64(lua.Released) {
+					s.seen.add(q.Activity, q.User)
+				}
 				return ReserveResult{Code: lua.Code(r.code), Token: last, OrderID: r.orderID, Replay: r.replay, Moves: res.Moves}, nil
 			case lua.NotReady:
 				return ReserveResult{Code: lua.NotReady}, nil
@@ -280,7 +286,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 			if rechecks < 2 && s.clientCache {
 				rechecks++
 				if fresh, err := s.outFlagsIn(cctx, c, k, false); err == nil && !allTrue(fresh) {
-					out, skipReserve = fresh, fresh[home] && rid == ""
+					out, skipReserve = fresh, fresh[home] && rid == "" && !s.seen.has(q.Activity, q.User)
 					args[7], args[8], args[12] = "0", "", "0" // what was moved is deposited
 					continue
 				}

@@ -77,6 +77,7 @@ type Store struct {
 	abort, settleMove, deposit *rueidis.Lua
 	retry                      *Retrier
 	memo                       *buyerMemo // nil without client-side caching or with redis.buyer_memo 0
+	seen                       *seenBuyers
 	deadlines                  deadlines
 	// dialErr is why Open's first dial failed; written before Open
 	// returns and never again (the background redial does not touch it).
@@ -166,6 +167,7 @@ func Open(cfg config.Redis, log *zap.Logger) (*Store, error) {
 	if cfg.ClientCache {
 		s.memo = newBuyerMemo(cfg.BuyerMemo)
 	}
+	s.seen = newSeenBuyers()
 	s.keys.prefix = cfg.KeyPrefix
 	if s.prefix == "" {
 		s.prefix, s.keys.prefix = "seckill", "seckill"

@@ -1,0 +1,66 @@
+package proxy
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+)
+
+// rawArgsAgree checks the raw scanners against fasthttp's Args, which
+// they replace: the same value or errTwice, the same presence.
+func rawArgsAgree(t *testing.T, raw, name string) {
+	t.Helper()
+	var a fasthttp.Args
+	a.Parse(raw)
+	var want []byte
+	n := 0
+	for k, v := range a.All() {
+		if string(k) == name {
+			want = v
+			n++
+		}
+	}
+	got, err := rawArgOnce([]byte(raw), name)
+	switch {
+	case n > 1:
+		if err == nil {
+			t.Fatalf("%q %q: %q, want errTwice (Args has it %d times)", raw, name, got, n)
+		}
+	case err != nil:
+		t.Fatalf("%q %q: %v, want %q", raw, name, err, want)
+	case !bytes.Equal(got, want):
+		t.Fatalf("%q %q: %q, want %q", raw, name, got, want)
+	}
+	if has := rawArgHas([]byte(raw), name, false); has != a.Has(name) {
+		t.Fatalf("%q %q: has %v, Args.Has %v", raw, name, has, a.Has(name))
+	}
+}
+
+var rawArgCases = []struct{ raw, name string }{
+	{"sku=a", "sku"}, {"sku=a&sku=b", "sku"}, {"s%6Bu=x", "sku"}, {"sk+u=x", "sk u"},
+	{"sku", "sku"}, {"sku=", "sku"}, {"&&sku=a&&", "sku"}, {"sku=a%2", "sku"}, {"sku=%zz+b", "sku"},
+	{"a=1&b=2", "sku"}, {"=x&sku==y", "sku"}, {"sku=a=b", "sku"}, {"%73ku=1&sku=2", "sku"},
+	{"", "sku"}, {"SKU=1", "sku"}, {"sku%3D1=2", "sku=1"},
+}
+
+func TestRawArgsAsFasthttpArgs(t *testing.T) {
+	for _, c := range rawArgCases {
+		rawArgsAgree(t, c.raw, c.name)
+	}
+	if !rawArgHas([]byte("a=1&_METHOD=put"), "_method", true) || rawArgHas([]byte("a=1&_METHOD=put"), "_method", false) {
+		t.Fatal("fold")
+	}
+}
+
+func FuzzRawArgs(f *testing.F) {
+	for _, c := range rawArgCases {
+		f.Add(c.raw, c.name)
+	}
+	f.Fuzz(func(t *testing.T, raw, name string) {
+		if name == "" {
+			return
+		}
+		rawArgsAgree(t, raw, name)
+	})
+}
