@@ -91,6 +91,11 @@ type Decision struct {
 	Replay *store.Replay
 	// Short is the SKU a bundle could not get enough of (SoldOut).
 	Short string
+	// Stamp is the reservation's time as Redis recorded it (Admitted): the
+	// reconciler may settle it pending_timeout after, so a winner whose
+	// reserve or durability wait ran late must not be sent too late
+	// (proxy.lateToSend).
+	Stamp time.Time
 }
 
 // retryAfterDefault is what buyers are told to wait on a retryable refusal
@@ -535,7 +540,7 @@ func (p *Pipeline) reserve(ctx context.Context, r *Request, sku *config.SKU, fla
 	if res.Moves > 0 {
 		p.m.StockMoves.WithLabelValues(a.ID).Add(float64(res.Moves))
 	}
-	d := Decision{Token: res.Token, OrderID: res.OrderID, Shards: flags.Shards, Replay: res.Replay}
+	d := Decision{Token: res.Token, OrderID: res.OrderID, Shards: flags.Shards, Replay: res.Replay, Stamp: now}
 	switch res.Code {
 	case lua.OK:
 		if p.dur != nil {

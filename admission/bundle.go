@@ -84,7 +84,7 @@ func (p *Pipeline) reserveBundle(ctx context.Context, r *Request, flags store.Fl
 	if res.Moves > 0 {
 		p.m.StockMoves.WithLabelValues(a.ID).Add(float64(res.Moves))
 	}
-	d := Decision{Token: res.Token, OrderID: res.OrderID, Shards: flags.Shards}
+	d := Decision{Token: res.Token, OrderID: res.OrderID, Shards: flags.Shards, Stamp: now}
 	switch res.Code {
 	case lua.OK:
 		if p.dur != nil {

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -63,4 +64,20 @@ func FuzzRawArgs(f *testing.F) {
 		}
 		rawArgsAgree(t, raw, name)
 	})
+}
+
+func TestLateToSend(t *testing.T) {
+	stamp := time.Unix(1000, 0)
+	pending, up := 3*time.Second, 500*time.Millisecond // the least allowed: 2×0.5 s + 2 s
+	for _, c := range []struct {
+		age  time.Duration
+		late bool
+	}{{0, false}, {500 * time.Millisecond, false}, {time.Second, false}, {1001 * time.Millisecond, true}, {4 * time.Second, true}} {
+		if got := lateToSend(stamp, stamp.Add(c.age), pending, up); got != c.late {
+			t.Errorf("age %v: late %v, want %v", c.age, got, c.late)
+		}
+	}
+	if lateToSend(time.Time{}, stamp, pending, up) {
+		t.Error("a decision without a stamp is never late")
+	}
 }

@@ -205,6 +205,18 @@ func (s *Server) forwardWinner(ctx *fasthttp.RequestCtx, st *state, r *admission
 		Qty: qty, User: r.User, Method: string(h.Method()), Target: string(uri.RequestURI()), Items: items}))
 
 	t0 := time.Now()
+	if lateToSend(d.Stamp, t0, a.PendingTimeout, up.timeout) {
+		// Sent now, the shop could still be working on it when the
+		// reconciler may settle the reservation: not sent, released.
+		s.log.Warn("winner not sent: its reservation is too old to reach the shop before the reconciler may settle it (Redis or a replica stalled its reserve)",
+			zap.String("token", tok), zap.Duration("age", t0.Sub(d.Stamp)), zap.Duration("pending_timeout", a.PendingTimeout))
+		s.settle("release", func(c context.Context) (lua.Code, error) {
+			return s.book.Release(c, d.Token, d.Shards, "late", time.Now().UnixMilli(), true)
+		}, tok)
+		ans.code, ans.token, ans.retryAfter = admission.StoreUnavailable, "", time.Second
+		s.answer(ctx, st, a, ans)
+		return
+	}
 	err := up.buy.DoTimeout(&ctx.Request, &ctx.Response, up.timeout)
 	elapsed := time.Since(t0).Seconds()
 	status := ctx.Response.StatusCode()
@@ -261,6 +273,24 @@ func (s *Server) forwardWinner(ctx *fasthttp.RequestCtx, st *state, r *admission
 		ans.code = admission.UpstreamTimeout
 		s.answer(ctx, st, a, ans)
 	}
+}
+
+// lateToSend reports whether a winner reserved at stamp is too old at now
+// to be sent. The reconciler may settle a reservation pending_timeout after
+// its stamp; a shop behind a balancer may work on a request up to two
+// upstream timeouts after it was sent, and the confirm or release that
+// follows needs time too. config.MinPendingTimeout leaves PendingMargin for
+// that; a send may use half of it (the reserve's own round trip, a
+// durability wait), so the confirm keeps the other half. Past that the
+// reserve or a replica stalled (a late but in-time reply after DEBUG SLEEP,
+// durable_winners on_timeout: forward): sent, the shop could take the
+// order after the reconciler released the unit and sold it again
+// (red-team finding, docs/decisions.md §34).
+func lateToSend(stamp, now time.Time, pending, upstream time.Duration) bool {
+	if stamp.IsZero() || pending <= 0 {
+		return false
+	}
+	return now.Sub(stamp) > pending-2*upstream-config.PendingMargin/2
 }
 
 // keepReplay copies the shop's answer to a winner for exact replays, or
