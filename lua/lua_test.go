@@ -1122,7 +1122,7 @@ func TestScriptSHA(t *testing.T) {
 		src  string
 		want string
 	}{
-		{name: "reserve", src: lua.Reserve, want: "2b8eba24f2a0cab4aa995dd75f17480ae7995b45"},
+		{name: "reserve", src: lua.Reserve, want: "a2fe07582e0b5e1e662585225e083ecae5555286"},
 		{name: "reservebatch", src: lua.ReserveBatch, want: "223e662cb94bcee8c55b1c1c6fd8f643777dd513"},
 		{name: "steal", src: lua.Steal, want: "b6856157fe29f93c2b42255f3e61dea17a3005a9"},
 		{name: "confirm", src: lua.Confirm, want: "c3919655a6b88d9c4b1943f5a116b57181b3a33c"},

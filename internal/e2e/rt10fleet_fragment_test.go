@@ -1,0 +1,66 @@
+package e2e_test
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/seckill-proxy/seckill-proxy/internal/e2e"
+)
+
+func rt10fleetBuyQty(addr, act, sku, user string, qty int) e2e.Resp {
+	return e2e.Do(nil, addr, e2e.Req{URI: "/api/seckill/" + act + "/" + sku + "/buy?qty=" + strconv.Itoa(qty),
+		Header: [][2]string{{"X-User-Id", user}}})
+}
+
+// TestRT10FleetQtyGathersFromEveryShard: one unit on each of 4 shards, a
+// buyer asking for 3 gets them (README "No fragment refusals"), whichever
+// instance they ask; the last unit goes to a buyer of 1, a buyer of 2 is
+// SOLD_OUT; per SKU and across SKUs the limit holds.
+func TestRT10FleetQtyGathersFromEveryShard(t *testing.T) {
+	for _, cluster := range []bool{false, true} {
+		name := "single"
+		if cluster {
+			name = "cluster"
+		}
+		t.Run(name, func(t *testing.T) {
+			const act = "rt10f"
+			env := rt10fleetStart(t, cluster, 3, func(o *e2e.Options) {
+				o.Activities = []e2e.Activity{{ID: act, SKUs: rt10fleetSKUs(4, "a", "b"), Shards: 4, PerUserLimit: 3, QtyFrom: "query:qty"}}
+			})
+			for i, tc := range []struct {
+				user, sku string
+				qty       int
+				want      string
+			}{
+				{"big", "a", 3, "WIN"},
+				{"big", "b", 1, "ALREADY_PURCHASED"}, // 3 held, limit 3, across SKUs
+				{"two", "a", 2, "SOLD_OUT"},          // one unit of a left
+				{"one", "a", 1, "WIN"},
+				{"one", "b", 2, "WIN"},               // one + two = 3
+				{"one", "b", 1, "ALREADY_PURCHASED"}, // at 3
+				{"two", "b", 2, "WIN"},               // the last two of b
+				{"three", "b", 1, "SOLD_OUT"},
+			} {
+				r := rt10fleetBuyQty(env.proxies[i%3].Addr, act, tc.sku, tc.user, tc.qty)
+				rt10fleetCheckCode(t, tc.user, r)
+				if r.Code != tc.want {
+					t.Errorf("step %d: %s buys %d of %s: %d %s, want %s", i, tc.user, tc.qty, tc.sku, r.Status, r.Body, tc.want)
+				}
+			}
+			env.waitConfirms(t)
+			shopUser, shopSKU := rt10fleetShopUnits(t, env.shop, act)
+			k := env.checkStock(t, act, shopSKU, false)
+			if k["a"].Remaining != 0 || k["b"].Remaining != 0 {
+				t.Errorf("stock left: %+v", k)
+			}
+			for _, u := range []string{"big", "one"} {
+				if shopUser[u] != 3 {
+					t.Errorf("%s holds %d at the shop, want 3", u, shopUser[u])
+				}
+			}
+			if shopUser["two"] != 2 {
+				t.Errorf("two holds %d, want 2", shopUser["two"])
+			}
+		})
+	}
+}
