@@ -83,6 +83,13 @@ local function lastAnswer(last, units)
   if st == 'p' or st == 'q' then
     return {3, last}
   end
+  if st == 'x' then
+    -- The buyer still holds units (limit >= 2), but the users hash names
+    -- only their last reservation, and that one was given back: which
+    -- one they hold is not known here, so none is named (never a released
+    -- one: a red-team find).
+    return {4, '', ''}
+  end
   local oid = ''
   if rec then oid = string.match(rec, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)') or '' end
   if st == 'c' and not rid and ARGV[7] == '0' then

@@ -116,6 +116,8 @@ if #later > 0 then
     local st = rec and string.sub(rec, 1, 1)
     if st == 'p' or st == 'q' then
       replies[l[1]] = {3, l[2]}
+    elseif st == 'x' then
+      replies[l[1]] = {4, '', ''} -- as reserve.lua: never a released one
     else
       local oid = ''
       if rec then oid = string.match(rec, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)') or '' end

@@ -244,7 +244,12 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 				return ReserveResult{Code: lua.OK, Token: tok, Moves: res.Moves}, nil
 			case lua.Pending, lua.Purchased, lua.Released:
 				// The buyer's last reservation: of any SKU of the activity.
+				// A PURCHASED whose last reservation was given back names
+				// none (the buyer holds another, limit >= 2).
 				last, ok := tokenOfField(q.Activity, home, r.token)
+				if r.token == "" && r.code == int64(lua.Purchased) {
+					last, ok = Token{}, true
+				}
 				if !ok {
 					return ReserveResult{}, ErrInvalidResponse
 				}
