@@ -131,7 +131,9 @@ func (o Options) YAML(t testing.TB) string {
 		w("  sentinel: { master_set: %q, addrs: [%s] }", o.SentinelMaster, quoteAll(o.Sentinels))
 	} else {
 		w("  addrs: [%s]", quoteAll(o.Redis))
-		w("  cluster: %v", o.Cluster)
+		// Several addresses are a cluster's seeds (an explicit false beside
+		// them is a config error).
+		w("  cluster: %v", o.Cluster || len(o.Redis) > 1)
 	}
 	if o.RedisTLS != "" {
 		w("  tls: %s", o.RedisTLS)
