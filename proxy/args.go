@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"iter"
 
 	"github.com/valyala/fasthttp"
 )
@@ -31,6 +32,26 @@ func formBody(ctx *fasthttp.RequestCtx) []byte {
 	return ctx.Request.Body()
 }
 
+// rawArgs yields the raw key and value of each '&'-separated field of an
+// urlencoded string, as fasthttp's Args splits them (the first '=' ends
+// the key).
+func rawArgs(raw []byte) iter.Seq2[[]byte, []byte] {
+	return func(yield func(k, v []byte) bool) {
+		for len(raw) > 0 {
+			var kv []byte
+			if i := bytes.IndexByte(raw, '&'); i >= 0 {
+				kv, raw = raw[:i], raw[i+1:]
+			} else {
+				kv, raw = raw, nil
+			}
+			k, v, _ := bytes.Cut(kv, []byte("="))
+			if !yield(k, v) {
+				return
+			}
+		}
+	}
+}
+
 // rawArgOnce returns name's decoded value in the urlencoded raw, nil when
 // absent (or present without a value), or errTwice when it is there more
 // than once.
@@ -38,19 +59,11 @@ func rawArgOnce(raw []byte, name string) ([]byte, error) {
 	var val []byte
 	n := 0
 	var scratch [64]byte
-	for len(raw) > 0 {
-		var kv []byte
-		if i := bytes.IndexByte(raw, '&'); i >= 0 {
-			kv, raw = raw[:i], raw[i+1:]
-		} else {
-			kv, raw = raw, nil
+	for k, v := range rawArgs(raw) {
+		if argKeyIs(k, name, false, scratch[:0]) {
+			n++
+			val = fasthttp.AppendUnquotedArg(val[:0], v)
 		}
-		k, v, _ := bytes.Cut(kv, []byte("="))
-		if !argKeyIs(k, name, false, scratch[:0]) {
-			continue
-		}
-		n++
-		val = fasthttp.AppendUnquotedArg(val[:0], v)
 	}
 	if n > 1 {
 		return nil, errTwice{}
@@ -65,14 +78,7 @@ func rawArgOnce(raw []byte, name string) ([]byte, error) {
 // of the urlencoded raw.
 func rawArgHas(raw []byte, name string, fold bool) bool {
 	var scratch [64]byte
-	for len(raw) > 0 {
-		var kv []byte
-		if i := bytes.IndexByte(raw, '&'); i >= 0 {
-			kv, raw = raw[:i], raw[i+1:]
-		} else {
-			kv, raw = raw, nil
-		}
-		k, _, _ := bytes.Cut(kv, []byte("="))
+	for k := range rawArgs(raw) {
 		if argKeyIs(k, name, fold, scratch[:0]) {
 			return true
 		}
