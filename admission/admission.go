@@ -129,6 +129,7 @@ type Pipeline struct {
 	savedGate      prometheus.Counter
 
 	acts         atomic.Pointer[map[*config.Activity]*actState]
+	byID         atomic.Pointer[map[string]*config.Activity] // the running config's (Apply), shadow copies too
 	actsMu       sync.Mutex
 	blocks       atomic.Pointer[blockSets]
 	limits       atomic.Pointer[limiters]
@@ -371,6 +372,7 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 		now = p.now()
 	}
 	// 3. Who is asking: signature, eligibility, blocklists, rate limits.
+	sigSt := st // whose keys checked the signature
 	if st.sig != nil {
 		switch st.sig.check(r, now) {
 		case sigMalformed:
@@ -418,8 +420,25 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 		}
 		now = p.now()
 		// Held up to fair_start + spread: what the operator changed
-		// meanwhile (pause, blocklists, the invite list, the window) holds
-		// for the buys let on now as for any other.
+		// meanwhile (pause, blocklists, the invite list, and by reload the
+		// window, mode, SKUs) holds for the buys let on now as for any
+		// other. The buy was read with the config of its arrival: judged
+		// now by the running one (Apply).
+		if cur := p.current(a); cur != a {
+			if d, refused := p.recheckReloaded(r, cur, now); refused {
+				return d
+			}
+			rc := *r // the proxy's request is left as it sent it
+			rc.Activity = cur
+			r, a = &rc, cur
+			if r.Items == nil {
+				sku = a.SKU(r.SKU)
+			}
+			// The signature was checked with the arrival's keys: its
+			// nonce is claimed with them (sigSt, step 5).
+			st = p.stateFor(a)
+			st.used.Store(now.Unix())
+		}
 		if !now.Before(a.End) {
 			return p.refuse(rEnded, 0)
 		}
@@ -451,8 +470,8 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 		}
 	}
 	// 5. Redis: the nonce, then the reserve script.
-	if st.sig != nil {
-		if d, done := p.claimNonce(ctx, st, r); done {
+	if sigSt.sig != nil {
+		if d, done := p.claimNonce(ctx, sigSt, r); done {
 			return d
 		}
 	}
@@ -462,11 +481,52 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 	return p.reserve(ctx, r, sku, flags, now)
 }
 
+// current is the running config's activity with a's id (Apply), nil when
+// the running config has none; a itself when Apply was never called.
+func (p *Pipeline) current(a *config.Activity) *config.Activity {
+	m := p.byID.Load()
+	if m == nil {
+		return a
+	}
+	return (*m)[a.ID]
+}
+
+// recheckReloaded judges a buy held in a fair_start window, read with an
+// activity a reload has since replaced by cur, by step 1 of cur: gone
+// (ENDED: the sale is no longer configured), switched to another mode
+// (NOT_READY: a retry takes the new path), cur's window, SKUs and max_qty.
+// The flags, invite list and blocklists are checked after, as for any
+// held buy.
+func (p *Pipeline) recheckReloaded(r *Request, cur *config.Activity, now time.Time) (Decision, bool) {
+	switch {
+	case cur == nil:
+		return p.refuse(rEnded, 0), true
+	case cur.Mode != r.Activity.Mode:
+		return p.refuse(rNotReady, retryAfterDefault), true
+	case now.Before(cur.Start):
+		return p.refuse(rNotStarted, 0), true
+	case !now.Before(cur.End):
+		return p.refuse(rEnded, 0), true
+	}
+	rc := *r
+	rc.Activity = cur
+	if r.Items != nil {
+		return p.checkBundle(&rc)
+	}
+	if cur.SKU(r.SKU) == nil {
+		return p.refuse(rUnknownItem, 0), true
+	}
+	if r.Qty > cur.MaxQty {
+		return p.refuse(rBadQty, 0), true
+	}
+	return Decision{}, false
+}
+
 // checkWho refuses a buyer who is not invited (eligible_only) or is on a
 // blocklist at now.
 func (p *Pipeline) checkWho(st *actState, r *Request, now time.Time) (Decision, bool) {
 	nowMs := now.UnixMilli()
-	if r.Activity.EligibleOnly {
+	if st.a.EligibleOnly {
 		el := st.elig.Load()
 		if el == nil {
 			// Not loaded yet: whether the user was invited cannot be told.

@@ -172,10 +172,16 @@ func (p *Pipeline) Apply(cfg *config.Config) {
 	}
 	p.limMu.Unlock()
 	p.fair.max.Store(int64(cfg.Server.FairStartMaxHeld))
+	byID := make(map[string]*config.Activity, len(cfg.Activities))
 	for i := range cfg.Activities {
+		a := &cfg.Activities[i]
+		byID[a.ID] = a
 		// A shadow activity's buys are decided against its shadow copy.
-		p.stateFor(cfg.Activities[i].ShadowOrSelf()).used.Store(time.Now().Unix())
+		c := a.ShadowOrSelf()
+		byID[c.ID] = c
+		p.stateFor(c).used.Store(time.Now().Unix())
 	}
+	p.byID.Store(&byID)
 }
 
 // limiters are the three local limiters of one config.

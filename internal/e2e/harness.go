@@ -49,6 +49,9 @@ type Proxy struct {
 	Cfg    *config.Config
 	Store  *store.Store
 	Server *proxy.Server
+	// Pipeline is the instance's admission: a reload applies the new
+	// config to Server, then here (as serve's SIGHUP does).
+	Pipeline *admission.Pipeline
 	// Metrics are the instance's metrics (read with Counter).
 	Metrics *metrics.Metrics
 }
@@ -117,7 +120,7 @@ func StartProxyClock(t testing.TB, cfg *config.Config, now func() time.Time) *Pr
 		stopPipe()
 		st.Close()
 	})
-	return &Proxy{Addr: ln.Addr().String(), Cfg: cfg, Store: st, Server: srv, Metrics: m}
+	return &Proxy{Addr: ln.Addr().String(), Cfg: cfg, Store: st, Server: srv, Pipeline: pipe, Metrics: m}
 }
 
 // Activity returns the config of activity id, failing the test when absent.
