@@ -18,7 +18,8 @@ const runningSaleTimeout = 2 * time.Second
 // file (an operator "stopping the sale", or a file cut short while watch
 // reads it), or one whose buy or bundle route is no longer a buy route of
 // the new config. Either way its path would become ordinary traffic,
-// passed to the shop with no admission and no token. A sale is running
+// passed to the shop with no admission and no token. So does a switch to
+// mode: shadow (which also leaves its reservations unsettled). A sale is running
 // from its preheat (the ready flag) until end + pending_timeout; an
 // activity never preheated, or past that, may go. Unreadable flags count
 // as preheated: the running config stays rather than guess.
@@ -53,7 +54,12 @@ func (s *Server) keepsRunningSales(prev, next *config.Config) error {
 		if b := &a.BundleRoute; b.Enabled() && (n == nil || !covered(bundleKeys, b.Method, b.Path, b.CaseSensitive)) {
 			lost = append(lost, b.Method+" "+b.Path+" (bundle_route)")
 		}
-		if len(lost) == 0 {
+		// Switched to mode: shadow, its buy path forwards every buy
+		// unadmitted and its reservations are left to the shadow copy's
+		// keys (status, reconcile act on those): shadow is for before a
+		// sale, like a dropped route it is refused while the sale runs.
+		toShadow := n != nil && !a.IsShadow() && n.IsShadow()
+		if len(lost) == 0 && !toShadow {
 			continue
 		}
 		until := a.End.Add(a.PendingTimeout)
@@ -72,6 +78,13 @@ func (s *Server) keepsRunningSales(prev, next *config.Config) error {
 			preheated = "its preheat unknown (Redis: " + err.Error() + ")"
 		case !f.Ready:
 			continue // never preheated: no sale to open
+		}
+		if len(lost) == 0 {
+			errs = append(errs, fmt.Errorf("%sactivity %q: mode: shadow, but its sale is running (%s, ends %s, pending_timeout until %s): its buys would pass to the shop with no admission and no token, "+
+				"and its reservations would no longer be settled (status and reconcile act on the shadow copy). Shadow mode is for before a sale: "+
+				"to stop a sale use the kill switch (seckill-proxy pause -c %s %s) and keep its mode: %s until %s; the running config stays",
+				file, a.ID, preheated, a.End.Format(time.RFC3339), until.Format(time.RFC3339), cfgFile, a.ID, a.Mode, until.Format(time.RFC3339)))
+			continue
 		}
 		routes := strings.Join(lost, " and ")
 		what, keep := fmt.Sprintf("activity %q is no longer in the file", a.ID), "it"
