@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"sync/atomic"
 	"time"
 
@@ -89,20 +91,17 @@ func (s *Server) shadowBuy(ctx *fasthttp.RequestCtx, st *state, m match, a *conf
 		ctx.Request.Header.Set("X-Seckill-Shadow", rec.Code)
 	}
 
-	up := st.upstream
 	var err error
 	if streamed {
 		s.pass(ctx, st)
 	} else {
-		up.prepare(ctx)
-		err = up.buy.DoTimeout(&ctx.Request, &ctx.Response, up.timeout)
-		if err != nil {
-			answerUnreachable(ctx, err)
-		}
+		err = shadowSend(ctx, st.upstream)
 	}
 	if err == nil {
 		// Streamed, a proxy-made 502/504 (the shop unreachable) reads as
 		// the shop's: such a buy is past the funnel's bound anyway.
+		// Otherwise a proxy-made answer records no status (0: the shop's
+		// answer is unknown).
 		rec.Status = ctx.Response.StatusCode()
 	}
 	ok := rec.Status >= 200 && rec.Status <= 299
@@ -114,6 +113,41 @@ func (s *Server) shadowBuy(ctx *fasthttp.RequestCtx, st *state, m match, a *conf
 	}
 	s.recordShadow(rec)
 }
+
+// shadowSend forwards a shadowed buy as ordinary traffic is: the pass
+// client, waiting up to upstream.pass_timeout (not upstream.timeout, sized
+// for winners), so a slow shop's answer reaches the buyer as it would
+// without the proxy. The answer is read whole, bounded as a winner's is
+// (its order id for the record; a Content-Length for an HTTP/1.0 buyer).
+// On an error the proxy has answered 502/504 itself (answerUnreachable).
+func shadowSend(ctx *fasthttp.RequestCtx, up *upstream) error {
+	up.prepare(ctx)
+	err := up.pass.DoTimeout(&ctx.Request, &ctx.Response, up.passTimeout)
+	if err == nil && ctx.Response.StatusCode() < 200 {
+		// A 101 (see Server.pass): nothing is tunnelled.
+		up.pass.CloseIdleConnections()
+		err = errSwitchedProtocols
+	}
+	if err == nil && ctx.Response.IsBodyStream() {
+		b, rerr := io.ReadAll(io.LimitReader(ctx.Response.BodyStream(), buyAnswerMax+1))
+		switch {
+		case rerr != nil:
+			err = rerr
+		case len(b) > buyAnswerMax:
+			err = errShadowAnswerTooLarge
+		default:
+			ctx.Response.SetBody(b)
+		}
+	}
+	if err != nil {
+		answerUnreachable(ctx, err)
+	}
+	return err
+}
+
+// errShadowAnswerTooLarge: a shop's answer to a shadowed buy over
+// buyAnswerMax (as the buy client refused one before).
+var errShadowAnswerTooLarge = errors.New("the shop's answer to a shadowed buy is over 4 MiB")
 
 // settleShadow settles a shadow winner's reservation as the shop's answer
 // says: 2xx confirms, anything else (a refusal, no answer) releases.
