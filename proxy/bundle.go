@@ -87,7 +87,9 @@ func parseItems(ctx *fasthttp.RequestCtx, body *jsonBody, a *config.Activity, re
 	unknown := false
 	for _, e := range list {
 		m, ok := e.(map[string]any)
-		if !ok {
+		if !ok || jsonptr.FoldedOnly(m, []string{"sku"}) || jsonptr.FoldedOnly(m, []string{"qty"}) {
+			// "QTY": a shop decoding with encoding/json reads it, the
+			// proxy would take qty 1 (a red-team find).
 			return admission.BadRequest
 		}
 		id, ok := m["sku"].(string)

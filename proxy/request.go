@@ -100,12 +100,12 @@ func (e *extractor) get(ctx *fasthttp.RequestCtx, pathSKU []byte, body *jsonBody
 		// The same name in a form body too: PHP's $_REQUEST and Go's
 		// FormValue read the body's copy first, so the shop could sell
 		// another SKU than the one admitted.
-		if rawArgHas(formBody(ctx), e.name, false) {
+		if rawArgHas(formBody(ctx), e.name, false) || multipartHas(ctx, e.name) {
 			return nil, errTwice{}
 		}
 		return rawArgOnce(queryString(ctx), e.name)
 	case "form":
-		if rawArgHas(queryString(ctx), e.name, false) {
+		if rawArgHas(queryString(ctx), e.name, false) || multipartHas(ctx, e.name) {
 			return nil, errTwice{}
 		}
 		return rawArgOnce(formBody(ctx), e.name)
@@ -118,6 +118,9 @@ func (e *extractor) get(ctx *fasthttp.RequestCtx, pathSKU []byte, body *jsonBody
 		}
 		if s, ok := jsonptr.Lookup(v, e.ptr); ok {
 			return []byte(s), nil
+		}
+		if jsonptr.FoldedOnly(v, e.ptr) {
+			return nil, errTwice{} // another spelling a shop may read
 		}
 		return nil, nil
 	}

@@ -203,14 +203,22 @@ func (t *routeTable) under(c []byte) bool {
 // under a buy prefix: no buy reaches the shop without admission, so such a
 // target is refused.
 func (t *routeTable) networkPathBuy(method, raw []byte) bool {
-	if len(raw) < 3 || raw[0] != '/' || raw[1] != '/' {
+	// WHATWG URL parsers (Node's URL, browsers) take '\' for '/' in a
+	// special scheme's path: "/\evil.example\api\…\buy" is the same
+	// network-path reference (a red-team find).
+	sep := func(c byte) bool { return c == '/' || c == '\\' }
+	if len(raw) < 3 || !sep(raw[0]) || !sep(raw[1]) {
 		return false
 	}
-	i := bytes.IndexByte(raw[2:], '/')
+	i := bytes.IndexAny(raw[2:], `/\`)
 	if i < 0 {
 		return false
 	}
-	m, kind := t.resolve(method, raw[2+i:])
+	rest := raw[2+i:]
+	if bytes.IndexByte(rest, '\\') >= 0 {
+		rest = bytes.ReplaceAll(rest, []byte(`\`), []byte("/"))
+	}
+	m, kind := t.resolve(method, rest)
 	m.release()
 	return kind != routePass
 }
@@ -250,6 +258,9 @@ func (t *routeTable) resolve(method, raw []byte) (match, routeKind) {
 		}
 	}
 	var other *route // a route whose path matched with another method
+	// shadowOther: every activity named by such a path is in shadow mode,
+	// where nothing is refused: the request is the shop's to answer.
+	shadowOther, knownOther := true, false
 	var unknown match
 	found := false
 	for _, r := range t.routes {
@@ -260,6 +271,10 @@ func (t *routeTable) resolve(method, raw []byte) (match, routeKind) {
 		if string(method) != r.method {
 			if other == nil || slices.Contains(r.passMethods, string(method)) {
 				other = r
+			}
+			if got.act != nil {
+				knownOther = true
+				shadowOther = shadowOther && got.act.IsShadow()
 			}
 			continue
 		}
@@ -275,6 +290,9 @@ func (t *routeTable) resolve(method, raw []byte) (match, routeKind) {
 	switch {
 	case found:
 		return unknown, routeBuy
+	case other != nil && knownOther && shadowOther:
+		m.release()
+		return match{}, routePass
 	case other != nil && slices.Contains(other.passMethods, string(method)):
 		m.r = other
 		return m, routePassMethod

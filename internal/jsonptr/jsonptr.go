@@ -52,6 +52,39 @@ func Lookup(v any, tokens []string) (string, bool) {
 	return "", false
 }
 
+// FoldedOnly reports whether the path, absent from v as spelled, is there
+// with a key in another letter case at some step ({"QTY": 3} for /qty):
+// encoding/json matches keys to fields in any case and would read it, PHP's
+// json_decode would not. A buy's field spelled so is ambiguous (a red-team
+// find: the proxy took qty 1, a Go shop read 3).
+func FoldedOnly(v any, tokens []string) bool {
+	for _, tok := range tokens {
+		switch x := v.(type) {
+		case map[string]any:
+			if w, ok := x[tok]; ok {
+				v = w
+				continue
+			}
+			f := foldKey(tok)
+			for k := range x {
+				if foldKey(k) == f {
+					return true
+				}
+			}
+			return false
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(x) {
+				return false
+			}
+			v = x[i]
+		default:
+			return false
+		}
+	}
+	return false
+}
+
 // Decode parses one JSON document keeping numbers exact (json.Number).
 func Decode(data []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))

@@ -52,3 +52,18 @@ func TestDecodeStrict(t *testing.T) {
 		}
 	}
 }
+
+func TestFoldedOnly(t *testing.T) {
+	v, err := DecodeStrict([]byte(`{"QTY":3,"a":{"Sku":"x"},"l":[{"Q":1}],"qty2":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		p    string
+		want bool
+	}{{"/qty", true}, {"/QTY", false}, {"/a/sku", true}, {"/a/Sku", false}, {"/l/0/q", true}, {"/nope", false}, {"/qty2", false}, {"/a/sku/x", true}} {
+		if got := FoldedOnly(v, Split(c.p)); got != c.want {
+			t.Errorf("%s: %v, want %v", c.p, got, c.want)
+		}
+	}
+}
