@@ -694,6 +694,22 @@ func (s *Server) pass(ctx *fasthttp.RequestCtx, st *state) {
 	if c := ctx.Response.StatusCode() / 100; c >= 1 && c <= 5 {
 		s.obs.passClass[c].Inc()
 	}
+	if ctx.Response.IsBodyStream() && ctx.Response.Header.ContentLength() < 0 && ctx.UserValue(http10Key{}) != nil {
+		// fasthttp writes a streamed body of unknown length chunked,
+		// whatever the buyer's version; an HTTP/1.0 buyer cannot read that
+		// (RFC 9112 §6.1), and the shop, asked in HTTP/1.1 (hop.go), may
+		// well answer so. Its answer is read whole, up to pass10Max, and
+		// goes with a Content-Length; a larger one is a 502 and a close.
+		b, err := io.ReadAll(io.LimitReader(ctx.Response.BodyStream(), pass10Max+1))
+		if err != nil || len(b) > pass10Max {
+			ctx.Response.Reset()
+			ctx.Error("bad gateway", fasthttp.StatusBadGateway)
+			ctx.SetConnectionClose()
+			s.obs.passError.Inc()
+			return
+		}
+		ctx.Response.SetBody(b)
+	}
 }
 
 // answerUnreachable answers, as a plain proxy does, a request the shop did

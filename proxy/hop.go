@@ -28,13 +28,16 @@ var hopFields = [...]string{"Connection", "Keep-Alive", "Proxy-Connection", "TE"
 // Connection header names (never the framing fields or Host: fasthttp owns
 // those, and the proxy sets Host) and sets the protocol to HTTP/1.1.
 // fasthttp's server reads the buyer's keep-alive and version before the
-// handler runs, so its answer on the buyer's connection is unchanged.
-func stripHopByHop(h *fasthttp.RequestHeader) {
+// handler runs, so its answer on the buyer's connection is unchanged. It
+// reports whether the buyer spoke an older HTTP (1.0): such a client cannot
+// read a chunked answer (RFC 9112 §6.1), which pass must then not stream.
+func stripHopByHop(h *fasthttp.RequestHeader) (http10 bool) {
 	if !h.IsHTTP11() {
 		h.SetProtocol("HTTP/1.1")
+		http10 = true
 	}
 	if !hasHopField(h) {
-		return
+		return http10
 	}
 	// The names are copied out first: deleting fields moves the bytes
 	// PeekAll returned. The header's size bounds how many there are.
@@ -52,7 +55,17 @@ func stripHopByHop(h *fasthttp.RequestHeader) {
 	for _, k := range named {
 		h.DelBytes(k)
 	}
+	return http10
 }
+
+// http10Key marks, as a user value, a request whose buyer spoke HTTP/1.0
+// (server.go handle): only those carry it, so an HTTP/1.1 pass costs one
+// look through an empty list.
+type http10Key struct{}
+
+// pass10Max bounds the streamed answer of unknown length read whole for an
+// HTTP/1.0 buyer.
+const pass10Max = 16 << 20
 
 // hasHopField reports whether any hop-by-hop field is there: one pass over
 // the header, so the common request pays no deletes.

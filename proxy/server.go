@@ -283,8 +283,11 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 	// The buyer's connection ends here: its hop-by-hop fields go before any
 	// decision (hop.go). fasthttp took what it needs of them (keep-alive,
-	// the HTTP version) before the handler.
-	stripHopByHop(&ctx.Request.Header)
+	// the HTTP version) before the handler; pass reads an HTTP/1.0 buyer's
+	// mark (forward.go, http10Key), set only for them.
+	if stripHopByHop(&ctx.Request.Header) {
+		ctx.SetUserValue(http10Key{}, true)
+	}
 	// Routes are matched on the path as sent, canonicalised here: fasthttp's
 	// Path() decodes %2F into a separator and keeps case, ";" and ".json".
 	m, kind := st.routes.resolve(ctx.Method(), ctx.URI().PathOriginal())
