@@ -784,3 +784,38 @@ func orderIDOf(h http.Header, body []byte, from string) string {
 	}
 	return ""
 }
+
+// StrandedQueues names the activities cfg does not have whose queue
+// streams still hold entries in Redis (buyers told 202 QUEUED, not yet
+// sent), found through the registry of preheated activities
+// (store.DroppedActivities), as "id (N queued)". A reload drains such an
+// activity (Start keeps the old config's copy); a fresh serve knows only
+// its file, and the registry keeps neither the route, the rate nor the
+// order id's place that a send needs, so serve refuses to start instead
+// (cmd/seckill-proxy/serve.go): the entries stay until a file that names
+// the activity again sends them.
+func StrandedQueues(ctx context.Context, st *store.Store, cfg *config.Config, now time.Time) ([]string, error) {
+	known := make([]string, len(cfg.Activities))
+	for i := range cfg.Activities {
+		known[i] = cfg.Activities[i].ID
+	}
+	drops, err := st.DroppedActivities(ctx, known, now)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, a := range drops {
+		if len(a.SKUs) == 0 {
+			continue
+		}
+		// The shard streams are shared by the activity's SKUs.
+		n, err := st.QueueLength(ctx, a.ID, a.SKUs[0].ID, a.Shards)
+		if err != nil {
+			return out, err
+		}
+		if n > 0 {
+			out = append(out, fmt.Sprintf("%s (%d queued)", a.ID, n))
+		}
+	}
+	return out, nil
+}

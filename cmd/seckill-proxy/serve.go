@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -46,6 +47,9 @@ func cmdServe(c *cli) error {
 	st.KeepScriptsLoaded()
 	st.Retrier().Observe(func(kind, outcome string) { m.RedisRetries.WithLabelValues(kind, outcome).Inc() })
 	m.WatchReserveBatches(st.ReserveBatchStats)
+	if err := refuseStrandedQueues(st, cfg, log); err != nil {
+		return err
+	}
 	pipe := admission.New(st, m, log.Named("admission"), time.Now)
 	pipe.Apply(cfg)
 	defer pipe.Close()
@@ -289,4 +293,30 @@ func (l patientListener) Accept() (net.Conn, error) {
 		time.Sleep(wait)
 		wait = min(2*wait, time.Second)
 	}
+}
+
+// refuseStrandedQueues refuses to start serve with a file that no longer
+// names an activity whose queue streams still hold buyers told 202 QUEUED:
+// a reload drains them (reservation.Queue.Start), but a fresh serve knows
+// only its file and would never send them (red-team finding,
+// TestRT11FixRestartDroppingQueueActivityStrandsQueuedBuyers). Redis out of
+// reach is a warning: serve starts, as it does for any other Redis trouble.
+func refuseStrandedQueues(st *store.Store, cfg *config.Config, log *zap.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ids, err := reservation.StrandedQueues(ctx, st, cfg, time.Now())
+	if err != nil {
+		log.Warn("serve: could not check for queued buyers of activities the file dropped", zap.Error(err))
+		return nil
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	file := "the file"
+	if cfg.Path != "" {
+		file = cfg.Path
+	}
+	return fail(exitFailed, "serve: %s no longer names %s, whose queue still holds buyers told 202 QUEUED; a fresh serve would never send them. "+
+		"Put the activity back in %s and start again, so its queue workers send them (not paused: paused workers wait); "+
+		"drop it once status shows its queue empty, or by a reload, which drains it", file, strings.Join(ids, ", "), file)
 }
