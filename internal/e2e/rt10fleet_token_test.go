@@ -83,12 +83,13 @@ func TestRT10FleetForgedHeadersOnBundleAndSingle(t *testing.T) {
 	if n := len(env.shop.Buys()); n != 3 {
 		t.Errorf("shop got %d buys, want 3", n)
 	}
-	// The victim's reservation is untouched and the stock adds up.
+	// The victim's reservation is untouched and the stock adds up, once
+	// the confirms that run after the answers have landed.
+	env.waitConfirms(t)
 	_, shopSKU := rt10fleetShopUnits(t, env.shop, "rt10t")
 	env.checkStock(t, "rt10t", shopSKU, false)
 	_, shopU := rt10fleetShopUnits(t, env.shop, "rt10u")
 	env.checkStock(t, "rt10u", shopU, false)
-	env.waitConfirms(t)
 	g := e2e.Do(nil, p2.Addr, e2e.Req{Method: "GET", URI: "/_seckill/reservations/" + victimTok})
 	if g.Status != 200 || g.Str("state") != "confirmed" {
 		t.Errorf("victim's reservation: %d %s", g.Status, g.Body)
