@@ -40,6 +40,10 @@ const (
 	// Stale: moved units belong to another preheat of the stock (a forced
 	// preheat came between steal and deposit); nothing changed.
 	Stale Code = 15
+	// Restamped: a conditional release (release.lua ARGV[5]) found the
+	// pending reservation sent again since the send stamp its caller judged
+	// it by (a queue worker's takeover re-claimed it); nothing changed.
+	Restamped Code = 16
 )
 
 // String names the code for logs and errors.
@@ -75,6 +79,8 @@ func (c Code) String() string {
 		return "ABORTED"
 	case Stale:
 		return "STALE"
+	case Restamped:
+		return "RESTAMPED"
 	}
 	return "INVALID"
 }

@@ -766,6 +766,7 @@ func TestRelease(t *testing.T) {
 		name        string
 		setup       [][]string
 		only        string // ARGV[4]
+		sent        string // ARGV[5]: the send stamp the caller judged by ("" = none)
 		want        []string
 		wantStock   map[string]string
 		wantRec     string
@@ -835,6 +836,34 @@ func TestRelease(t *testing.T) {
 			wantRec:   "x|u1|1|900||shop 500|2000",
 		},
 		{
+			name: "pending-only release with the stamp it judged by: released",
+			setup: [][]string{stock(0, 1, 1, 0, 0), {"SET", kOut, "1"}, {"HSET", kUsers, "u1", "1|T1"},
+				{"HSET", kRes, "T1", "p|u1|1|900||"}, {"ZADD", kPending, "900", "T1"}},
+			only: "1", sent: "900", want: []string{"1", "1"},
+			wantStock: map[string]string{"r": "1", "i": "1", "p": "0", "c": "0", "x": "1"},
+			wantRec:   "x|u1|1|900||shop 500|2000",
+		},
+		{
+			name: "re-stamped since (a takeover re-sent it): refused, nothing changed",
+			setup: [][]string{stock(0, 1, 1, 0, 0), {"SET", kOut, "1"}, {"HSET", kUsers, "u1", "1|T1"},
+				{"HSET", kRes, "T1", "p|u1|1|1500||"}, {"ZADD", kPending, "1500", "T1"}},
+			only: "1", sent: "900", want: []string{"16", "0"},
+			wantStock:   map[string]string{"r": "0", "p": "1", "x": "0"},
+			wantRec:     "p|u1|1|1500||",
+			wantUser:    "1|T1",
+			wantOut:     true,
+			wantPending: 1,
+		},
+		{
+			name:  "a stamp given for a confirmed one: still CONFIRMED",
+			setup: [][]string{stock(0, 1, 0, 1, 0), {"SET", kOut, "1"}, {"HSET", kUsers, "u1", "1|T1"}, {"HSET", kRes, "T1", "c|u1|1|1500|O-1|"}},
+			only:  "1", sent: "900", want: []string{"9", "0"},
+			wantStock: map[string]string{"r": "0", "c": "1", "x": "0"},
+			wantRec:   "c|u1|1|1500|O-1|",
+			wantUser:  "1|T1",
+			wantOut:   true,
+		},
+		{
 			name: "broken: counters already above initial",
 			setup: [][]string{stock(5, 5, 1, 0, 0), {"HSET", kUsers, "u1", "1|T1"},
 				{"HSET", kRes, "T1", "p|u1|1|900||"}, {"ZADD", kPending, "900", "T1"}},
@@ -859,7 +888,7 @@ func TestRelease(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f.t = t
 			f.reset(tt.setup)
-			wantReply(t, f.run(lua.Release, releaseKeys, []string{"T1", "shop 500", "2000", tt.only}), tt.want)
+			wantReply(t, f.run(lua.Release, releaseKeys, []string{"T1", "shop 500", "2000", tt.only, tt.sent}), tt.want)
 			f.wantHash(kStock, tt.wantStock)
 			if tt.wantRec != "" {
 				f.wantHash(kRes, map[string]string{"T1": tt.wantRec})
@@ -1128,7 +1157,7 @@ func TestScriptSHA(t *testing.T) {
 		{name: "reservebatch", src: lua.ReserveBatch, want: "8edf94c4dfda9a0a0e0c8cf9a04f6b9a10ea3322"},
 		{name: "steal", src: lua.Steal, want: "b6856157fe29f93c2b42255f3e61dea17a3005a9"},
 		{name: "confirm", src: lua.Confirm, want: "c3919655a6b88d9c4b1943f5a116b57181b3a33c"},
-		{name: "release", src: lua.Release, want: "36a3c47bfc25c62a3ce3e21d1618f84be9c62461"},
+		{name: "release", src: lua.Release, want: "71c3453b9d46220e0e0799d91b372739467d13ec"},
 		{name: "confirmbatch", src: lua.ConfirmBatch, want: "b1abfda3e760f4a8897c43978f2e65559f390701"},
 		{name: "claim", src: lua.Claim, want: "b0620c8ed6c0c18611fe9d2275d6af9ee4c6523b"},
 		{name: "deposit", src: lua.Deposit, want: "90af21c9259a27ce2fd67f111d5e01d92baa5081"},
@@ -1152,12 +1181,12 @@ func TestScriptSHA(t *testing.T) {
 }
 
 func TestCodeString(t *testing.T) {
-	for c := lua.OK; c <= lua.Stale; c++ {
+	for c := lua.OK; c <= lua.Restamped; c++ {
 		if s := c.String(); s == "INVALID" || s == "" {
 			t.Errorf("Code(%d).String() = %q", c, s)
 		}
 	}
-	for _, c := range []lua.Code{0, lua.Stale + 1, -1} {
+	for _, c := range []lua.Code{0, lua.Restamped + 1, -1} {
 		if s := c.String(); s != "INVALID" {
 			t.Errorf("Code(%d).String() = %q, want INVALID", c, s)
 		}
@@ -1173,6 +1202,7 @@ func TestCodeString(t *testing.T) {
 		{lua.Backlog, "BUSY"},
 		{lua.Aborted, "STORE_UNAVAILABLE"},
 		{lua.Stale, ""},
+		{lua.Restamped, ""},
 		{lua.OK, ""},
 	}
 	for _, tt := range tests {

@@ -10,6 +10,11 @@
 --         proved the order absent): never a queued one, which the shop has not
 --         seen yet; "0" = also a queued or confirmed one (operator: refund,
 --         cancel; a queued one is then never sent, see claim.lua)
+-- ARGV[5] "" = no condition; else the send stamp (the record's <ms>) the
+--         caller judged the reservation by: a pending one re-stamped since
+--         (a queue worker's takeover claimed it and sent it again, see
+--         claim.lua's SAME) is left alone, its new send unsettled yet.
+--         Always sent (possibly "") so a fence's trailing ARGV never stand here.
 --
 -- Returns {code, remaining}:
 --   {1, r}  OK: released now
@@ -18,6 +23,7 @@
 --   {9, r}  CONFIRMED: pending-only release of a confirmed reservation refused
 --   {10, r} BROKEN: stock counters would break the invariant; nothing changed
 --   {13, r} NOT_SENT: pending-only release of a queued (not yet sent) one refused
+--   {16, r} RESTAMPED: pending, but sent again since the stamp in ARGV[5]; nothing changed
 local rec = redis.call('HGET', KEYS[3], ARGV[1])
 if not rec then
   return {8, 0}
@@ -33,6 +39,9 @@ if state == 'c' and ARGV[4] == '1' then
 end
 if state == 'q' and ARGV[4] == '1' then
   return {13, r}
+end
+if state == 'p' and ARGV[5] and ARGV[5] ~= '' and ms ~= ARGV[5] then
+  return {16, r}
 end
 qty = tonumber(qty)
 local from = 'p'

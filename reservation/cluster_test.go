@@ -66,7 +66,7 @@ func TestClusterReservationLife(t *testing.T) {
 	}
 	// A stale fence is refused on a cluster too.
 	tok := reserve(t, st, a, "late", time.Now().UnixMilli(), false)
-	if code, err := st.ReleaseFenced(tctx(t), tok, a.Shards, "x", 0, true, store.Fence{Token: 1, ExpireAt: store.ExpireAt(a)}); err != nil || code != lua.Fenced {
+	if code, err := st.ReleaseFenced(tctx(t), tok, a.Shards, "x", 0, true, 0, store.Fence{Token: 1, ExpireAt: store.ExpireAt(a)}); err != nil || code != lua.Fenced {
 		t.Fatalf("stale fence on cluster: %v %v", code, err)
 	}
 }

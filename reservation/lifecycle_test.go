@@ -264,7 +264,7 @@ func TestLeaseAndFencing(t *testing.T) {
 	// The old holder wakes up and tries to repair with its old token.
 	tok := reserve(t, st, a, "u1", time.Now().UnixMilli(), false)
 	f := store.Fence{Token: l1.Token, ExpireAt: store.ExpireAt(a)}
-	if code, err := st.ReleaseFenced(tctx(t), tok, a.Shards, "verify_absent", 0, true, f); err != nil || code != lua.Fenced {
+	if code, err := st.ReleaseFenced(tctx(t), tok, a.Shards, "verify_absent", 0, true, 0, f); err != nil || code != lua.Fenced {
 		t.Fatalf("stale holder's release = %v, %v; want FENCED", code, err)
 	}
 	if code, err := st.ConfirmFenced(tctx(t), tok, a.Shards, "", f); err != nil || code != lua.Fenced {
@@ -275,7 +275,7 @@ func TestLeaseAndFencing(t *testing.T) {
 	}
 	// The current token passes.
 	cur := store.Fence{Token: rep.Fence, ExpireAt: store.ExpireAt(a)}
-	if code, err := st.ReleaseFenced(tctx(t), tok, a.Shards, "verify_absent", 0, true, cur); err != nil || code != lua.OK {
+	if code, err := st.ReleaseFenced(tctx(t), tok, a.Shards, "verify_absent", 0, true, 0, cur); err != nil || code != lua.OK {
 		t.Fatalf("current holder's release = %v, %v", code, err)
 	}
 	// The lease is given back after a pass: the next one needs no wait.

@@ -510,7 +510,8 @@ func (aq *actQueue) handle(ctx context.Context, j job) {
 	// Claim it: queued -> pending since now, in one conditional script, so
 	// a release in the meantime (an operator) means it is never sent, and
 	// the reconciler's pending_timeout counts from this send.
-	claim, err := st.Claim(ctx, tok, j.shards, time.Now().UnixMilli(), aq.expireAt)
+	sentMs := time.Now().UnixMilli()
+	claim, err := st.Claim(ctx, tok, j.shards, sentMs, aq.expireAt)
 	if err != nil {
 		return
 	}
@@ -558,7 +559,9 @@ func (aq *actQueue) handle(ctx context.Context, j job) {
 			reason = "shop_unreachable"
 		}
 		if !aq.settle(ctx, "release", func(c context.Context) (lua.Code, error) {
-			return st.Release(c, tok, j.shards, reason, time.Now().UnixMilli(), true)
+			// Only this send's: a takeover that re-claimed it after
+			// ClaimIdle (this worker being slow) has sent it again.
+			return st.ReleaseSent(c, tok, j.shards, reason, time.Now().UnixMilli(), sentMs)
 		}) {
 			return
 		}

@@ -620,7 +620,10 @@ func (r *Reconciler) settle(ctx context.Context, a *config.Activity, shards int,
 		}
 		r.m.Settlements.WithLabelValues("reconcile_confirm", code.String()).Inc()
 	case OrderAbsent:
-		code, err = r.st.ReleaseFenced(ctx, res.Token, shards, "verify_absent", now.UnixMilli(), true, *fence)
+		// Conditional on the send stamp verify judged: a queue worker's
+		// takeover may have re-claimed and re-sent it meanwhile (claim.lua
+		// SAME re-stamps it), and that send the shop may still take.
+		code, err = r.st.ReleaseFenced(ctx, res.Token, shards, "verify_absent", now.UnixMilli(), true, res.CreatedMs, *fence)
 		f.Action, f.Detail = actionOf("released", code, err)
 		r.m.Settlements.WithLabelValues("reconcile_release", code.String()).Inc()
 	default:
@@ -641,6 +644,8 @@ func actionOf(done string, code lua.Code, err error) (string, string) {
 		return done, ""
 	case lua.Same, lua.Confirmed, lua.Released:
 		return "left", "already " + strings.ToLower(code.String())
+	case lua.Restamped:
+		return "left", "re-stamped: sent again since verify was asked (a queue worker's takeover); left for that send to settle"
 	}
 	return "left", code.String()
 }

@@ -85,8 +85,11 @@ func (s *Store) ConfirmFenced(ctx context.Context, t Token, shards int, orderID 
 }
 
 // ReleaseFenced is Release for the reconciler, under its fencing token.
-func (s *Store) ReleaseFenced(ctx context.Context, t Token, shards int, reason string, nowMs int64, pendingOnly bool, f Fence) (lua.Code, error) {
-	return s.releaseAs(ctx, t, shards, reason, nowMs, pendingOnly, &f)
+// sentMs > 0 is the send stamp (the record's CreatedMs) the reconciler
+// judged the reservation by: one sent again since (a queue worker's
+// takeover) is left alone, reply lua.Restamped (see ReleaseSent).
+func (s *Store) ReleaseFenced(ctx context.Context, t Token, shards int, reason string, nowMs int64, pendingOnly bool, sentMs int64, f Fence) (lua.Code, error) {
+	return s.releaseAs(ctx, t, shards, reason, nowMs, pendingOnly, sentMs, &f)
 }
 
 // FenceShards raises the fence of every shard of a's SKUs to f.Token

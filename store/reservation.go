@@ -189,10 +189,21 @@ func parseReplay(s string) (*Replay, bool) {
 // reconciler release, so a late 2xx is never undone. Replies: OK, Same
 // (already released), Unknown, Confirmed, Broken.
 func (s *Store) Release(ctx context.Context, t Token, shards int, reason string, nowMs int64, pendingOnly bool) (lua.Code, error) {
-	return s.releaseAs(ctx, t, shards, reason, nowMs, pendingOnly, nil)
+	return s.releaseAs(ctx, t, shards, reason, nowMs, pendingOnly, 0, nil)
 }
 
-func (s *Store) releaseAs(ctx context.Context, t Token, shards int, reason string, nowMs int64, pendingOnly bool, f *Fence) (lua.Code, error) {
+// ReleaseSent is a pending-only Release of the send stamped sentMs (the
+// record's CreatedMs as its caller claimed or read it): a reservation
+// sent again since (a queue worker's takeover re-claimed it, claim.lua's
+// SAME) is left alone, reply lua.Restamped, for the new send to settle.
+func (s *Store) ReleaseSent(ctx context.Context, t Token, shards int, reason string, nowMs, sentMs int64) (lua.Code, error) {
+	return s.releaseAs(ctx, t, shards, reason, nowMs, true, sentMs, nil)
+}
+
+// releaseAs runs release.lua; sentMs > 0 makes it conditional on the
+// pending record's send stamp (release.lua ARGV[5]). Bundles are never
+// queued, so never re-stamped: bundlerelease.lua takes no stamp.
+func (s *Store) releaseAs(ctx context.Context, t Token, shards int, reason string, nowMs int64, pendingOnly bool, sentMs int64, f *Fence) (lua.Code, error) {
 	if t.SKU == BundleSKU {
 		return s.bundleRelease(ctx, t, shards, reason, nowMs, pendingOnly, f)
 	}
@@ -200,9 +211,15 @@ func (s *Store) releaseAs(ctx context.Context, t Token, shards int, reason strin
 	if pendingOnly {
 		only = "1"
 	}
+	sent := ""
+	if sentMs > 0 {
+		sent = itoa(sentMs)
+	}
+	// ARGV[5] is always sent (empty: unconditional), so the fence's
+	// trailing ARGV never stand where release.lua reads its own.
 	return s.transition(ctx, t, shards, f, s.release, s.fencedRelease,
 		func(k ShardKeys) []string { return []string{k.Stock, k.Users, k.Res, k.Pending, k.Out, k.Epoch} },
-		[]string{t.Field(), sanitize(reason), itoa(nowMs), only})
+		[]string{t.Field(), sanitize(reason), itoa(nowMs), only, sent})
 }
 
 // transition runs one reservation state-change script on the token's
