@@ -277,7 +277,7 @@ func (aq *actQueue) run(readCtx, sendCtx context.Context) {
 			go func() {
 				defer wg.Done()
 				for j := range jobs {
-					aq.handle(sendCtx, j)
+					aq.handle(readCtx, sendCtx, j)
 					free <- struct{}{}
 				}
 			}()
@@ -449,6 +449,16 @@ func (aq *actQueue) run(readCtx, sendCtx context.Context) {
 		// shutdown the rest stay in this consumer's pending list and are
 		// taken over after ClaimIdle.
 		for len(got) > 0 {
+			// The kill switch again before each handout (a cached read):
+			// paused, the entries read stay here, held, and go first on
+			// resume; nothing more is sent meanwhile (README: every
+			// instance obeys within 1 s).
+			if aq.paused(readCtx) {
+				if !sleep(pausePoll) {
+					return
+				}
+				continue
+			}
 			k, wait, err := aq.q.st.TakeTokens(readCtx, a.ID, a.Queue.Rate, aq.capacity, int64(len(got)))
 			if err != nil {
 				if readCtx.Err() != nil {
@@ -468,11 +478,39 @@ func (aq *actQueue) run(readCtx, sendCtx context.Context) {
 	}
 }
 
+// paused reports whether the activity's kill switch is on (a client-side
+// cached read of its flags); on Redis trouble it is not (the calls that
+// follow meet the same trouble).
+func (aq *actQueue) paused(ctx context.Context) bool {
+	f, err := aq.q.st.Flags(ctx, aq.a.ID)
+	return err == nil && f.Paused
+}
+
+// awaitResume waits while the activity is paused; false when the workers
+// stop meanwhile (readCtx: reload or shutdown; ctx: killed).
+func (aq *actQueue) awaitResume(readCtx, ctx context.Context) bool {
+	for {
+		select {
+		case <-readCtx.Done():
+			return false
+		case <-ctx.Done():
+			return false
+		case <-time.After(pausePoll):
+		}
+		if !aq.paused(ctx) {
+			return true
+		}
+	}
+}
+
 // handle forwards one queued reservation and settles it. The reservation
 // changes state at most once however often its entry is delivered: every
 // transition is conditional, and an entry whose reservation is no longer
-// queued or pending is acknowledged without a request to the shop.
-func (aq *actQueue) handle(ctx context.Context, j job) {
+// queued or pending is acknowledged without a request to the shop. A
+// pause that lands before the claim holds the entry here, its in-flight
+// slot given back, until resume (sent then) or until the workers stop
+// (readCtx: left unacknowledged, taken over after ClaimIdle).
+func (aq *actQueue) handle(readCtx, ctx context.Context, j job) {
 	a := aq.a
 	st := aq.q.st
 	ack := func() {
@@ -497,16 +535,27 @@ func (aq *actQueue) handle(ctx context.Context, j job) {
 	}
 	// A slot of the shop's in-flight budget first (upstream.max_inflight),
 	// before the claim starts the reservation's pending_timeout clock.
+	// Then the kill switch once more: a pause that came while this worker
+	// waited (for the slot, or for the entry's handout) sends nothing.
 	done := func(time.Duration, inflight.Outcome) {}
-	if b := aq.budget; b != nil {
-		slot, got := b.Acquire(ctx, aq.slotWait)
-		if got != inflight.Got {
-			return // no room in time (or Redis trouble): delivered again later
+	for {
+		if b := aq.budget; b != nil {
+			slot, got := b.Acquire(ctx, aq.slotWait)
+			if got != inflight.Got {
+				return // no room in time (or Redis trouble): delivered again later
+			}
+			var once sync.Once
+			done = func(rtt time.Duration, out inflight.Outcome) { once.Do(func() { b.Done(slot, rtt, out) }) }
 		}
-		var once sync.Once
-		done = func(rtt time.Duration, out inflight.Outcome) { once.Do(func() { b.Done(slot, rtt, out) }) }
-		defer done(0, inflight.NotSent)
+		if !aq.paused(ctx) {
+			break
+		}
+		done(0, inflight.NotSent) // the slot back to the other workers
+		if !aq.awaitResume(readCtx, ctx) {
+			return // stopping: left for a takeover, as entries not handed out
+		}
 	}
+	defer done(0, inflight.NotSent)
 	// Claim it: queued -> pending since now, in one conditional script, so
 	// a release in the meantime (an operator) means it is never sent, and
 	// the reconciler's pending_timeout counts from this send.
