@@ -21,6 +21,9 @@ import (
 // knows: its redis-mode check says so). The brief's promise: Redis of the
 // wrong kind gives a clear message. Want the message to name the cluster.
 func TestRT10OpsSingleConfigAgainstClusterSaysSo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a multi-second fault, cluster or memory run: the plain pass of make test runs it")
+	}
 	cl := redistest.StartCluster(t, 3)
 	start := time.Now().Add(time.Hour)
 	y := fmt.Sprintf(`listen: "127.0.0.1:%d"

@@ -77,6 +77,9 @@ func rt10crashShopVsRedis(t *testing.T, p *Proxy, shop *Shop, act string, stock 
 // unit. Expected (SPEC §6, README "Failure behaviour"): the shop's order
 // is confirmed, never released, and the shop holds at most `stock` orders.
 func TestRT10CrashLateReserveReplyOutlivesPendingTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a multi-second fault, cluster or memory run: the plain pass of make test runs it")
+	}
 	const stock = 1
 	node := redistest.Start(t, "--enable-debug-command", "yes")
 	shop := StartShop(t)
@@ -145,6 +148,9 @@ func TestRT10CrashLateReserveReplyOutlivesPendingTimeout(t *testing.T) {
 // round fixed for upstream.overflow_wait (MinPendingTimeout), for another
 // wait between the reserve and the send.
 func TestRT10CrashDurableForwardOutlivesPendingTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a multi-second fault, cluster or memory run: the plain pass of make test runs it")
+	}
 	const stock = 1
 	m := redistest.Start(t)
 	r := redistest.StartReplica(t, m)
@@ -184,6 +190,9 @@ func TestRT10CrashDurableForwardOutlivesPendingTimeout(t *testing.T) {
 // shop orders == confirmed, nothing oversold, nobody above the limit,
 // every shard's counters match its records (rtAudit).
 func TestRT10CrashRedisRestartWithAOF(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a multi-second fault, cluster or memory run: the plain pass of make test runs it")
+	}
 	const stock, users, limit = 120, 300, 1
 	node := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
 	shop := StartShop(t)

@@ -88,4 +88,9 @@ func rt10fleetExact(t *testing.T, cluster bool) {
 
 func TestRT10FleetExactWinnersSingleNode(t *testing.T) { rt10fleetExact(t, false) }
 
-func TestRT10FleetExactWinnersCluster(t *testing.T) { rt10fleetExact(t, true) }
+func TestRT10FleetExactWinnersCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3-master cluster: the plain pass of make test runs it")
+	}
+	rt10fleetExact(t, true)
+}

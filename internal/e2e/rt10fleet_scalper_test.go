@@ -182,6 +182,9 @@ func rt10fleetScalperInvariants(t *testing.T, env *rt10fleetEnv, act string, lim
 // and bundles count toward one activity-wide limit, request ids do not
 // multiply units, and Redis, the shop and the stock agree afterwards.
 func TestRT10FleetScalperThreeInstances(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a multi-second fault, cluster or memory run: the plain pass of make test runs it")
+	}
 	const act, limit, users = "rt10a", 3, 60
 	skus := []string{"a", "b", "c"}
 	env := rt10fleetStart(t, false, 3, func(o *e2e.Options) {
@@ -198,6 +201,9 @@ func TestRT10FleetScalperThreeInstances(t *testing.T) {
 // TestRT10FleetScalperCluster: the same crowd on a 3-master cluster with
 // 6 shards placed over the masters.
 func TestRT10FleetScalperCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a multi-second fault, cluster or memory run: the plain pass of make test runs it")
+	}
 	const act, limit, users = "rt10c", 3, 60
 	skus := []string{"a", "b", "c"}
 	env := rt10fleetStart(t, true, 3, func(o *e2e.Options) {
@@ -218,6 +224,9 @@ func TestRT10FleetScalperCluster(t *testing.T) {
 // means nothing is held, also when Redis answered late"), and the limit,
 // Redis and the shop still agree.
 func TestRT10FleetScalperTightRedisTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a multi-second fault, cluster or memory run: the plain pass of make test runs it")
+	}
 	const act, limit, users = "rt10s", 3, 60
 	skus := []string{"a", "b", "c"}
 	env := rt10fleetStart(t, false, 3, func(o *e2e.Options) {

@@ -64,6 +64,9 @@ func rt10memMoves(t *testing.T, r *e2e.Redis, act string, shards int) (in, out i
 // memoised, and bounces the unit with the defaults too; so does everyone
 // with redis.buyer_memo: 0 or client_cache: false (both documented).
 func TestRT10MemRepeatClicksAtLimitMoveStock(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a multi-second fault, cluster or memory run: the plain pass of make test runs it")
+	}
 	for _, c := range []struct {
 		name, extra string
 		pending     bool

@@ -273,6 +273,9 @@ func TestRT11BSFBundleFaultChurnTwoInstances(t *testing.T) {
 // buyers buy again, and the sale ends exactly sold with the shop's orders
 // equal to Redis's confirmed units per SKU.
 func TestRT11BSFBundleDurableRefusedWhole(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a multi-second fault, cluster or memory run: the plain pass of make test runs it")
+	}
 	timeout := redistest.TimeoutScale * 200 * time.Millisecond
 	m := redistest.Start(t)
 	rep := redistest.StartReplica(t, m)
