@@ -164,7 +164,7 @@ func (s *Server) overflow(ctx *fasthttp.RequestCtx, st *state, r *admission.Requ
 func (s *Server) spillUnknown(ctx *fasthttp.RequestCtx, st *state, r *admission.Request, d admission.Decision, ans *answer, cause error) {
 	a := r.Activity
 	c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	code, err := s.book.Release(c, d.Token, d.Shards, "shop_busy", time.Now().UnixMilli(), true)
+	code, err := s.releaseUnsent(c, d)
 	cancel()
 	switch {
 	case err == nil && code == lua.NotSent:
@@ -182,7 +182,7 @@ func (s *Server) spillUnknown(ctx *fasthttp.RequestCtx, st *state, r *admission.
 		s.log.Warn("queueing a winner did not reach Redis; its outcome is settled in the background",
 			zap.String("token", d.Token.String()), zap.NamedError("spill", cause), zap.Error(err))
 		s.settle("release", func(c context.Context) (lua.Code, error) {
-			code, err := s.book.Release(c, d.Token, d.Shards, "shop_busy", time.Now().UnixMilli(), true)
+			code, err := s.releaseUnsent(c, d)
 			if code == lua.NotSent {
 				code = lua.Same // queued after all: the workers send it
 			}
@@ -191,6 +191,31 @@ func (s *Server) spillUnknown(ctx *fasthttp.RequestCtx, st *state, r *admission.
 		ans.code = admission.UpstreamTimeout
 	}
 	s.answer(ctx, st, a, ans)
+}
+
+// sentReleaser is the store's release conditional on the send stamp
+// (store.ReleaseSent).
+type sentReleaser interface {
+	ReleaseSent(ctx context.Context, t store.Token, shards int, reason string, nowMs, sentMs int64) (lua.Code, error)
+}
+
+// releaseUnsent releases a spilled winner whose spill's reply never came,
+// only while it is the reservation as reserved: still pending with the
+// reserve's stamp. Queued (the spill landed: NOT_SENT) or claimed and sent
+// by a worker since (a new stamp: RESTAMPED, a red-team find — a release
+// retried in the background landed on a reservation in flight at the
+// shop), it is the workers' to settle; both answer NOT_SENT here.
+func (s *Server) releaseUnsent(c context.Context, d admission.Decision) (lua.Code, error) {
+	now := time.Now().UnixMilli()
+	sr, ok := s.book.(sentReleaser)
+	if !ok || d.Stamp.IsZero() {
+		return s.book.Release(c, d.Token, d.Shards, "shop_busy", now, true)
+	}
+	code, err := sr.ReleaseSent(c, d.Token, d.Shards, "shop_busy", now, d.Stamp.UnixMilli())
+	if code == lua.Restamped {
+		code = lua.NotSent
+	}
+	return code, err
 }
 
 // forgetRequest drops the request id's record of a winner released before

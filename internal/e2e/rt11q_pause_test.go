@@ -36,6 +36,9 @@ func rt11qBuysOf(shop *e2e.Shop) int {
 // entries it already read keep going to the shop, one per 1/rate, after
 // the pause.
 func TestRT11QPauseMidBacklogStopsSends(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a multi-second queue fault run: the plain pass of make test runs it")
+	}
 	const n = 8
 	r := e2e.StartRedis(t)
 	shop := e2e.StartShop(t)
@@ -106,6 +109,9 @@ func TestRT11QPauseMidBacklogStopsSends(t *testing.T) {
 // sent while paused. reservation/queue.go handle() takes the slot and
 // claims and sends without looking at the kill switch again.
 func TestRT11QPauseWhileWaitingForSlotStopsSends(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a multi-second queue fault run: the plain pass of make test runs it")
+	}
 	r := e2e.StartRedis(t)
 	shop := e2e.StartShop(t)
 	opts := e2e.Options{Redis: r.Addrs, ShopURL: shop.URL, UpstreamExtra: []string{"max_inflight: 1"},
