@@ -630,7 +630,11 @@ func TestRedTeamDoSPipelineFloodUnread(t *testing.T) {
 	g := dosServeConnsWithin(0, 5*time.Second)
 	t.Logf("%d connections × %d pipelined requests unread: %d stuck, live heap +%.1f MiB, still served after write_timeout %d, shop conns peak %d",
 		conns, reqs, stuck, float64(grew)/(1<<20), g, shop.peak.Load())
-	if grew > 8<<20 {
+	// Alone this run measures +5.6 MiB (the stuck connections' buffers);
+	// the heap is the whole test process's, and in the package run other
+	// tests' leftovers move it by a few MiB (8.8 MiB once). Every answer
+	// kept for 50 connections × 2,000 requests would be well above 30 MiB.
+	if grew > 12<<20 {
 		t.Errorf("heap rose %.1f MiB for %d pipelining connections that read nothing", float64(grew)/(1<<20), conns)
 	}
 	if g > 0 {
