@@ -35,11 +35,14 @@ func formBody(ctx *fasthttp.RequestCtx) []byte {
 // rawArgs yields the raw key and value of each '&'-separated field of an
 // urlencoded string, as fasthttp's Args splits them (the first '=' ends
 // the key).
-func rawArgs(raw []byte) iter.Seq2[[]byte, []byte] {
+func rawArgs(raw []byte) iter.Seq2[[]byte, []byte] { return splitArgs(raw, "&") }
+
+// splitArgs is rawArgs with the field separators seps.
+func splitArgs(raw []byte, seps string) iter.Seq2[[]byte, []byte] {
 	return func(yield func(k, v []byte) bool) {
 		for len(raw) > 0 {
 			var kv []byte
-			if i := bytes.IndexByte(raw, '&'); i >= 0 {
+			if i := bytes.IndexAny(raw, seps); i >= 0 {
 				kv, raw = raw[:i], raw[i+1:]
 			} else {
 				kv, raw = raw, nil
@@ -92,14 +95,7 @@ func argCopies(raw []byte, name string, fold bool) int {
 	var scratch, pk, pn [64]byte
 	phpName := phpArgName(pn[:0], []byte(name))
 	n := 0
-	for len(raw) > 0 {
-		var kv []byte
-		if i := bytes.IndexAny(raw, "&;"); i >= 0 {
-			kv, raw = raw[:i], raw[i+1:]
-		} else {
-			kv, raw = raw, nil
-		}
-		k, _, _ := bytes.Cut(kv, []byte("="))
+	for k := range splitArgs(raw, "&;") {
 		if len(k) == 0 {
 			continue
 		}
