@@ -50,9 +50,13 @@ func newBuyerMemo(size int) *buyerMemo {
 	return &buyerMemo{c: c, seed: maphash.MakeSeed()}
 }
 
-func (m *buyerMemo) key(act, user string) uint64 {
+func (m *buyerMemo) key(act, user string) uint64 { return buyerHash(m.seed, act, user) }
+
+// buyerHash is a buyer of an activity hashed with seed (the memo's key,
+// seenBuyers' slot).
+func buyerHash(seed maphash.Seed, act, user string) uint64 {
 	var h maphash.Hash
-	h.SetSeed(m.seed)
+	h.SetSeed(seed)
 	h.WriteString(act)
 	h.WriteByte(0)
 	h.WriteString(user)

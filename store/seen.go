@@ -26,12 +26,7 @@ type seenBuyers struct {
 func newSeenBuyers() *seenBuyers { return &seenBuyers{seed: maphash.MakeSeed()} }
 
 func (b *seenBuyers) hash(act, user string) uint64 {
-	var h maphash.Hash
-	h.SetSeed(b.seed)
-	h.WriteString(act)
-	h.WriteByte(0)
-	h.WriteString(user)
-	return h.Sum64() | 1 // never 0, an empty slot
+	return buyerHash(b.seed, act, user) | 1 // never 0, an empty slot
 }
 
 func (b *seenBuyers) add(act, user string) {
