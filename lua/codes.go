@@ -44,6 +44,10 @@ const (
 	// pending reservation sent again since the send stamp its caller judged
 	// it by (a queue worker's takeover re-claimed it); nothing changed.
 	Restamped Code = 16
+	// Listed: an orphan release (release.lua ARGV[4] "u") found the
+	// reservation no longer queued without a stream entry (enqueued, sent
+	// or settled since its caller read it); nothing changed.
+	Listed Code = 17
 )
 
 // String names the code for logs and errors.
@@ -81,6 +85,8 @@ func (c Code) String() string {
 		return "STALE"
 	case Restamped:
 		return "RESTAMPED"
+	case Listed:
+		return "LISTED"
 	}
 	return "INVALID"
 }

@@ -3,13 +3,15 @@
 -- reserve.lua writes a queued record without an entry: a reserve that ran
 -- late in Redis, after its buyer was told STORE_UNAVAILABLE, must never be
 -- read by a queue worker and sent before its abort lands (abort.lua releases
--- a queued record; with no entry, no worker ever sees it).
+-- a queued record; with no entry, no worker ever sees it). A record left
+-- without one (the abort never landed, or the instance stopped before its
+-- enqueue) is released by the reconciler's repair (release.lua "u").
 --
 -- KEYS[1] res  KEYS[2] log  KEYS[3] stock (its u: entries still to come)
 -- ARGV[1] token id  ARGV[2] token (full, for the stream)  ARGV[3] expire-at ms
 -- ARGV[4] the buyer's request as the worker sends it to the shop (field r;
 --         optional: an entry without it is sent as a request rebuilt from
---         the route: reconcile --repair, which has no request to keep)
+--         the route: a request the proxy could not copy)
 --
 -- Returns {code, entry id}:
 --   {1, id}  OK: the entry was written

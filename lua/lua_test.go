@@ -836,6 +836,35 @@ func TestRelease(t *testing.T) {
 			wantRec:   "x|u1|1|900||shop 500|2000",
 		},
 		{
+			name: "orphan release: queued without a stream entry, released; its entry will never come",
+			setup: [][]string{stock(0, 1, 1, 0, 0), {"HSET", kStock, "u", "1"}, {"SET", kOut, "1"}, {"HSET", kUsers, "u1", "1|T1"},
+				{"HSET", kRes, "T1", "q|u1|1|900||"}},
+			only: "u", want: []string{"1", "1"},
+			wantStock: map[string]string{"r": "1", "p": "0", "x": "1", "u": "0"},
+			wantRec:   "x|u1|1|900||shop 500|2000",
+		},
+		{
+			name: "orphan release of one enqueued since: LISTED, left for the workers",
+			setup: [][]string{stock(0, 1, 1, 0, 0), {"SET", kOut, "1"}, {"HSET", kUsers, "u1", "1|T1"},
+				{"HSET", kRes, "T1", "q|u1|1|900||0-4"}},
+			only: "u", want: []string{"17", "0"},
+			wantStock: map[string]string{"r": "0", "p": "1", "x": "0"},
+			wantRec:   "q|u1|1|900||0-4",
+			wantUser:  "1|T1",
+			wantOut:   true,
+		},
+		{
+			name: "orphan release of one claimed and sent since: LISTED",
+			setup: [][]string{stock(0, 1, 1, 0, 0), {"SET", kOut, "1"}, {"HSET", kUsers, "u1", "1|T1"},
+				{"HSET", kRes, "T1", "p|u1|1|1500||"}, {"ZADD", kPending, "1500", "T1"}},
+			only: "u", want: []string{"17", "0"},
+			wantStock:   map[string]string{"r": "0", "p": "1", "x": "0"},
+			wantRec:     "p|u1|1|1500||",
+			wantUser:    "1|T1",
+			wantOut:     true,
+			wantPending: 1,
+		},
+		{
 			name: "pending-only release with the stamp it judged by: released",
 			setup: [][]string{stock(0, 1, 1, 0, 0), {"SET", kOut, "1"}, {"HSET", kUsers, "u1", "1|T1"},
 				{"HSET", kRes, "T1", "p|u1|1|900||"}, {"ZADD", kPending, "900", "T1"}},
@@ -1157,7 +1186,7 @@ func TestScriptSHA(t *testing.T) {
 		{name: "reservebatch", src: lua.ReserveBatch, want: "8edf94c4dfda9a0a0e0c8cf9a04f6b9a10ea3322"},
 		{name: "steal", src: lua.Steal, want: "b6856157fe29f93c2b42255f3e61dea17a3005a9"},
 		{name: "confirm", src: lua.Confirm, want: "c3919655a6b88d9c4b1943f5a116b57181b3a33c"},
-		{name: "release", src: lua.Release, want: "71c3453b9d46220e0e0799d91b372739467d13ec"},
+		{name: "release", src: lua.Release, want: "0ae39ac3b74b02ee58c18a1000e6664aa5b2772e"},
 		{name: "confirmbatch", src: lua.ConfirmBatch, want: "b1abfda3e760f4a8897c43978f2e65559f390701"},
 		{name: "claim", src: lua.Claim, want: "b0620c8ed6c0c18611fe9d2275d6af9ee4c6523b"},
 		{name: "deposit", src: lua.Deposit, want: "90af21c9259a27ce2fd67f111d5e01d92baa5081"},
@@ -1181,12 +1210,12 @@ func TestScriptSHA(t *testing.T) {
 }
 
 func TestCodeString(t *testing.T) {
-	for c := lua.OK; c <= lua.Restamped; c++ {
+	for c := lua.OK; c <= lua.Listed; c++ {
 		if s := c.String(); s == "INVALID" || s == "" {
 			t.Errorf("Code(%d).String() = %q", c, s)
 		}
 	}
-	for _, c := range []lua.Code{0, lua.Restamped + 1, -1} {
+	for _, c := range []lua.Code{0, lua.Listed + 1, -1} {
 		if s := c.String(); s != "INVALID" {
 			t.Errorf("Code(%d).String() = %q, want INVALID", c, s)
 		}
@@ -1203,6 +1232,7 @@ func TestCodeString(t *testing.T) {
 		{lua.Aborted, "STORE_UNAVAILABLE"},
 		{lua.Stale, ""},
 		{lua.Restamped, ""},
+		{lua.Listed, ""},
 		{lua.OK, ""},
 	}
 	for _, tt := range tests {

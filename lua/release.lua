@@ -9,7 +9,10 @@
 -- ARGV[4] "1" = only release a pending reservation (the shop said no, or verify
 --         proved the order absent): never a queued one, which the shop has not
 --         seen yet; "0" = also a queued or confirmed one (operator: refund,
---         cancel; a queued one is then never sent, see claim.lua)
+--         cancel; a queued one is then never sent, see claim.lua);
+--         "u" = only a queued reservation with no stream entry (an orphan:
+--         the reconciler's repair, see store.ReleaseOrphans): one enqueued,
+--         sent or settled since its caller read it is left alone (LISTED)
 -- ARGV[5] "" = no condition; else the send stamp (the record's <ms>) the
 --         caller judged the reservation by: a pending one re-stamped since
 --         (a queue worker's takeover claimed it and sent it again, see
@@ -24,6 +27,8 @@
 --   {10, r} BROKEN: stock counters would break the invariant; nothing changed
 --   {13, r} NOT_SENT: pending-only release of a queued (not yet sent) one refused
 --   {16, r} RESTAMPED: pending, but sent again since the stamp in ARGV[5]; nothing changed
+--   {17, r} LISTED: orphan release ("u") of a reservation that is no longer queued
+--           without a stream entry; nothing changed
 local rec = redis.call('HGET', KEYS[3], ARGV[1])
 if not rec then
   return {8, 0}
@@ -33,6 +38,9 @@ local st = redis.call('HMGET', KEYS[1], 'r', 'i', 'p', 'c')
 local r, i, p, c = tonumber(st[1]), tonumber(st[2]), tonumber(st[3]), tonumber(st[4])
 if state == 'x' then
   return {6, r}
+end
+if ARGV[4] == 'u' and (state ~= 'q' or string.sub(rec, -1) ~= '|') then
+  return {17, r}
 end
 if state == 'c' and ARGV[4] == '1' then
   return {9, r}

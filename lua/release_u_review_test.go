@@ -8,8 +8,8 @@ import (
 
 // release.lua counts u down for a queued record without a stream entry
 // before its BROKEN check (return {10}): a refused release leaves the record
-// queued (later enqueued by the retrier or reconcile --repair, which counts
-// u down again) with u already lowered. abort.lua checks first.
+// queued (later enqueued by the retrier, or released by reconcile --repair,
+// either of which counts u down again) with u already lowered. abort.lua checks first.
 func TestReviewReleaseBrokenKeepsU(t *testing.T) {
 	f := newFx(t)
 	f.do("HSET", kStock, "r", "1", "i", "1", "p", "0", "c", "0", "x", "0", "u", "1")

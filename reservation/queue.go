@@ -743,8 +743,8 @@ func (aq *actQueue) keptRequest(ctx context.Context, kept string) (*http.Request
 }
 
 // rebuilt is a buy request rebuilt from the activity's route, for an entry
-// that carries no request (reconcile --repair enqueues reservations whose
-// instance stopped before writing the entry): the path with {activity} and
+// that carries no request (the buyer's request could not be kept, see
+// proxy/keep.go): the path with {activity} and
 // {sku} filled in, the SKU and quantity where sku_from / qty_from say
 // (query, form or JSON body), the buyer's identity where identity.user
 // says; a POST/PUT/PATCH with nothing to carry sends {}.

@@ -457,17 +457,25 @@ func (r *Reconciler) queueAge(ctx context.Context, ar *ActivityReport, a *config
 	}
 }
 
-// orphanAge is how long a queued reservation may go without its stream
-// entry before the reconciler writes it: its buyer's call enqueues it right
-// after the reserve reply, or retries while Redis does not answer.
+// orphanAge is the least time a queued reservation may go without its
+// stream entry before the reconciler releases it: its buyer's call
+// enqueues it right after the reserve reply, or retries while Redis does
+// not answer. The activity's pending_timeout, when longer, is the horizon:
+// the one after which a sync sale's unaccounted reservation is settled
+// too, so a live instance's retried enqueue lands first after any Redis
+// outage shorter than that.
 const orphanAge = time.Minute
 
 // queueOrphans finds queued reservations that never got their stream entry
-// (their instance stopped between the reserve and the enqueue): no worker
-// can see them. With repair they are enqueued, so their buyers, told QUEUED,
-// are sent; without, reported.
+// within max(orphanAge, pending_timeout) of their reserve: no worker can
+// see them. Their buyers were
+// told STORE_UNAVAILABLE (the reserve's reply never came and its abort could
+// not land) or, rarer, QUEUED (the enqueue never landed before its instance
+// stopped or while it stayed cut off); Redis cannot tell which, and sending
+// would place an order for a buyer told nothing is held. With repair they
+// are released (reason "unlisted"; store.ReleaseOrphans); without, reported.
 func (r *Reconciler) queueOrphans(ctx context.Context, ar *ActivityReport, a *config.Activity, shards int, now time.Time, repair bool) {
-	toks, err := r.st.EnqueueOrphans(ctx, a.ID, shards, now.Add(-orphanAge).UnixMilli(), store.ExpireAt(a), repair)
+	toks, err := r.st.ReleaseOrphans(ctx, a.ID, shards, now.Add(-max(orphanAge, a.PendingTimeout)).UnixMilli(), now.UnixMilli(), repair)
 	if err != nil {
 		ar.Notes = append(ar.Notes, fmt.Sprintf("queued reservations without a stream entry: not checked: %v", err))
 		return
@@ -475,11 +483,11 @@ func (r *Reconciler) queueOrphans(ctx context.Context, ar *ActivityReport, a *co
 	if len(toks) == 0 {
 		return
 	}
-	action := "not sent until enqueued: run with --repair"
+	action := "held until released: run with --repair"
 	if repair {
-		action = "enqueued: the queue workers send them"
+		action = "released (reason " + store.OrphanReason + "): never sent, the units back on sale"
 	}
-	ar.Notes = append(ar.Notes, fmt.Sprintf("%d queued reservation(s) had no stream entry (their instance stopped before enqueueing): %s", len(toks), action))
+	ar.Notes = append(ar.Notes, fmt.Sprintf("%d queued reservation(s) had no stream entry %s after their reserve (a reserve whose reply was lost and whose abort could not land, or an instance that stopped before enqueueing): %s", len(toks), max(orphanAge, a.PendingTimeout), action))
 	for _, t := range toks {
 		ar.Exceptions = append(ar.Exceptions, store.Exception{Activity: a.ID, Kind: "queued_unlisted", Severity: "note",
 			SKU: t.SKU, Token: t.String(), State: store.StateQueued, At: now, Reason: action})

@@ -357,14 +357,25 @@ func (s *Store) OldestQueued(ctx context.Context, act, sku string, shards int) (
 // step returns while looking for queued records without a stream entry.
 const orphanPage = 500
 
-// EnqueueOrphans finds act's queued reservations whose stream entry was
-// never written and that were queued before cutoffMs: the instance that
-// reserved them stopped between the reserve and its enqueue, or dropped the
-// enqueue's retries (see Store.enqueue). No worker can see them. With
-// repair it writes their entries (enqueue.lua, idempotent), so the workers
-// send them: a buyer told QUEUED is never left unsent. It returns the
-// tokens found (and, with repair, enqueued).
-func (s *Store) EnqueueOrphans(ctx context.Context, act string, shards int, cutoffMs, expireAt int64, repair bool) ([]Token, error) {
+// OrphanReason is the release reason of a queued reservation that never
+// got its stream entry (ReleaseOrphans).
+const OrphanReason = "unlisted"
+
+// ReleaseOrphans finds act's queued reservations whose stream entry was
+// never written and that were queued before cutoffMs, and with repair
+// releases them (reason OrphanReason). No worker can see them, and Redis
+// cannot tell whose they are: a reserve that ran but whose reply never came
+// (its buyer was told STORE_UNAVAILABLE, and the abort that settles it could
+// not land: the instance was cut off or stopped), or one whose buyer was
+// told QUEUED but whose enqueue never landed while its instance lived (the
+// enqueue is retried in the background until it does; see Store.enqueue).
+// Sending such a record would place an order for a buyer told that nothing
+// is held; releasing it leaves a QUEUED buyer's reservation released, its
+// state shown by the status poll and the unit back on sale. The release is
+// conditional (release.lua "u"): a record enqueued, sent or settled since
+// this read is left alone. It returns the tokens found (and, with repair,
+// released or found settled meanwhile).
+func (s *Store) ReleaseOrphans(ctx context.Context, act string, shards int, cutoffMs, nowMs int64, repair bool) ([]Token, error) {
 	c, err := s.Client()
 	if err != nil {
 		return nil, err
@@ -401,15 +412,9 @@ func (s *Store) EnqueueOrphans(ctx context.Context, act string, shards int, cuto
 				if !repair {
 					continue
 				}
-				tk, err := s.shardKeys(ctx, act, tok.SKU, shards, shard)
-				if err != nil {
+				if _, err := s.transition(ctx, tok, shards, nil, s.release, s.fencedRelease, releaseKeys,
+					[]string{tok.Field(), OrphanReason, itoa(nowMs), "u", ""}); err != nil {
 					return found, err
-				}
-				cctx, cancel := s.ctx(ctx)
-				err = enqueueScript.Exec(cctx, c, []string{tk.Res, tk.Log, tk.Stock}, []string{tok.Field(), tok.String(), itoa(expireAt)}).Error()
-				cancel()
-				if err != nil {
-					return found, wrap(err)
 				}
 			}
 			if cursor = e.Cursor; cursor == 0 {

@@ -217,9 +217,13 @@ func (s *Store) releaseAs(ctx context.Context, t Token, shards int, reason strin
 	}
 	// ARGV[5] is always sent (empty: unconditional), so the fence's
 	// trailing ARGV never stand where release.lua reads its own.
-	return s.transition(ctx, t, shards, f, s.release, s.fencedRelease,
-		func(k ShardKeys) []string { return []string{k.Stock, k.Users, k.Res, k.Pending, k.Out, k.Epoch} },
+	return s.transition(ctx, t, shards, f, s.release, s.fencedRelease, releaseKeys,
 		[]string{t.Field(), sanitize(reason), itoa(nowMs), only, sent})
+}
+
+// releaseKeys are release.lua's KEYS on a reservation's shard.
+func releaseKeys(k ShardKeys) []string {
+	return []string{k.Stock, k.Users, k.Res, k.Pending, k.Out, k.Epoch}
 }
 
 // transition runs one reservation state-change script on the token's

@@ -314,7 +314,10 @@ var enqueueScript = rueidis.NewLuaScript(lua.Enqueue)
 // abort releases it). The buyer is told QUEUED
 // either way: the reservation exists. If Redis does not answer, the
 // retrier writes the entry (idempotent: one entry per reservation); the
-// buyer's next call runs it first.
+// buyer's next call runs it first. A record still without an entry a
+// minute on (the instance stopped, or stayed cut off) is released by the
+// reconciler's repair (ReleaseOrphans): it cannot be told from a late
+// reserve whose buyer was told STORE_UNAVAILABLE.
 func (s *Store) enqueue(ctx context.Context, c rueidis.Client, sk ShardKeys, tok Token, q ReserveRequest) {
 	keys, args := []string{sk.Res, sk.Log, sk.Stock}, []string{tok.Field(), tok.String(), itoa(q.ExpireAt)}
 	if q.Keep != nil {
