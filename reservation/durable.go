@@ -16,8 +16,11 @@ import (
 // waited already before its 202, but a worker may claim an entry within
 // that wait; checking here too means the shop never sees a reservation a
 // failover could take back. It reports whether to send the reservation;
-// when not, it has settled (released, acknowledged) what it could.
-func (aq *actQueue) durable(ctx context.Context, tok store.Token, j job, claim lua.Code, ack func()) bool {
+// when not, it has settled (released, acknowledged) what it could. sentMs
+// is the stamp its claim wrote: the release is conditional on it, so a
+// takeover that claimed and sent the reservation since (a worker stalled
+// here past claim_idle) is left to settle its own send.
+func (aq *actQueue) durable(ctx context.Context, tok store.Token, j job, claim lua.Code, sentMs int64, ack func()) bool {
 	st := aq.q.st
 	count := func(result string) { aq.q.m.DurableWinners.WithLabelValues("queue", result).Inc() }
 	ok, _, err := st.WaitReplicas(ctx, tok, j.shards, aq.expireAt)
@@ -43,7 +46,7 @@ func (aq *actQueue) durable(ctx context.Context, tok store.Token, j job, claim l
 		zap.String("token", j.e.Token), zap.Error(err))
 	// Claimed by this worker and never sent: pending, released by token.
 	if aq.settle(ctx, "release", func(c context.Context) (lua.Code, error) {
-		return st.Release(c, tok, j.shards, "not_durable", time.Now().UnixMilli(), true)
+		return st.ReleaseSent(c, tok, j.shards, "not_durable", time.Now().UnixMilli(), sentMs)
 	}) {
 		ack()
 	}

@@ -584,7 +584,7 @@ func (aq *actQueue) handle(readCtx, ctx context.Context, j job) {
 			return
 		}
 	}
-	if st.DurableWinners() && !aq.durable(ctx, tok, j, claim, ack) {
+	if st.DurableWinners() && !aq.durable(ctx, tok, j, claim, sentMs, ack) {
 		return
 	}
 	t0 := time.Now()
