@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/store"
 )
 
 // runningSaleTimeout bounds the look at an activity's flags during a reload.
@@ -24,7 +25,44 @@ const runningSaleTimeout = 2 * time.Second
 // activity never preheated, or past that, may go. Unreadable flags count
 // as preheated: the running config stays rather than guess.
 func (s *Server) keepsRunningSales(prev, next *config.Config) error {
-	now := time.Now()
+	return openedSales(prev.Activities, next, time.Now(), false, func(id string) (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), runningSaleTimeout)
+		f, err := s.book.Flags(ctx, id)
+		cancel()
+		switch {
+		case err != nil:
+			return true, "its preheat unknown (Redis: " + err.Error() + ")"
+		case !f.Ready:
+			return false, "" // never preheated: no sale to open
+		}
+		return true, "preheated"
+	})
+}
+
+// OpenedSalesAtStart is keepsRunningSales for a serve that starts, which
+// has no earlier config: the sales are those Redis holds as preheated,
+// as their preheat recorded them (store.RecordedSales: route, bundle
+// route, mode, end + pending_timeout), judged against next the same way.
+// The refusal names each sale next would open; unrecorded names the
+// activities preheated by an older build, which recorded none of it and
+// cannot be judged; err is Redis not answering.
+func OpenedSalesAtStart(ctx context.Context, st *store.Store, next *config.Config, now time.Time) (refusal error, unrecorded []string, err error) {
+	sales, unrecorded, err := st.RecordedSales(ctx, now)
+	if err != nil {
+		return nil, unrecorded, err
+	}
+	// Every one is preheated (ready): RecordedSales reads only those.
+	return openedSales(sales, next, now, true, func(string) (bool, string) { return true, "preheated" }), unrecorded, nil
+}
+
+// openedSales is the judgment of keepsRunningSales and
+// OpenedSalesAtStart: each activity of prev (the running config, or the
+// sales Redis recorded) that next drops, whose buy or bundle route next
+// no longer routes as a buy, or that next switches to mode: shadow, while
+// its sale runs (preheated says so; until end + pending_timeout, the later
+// of prev's and next's), is an error saying what to do. start words it
+// for a serve that does not start rather than a reload refused.
+func openedSales(prev []config.Activity, next *config.Config, now time.Time, start bool, preheated func(id string) (bool, string)) error {
 	buyKeys, bundleKeys := map[string]bool{}, map[string]bool{}
 	byID := map[string]*config.Activity{}
 	for i := range next.Activities {
@@ -44,8 +82,8 @@ func (s *Server) keepsRunningSales(prev, next *config.Config) error {
 		file, cfgFile = next.Path+": ", next.Path
 	}
 	var errs []error
-	for i := range prev.Activities {
-		a := &prev.Activities[i]
+	for i := range prev {
+		a := &prev[i]
 		n := byID[a.ID]
 		var lost []string
 		if n == nil || !covered(buyKeys, a.Route.Method, a.Route.Path, a.Route.CaseSensitive) {
@@ -69,21 +107,20 @@ func (s *Server) keepsRunningSales(prev, next *config.Config) error {
 		if !now.Before(until) {
 			continue // ended, and its pending window is over
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), runningSaleTimeout)
-		f, err := s.book.Flags(ctx, a.ID)
-		cancel()
-		preheated := "preheated"
-		switch {
-		case err != nil:
-			preheated = "its preheat unknown (Redis: " + err.Error() + ")"
-		case !f.Ready:
-			continue // never preheated: no sale to open
+		running, how := preheated(a.ID)
+		if !running {
+			continue
+		}
+		ends, upto := a.End.Format(time.RFC3339), until.Format(time.RFC3339)
+		if start {
+			errs = append(errs, openedAtStart(file, cfgFile, a, n, lost, how, ends, upto))
+			continue
 		}
 		if len(lost) == 0 {
 			errs = append(errs, fmt.Errorf("%sactivity %q: mode: shadow, but its sale is running (%s, ends %s, pending_timeout until %s): its buys would pass to the shop with no admission and no token, "+
 				"and its reservations would no longer be settled (status and reconcile act on the shadow copy). Shadow mode is for before a sale: "+
 				"to stop a sale use the kill switch (seckill-proxy pause -c %s %s) and keep its mode: %s until %s; the running config stays",
-				file, a.ID, preheated, a.End.Format(time.RFC3339), until.Format(time.RFC3339), cfgFile, a.ID, a.Mode, until.Format(time.RFC3339)))
+				file, a.ID, how, ends, upto, cfgFile, a.ID, a.Mode, upto))
 			continue
 		}
 		routes := strings.Join(lost, " and ")
@@ -93,9 +130,41 @@ func (s *Server) keepsRunningSales(prev, next *config.Config) error {
 		}
 		errs = append(errs, fmt.Errorf("%s%s, but its sale is running (%s, ends %s, pending_timeout until %s): %s would pass to the shop with no admission and no token. "+
 			"To stop a sale use the kill switch (seckill-proxy pause -c %s %s) and keep %s in the file until %s; the running config stays",
-			file, what, preheated, a.End.Format(time.RFC3339), until.Format(time.RFC3339), routes, cfgFile, a.ID, keep, until.Format(time.RFC3339)))
+			file, what, how, ends, upto, routes, cfgFile, a.ID, keep, upto))
 	}
 	return errors.Join(errs...)
+}
+
+// openedAtStart words openedSales' refusal for a serve that starts: the
+// sale's record in Redis is all it knows of the sale, and the file is
+// what must change (or wait).
+func openedAtStart(file, cfgFile string, a, n *config.Activity, lost []string, how, ends, upto string) error {
+	pause := fmt.Sprintf("To stop the sale meanwhile use the kill switch (seckill-proxy pause -c %s %s), with the activity kept in the file: "+
+		"paused, its buys are refused by the proxy, while dropped (paused or not) its path passes to the shop", cfgFile, a.ID)
+	if len(lost) == 0 {
+		mode := a.Mode
+		if mode == "" {
+			mode = config.ModeSync
+		}
+		return fmt.Errorf("%sactivity %q: mode: shadow, but its sale is running (%s, ends %s, pending_timeout until %s): its buys would pass to the shop with no admission and no token, "+
+			"and its reservations would no longer be settled; serve does not start. Shadow mode is for before a sale: keep its mode: %s in %s until %s and start again, or start this file after %s. %s",
+			file, a.ID, how, ends, upto, mode, cfgFile, upto, upto, pause)
+	}
+	routes := strings.Join(lost, " and ")
+	what, keep := fmt.Sprintf("activity %q is no longer in the file", a.ID), fmt.Sprintf("put it back in %s (keep %s as its routes)", cfgFile, routes)
+	if n != nil {
+		what, keep = fmt.Sprintf("activity %q: %s is no longer a buy route", a.ID, routes), fmt.Sprintf("keep %s as its route in %s", routes, cfgFile)
+	}
+	return fmt.Errorf("%s%s, but its sale is running (%s, ends %s, pending_timeout until %s): %s would pass to the shop with no admission and no token; serve does not start. "+
+		"%s until %s and start again, or start this file after %s. %s",
+		file, what, how, ends, upto, routes, upperFirst(keep), upto, upto, pause)
+}
+
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }
 
 // routeKey names a route by method, path pattern and case rule, as

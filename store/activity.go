@@ -220,6 +220,9 @@ func (s *Store) PreheatLocked(ctx context.Context, a *config.Activity, force boo
 			if err := s.extendExpiry(cctx, c, a, oldPlace); err != nil {
 				return 0, err
 			}
+			if err := s.recordSale(cctx, c, a, meta, exp); err != nil {
+				return 0, err
+			}
 			s.learnPlacement(a.ID, meta)
 			return PreheatUnchanged, nil
 		}
@@ -316,6 +319,13 @@ func (s *Store) PreheatLocked(ctx context.Context, a *config.Activity, force boo
 	for _, sku := range a.SKUs {
 		fv = fv.FieldValue("sku:"+sku.ID, itoa(sku.Stock))
 	}
+	// The sale as this preheat loads it (RecordedSales): a new stock
+	// starts a new record, routes included.
+	sale, unset := saleFields(a, nil)
+	for i := 0; i < len(sale); i += 2 {
+		fv = fv.FieldValue(sale[i], sale[i+1])
+	}
+	stale = append(stale, unset...)
 	if place != "" {
 		fv = fv.FieldValue(placeField, place)
 	} else {
@@ -473,6 +483,129 @@ func (s *Store) StockDrift(ctx context.Context, a *config.Activity) ([]string, e
 		out = append(out, fmt.Sprintf("sku %s: preheated (stock %d), not in the config", k.ID, k.Stock))
 	}
 	return out, nil
+}
+
+// The meta's record of the sale, written by every preheat: what a serve
+// that starts needs to judge whether its file opens a running sale's buy
+// path to the shop (proxy.OpenedSalesAtStart), having no earlier config to
+// compare with. A meta without them was preheated by an older build.
+const (
+	metaSaleEnd    = "sale_end"    // end, unix ms
+	metaSaleUntil  = "sale_until"  // end + pending_timeout, unix ms: the sale runs until then
+	metaSaleMode   = "sale_mode"   // mode (sync, queue)
+	metaSaleShadow = "sale_shadow" // "1": the copy of a shadow activity
+	metaSaleRoute  = "sale_route"  // buy route: "METHOD CASE PATH", CASE 1 if case_sensitive else 0
+	metaSaleBundle = "sale_bundle" // bundle route, as sale_route; absent without one
+)
+
+// saleFields returns the meta fields (name, value pairs) recording a's
+// sale and the fields to delete (a bundle route no longer there). With
+// meta, the record of an earlier preheat of the same stock (a plain
+// preheat finding it unchanged): its routes and mode stay as recorded
+// (they are the running sale's, while a reload or restart refuses to move
+// them: a preheat with a file that moved them must not erase the old
+// path), and its end moves only later.
+func saleFields(a *config.Activity, meta map[string]string) (set, unset []string) {
+	end, until := a.End.UnixMilli(), a.End.Add(a.PendingTimeout).UnixMilli()
+	if meta[metaSaleRoute] != "" {
+		end, until = max(end, atoi(meta[metaSaleEnd])), max(until, atoi(meta[metaSaleUntil]))
+		return []string{metaSaleEnd, itoa(end), metaSaleUntil, itoa(until)}, nil
+	}
+	shadow := "0"
+	if a.IsShadowCopy() || a.IsShadow() || strings.HasSuffix(a.ID, config.ShadowSuffix) {
+		shadow = "1"
+	}
+	route := func(method, path string, caseSensitive bool) string {
+		cs := "0"
+		if caseSensitive {
+			cs = "1"
+		}
+		return method + " " + cs + " " + path
+	}
+	set = []string{metaSaleEnd, itoa(end), metaSaleUntil, itoa(until), metaSaleMode, a.Mode, metaSaleShadow, shadow,
+		metaSaleRoute, route(a.Route.Method, a.Route.Path, a.Route.CaseSensitive)}
+	if b := &a.BundleRoute; b.Enabled() {
+		set = append(set, metaSaleBundle, route(b.Method, b.Path, b.CaseSensitive))
+	} else {
+		unset = []string{metaSaleBundle}
+	}
+	return set, unset
+}
+
+// recordSale writes saleFields(a, meta) for a plain preheat that found
+// the stock unchanged, and raises the registry's score to the keys' new
+// expiry (an end moved later).
+func (s *Store) recordSale(ctx context.Context, c rueidis.Client, a *config.Activity, meta map[string]string, exp int64) error {
+	set, unset := saleFields(a, meta)
+	fv := c.B().Hset().Key(s.MetaKey(a.ID)).FieldValue()
+	for i := 0; i < len(set); i += 2 {
+		fv = fv.FieldValue(set[i], set[i+1])
+	}
+	cmds := rueidis.Commands{fv.Build(),
+		c.B().Zadd().Key(s.activitiesKey()).Gt().ScoreMember().ScoreMember(float64(exp), a.ID).Build(),
+		c.B().Pexpireat().Key(s.activitiesKey()).MillisecondsTimestamp(exp).Nx().Build(),
+		c.B().Pexpireat().Key(s.activitiesKey()).MillisecondsTimestamp(exp).Gt().Build(),
+	}
+	if len(unset) > 0 {
+		cmds = append(cmds, c.B().Hdel().Key(s.MetaKey(a.ID)).Field(unset...).Build())
+	}
+	for _, r := range c.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			return wrap(err)
+		}
+	}
+	return nil
+}
+
+// RecordedSales returns, sorted by id, the activities of the registry
+// (preheated, keys not expired, ready) as their last preheat recorded
+// their sale: id, mode, route, bundle route, end and pending_timeout, the
+// rest zero. Shadow copies are left out (a shadow run admits nothing, so
+// no sale of theirs opens). unrecorded names those preheated by an older
+// build, whose meta holds no such record.
+func (s *Store) RecordedSales(ctx context.Context, now time.Time) (sales []config.Activity, unrecorded []string, err error) {
+	c, err := s.Client()
+	if err != nil {
+		return nil, nil, err
+	}
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	ids, err := c.Do(cctx, c.B().Zrange().Key(s.activitiesKey()).Min("("+itoa(now.UnixMilli())).Max("+inf").Byscore().Build()).AsStrSlice()
+	if err != nil {
+		return nil, nil, wrap(err)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		if strings.HasSuffix(id, config.ShadowSuffix) {
+			continue
+		}
+		mctx, mcancel := s.ctx(ctx)
+		meta, err := c.Do(mctx, c.B().Hgetall().Key(s.MetaKey(id)).Build()).AsStrMap()
+		mcancel()
+		if err != nil {
+			return sales, unrecorded, wrap(err)
+		}
+		if meta["ready"] != "1" || meta[metaSaleShadow] == "1" {
+			continue // expired, never finished, or a shadow copy
+		}
+		method, rest, ok1 := strings.Cut(meta[metaSaleRoute], " ")
+		cs, path, ok2 := strings.Cut(rest, " ")
+		if !ok1 || !ok2 || meta[metaSaleUntil] == "" {
+			unrecorded = append(unrecorded, id)
+			continue
+		}
+		end := time.UnixMilli(atoi(meta[metaSaleEnd]))
+		a := config.Activity{ID: id, Mode: meta[metaSaleMode], End: end,
+			PendingTimeout: time.UnixMilli(atoi(meta[metaSaleUntil])).Sub(end),
+			Route:          config.Route{Method: method, Path: path, CaseSensitive: cs == "1"}}
+		if bm, rest, ok := strings.Cut(meta[metaSaleBundle], " "); ok {
+			if cs, path, ok := strings.Cut(rest, " "); ok {
+				a.BundleRoute = config.BundleRoute{Method: bm, Path: path, CaseSensitive: cs == "1"}
+			}
+		}
+		sales = append(sales, a)
+	}
+	return sales, unrecorded, nil
 }
 
 // activitiesKey is a sorted set of every activity preheated, scored by

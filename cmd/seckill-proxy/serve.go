@@ -50,6 +50,9 @@ func cmdServe(c *cli) error {
 	if err := refuseStrandedQueues(st, cfg, log); err != nil {
 		return err
 	}
+	if err := refuseOpeningRunningSales(st, cfg, log); err != nil {
+		return err
+	}
 	pipe := admission.New(st, m, log.Named("admission"), time.Now)
 	pipe.Apply(cfg)
 	defer pipe.Close()
@@ -319,4 +322,33 @@ func refuseStrandedQueues(st *store.Store, cfg *config.Config, log *zap.Logger) 
 	return fail(exitFailed, "serve: %s no longer names %s, whose queue still holds buyers told 202 QUEUED; a fresh serve would never send them. "+
 		"Put the activity back in %s and start again, so its queue workers send them (not paused: paused workers wait); "+
 		"drop it once status shows its queue empty, or by a reload, which drains it", file, strings.Join(ids, ", "), file)
+}
+
+// refuseOpeningRunningSales refuses to start serve with a file that would
+// open a running sale's buy path to the shop: one that drops a preheated
+// activity before its end + pending_timeout, moves its buy or bundle
+// route, or switches it to mode: shadow. A reload refuses the same
+// (proxy keepsRunningSales); a fresh serve has no earlier config, so it
+// judges by what each preheat recorded in Redis (proxy.OpenedSalesAtStart).
+// Redis out of reach is a warning, as for refuseStrandedQueues: serve
+// starts, as it does for any other Redis trouble. An activity preheated
+// by an older build recorded nothing to judge by: a warning names it.
+func refuseOpeningRunningSales(st *store.Store, cfg *config.Config, log *zap.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	refusal, unrecorded, err := proxy.OpenedSalesAtStart(ctx, st, cfg, time.Now())
+	if err != nil {
+		log.Warn("serve: could not check whether the file opens a running sale's buy path (Redis); starting", zap.Error(err))
+	}
+	for _, id := range unrecorded {
+		in := cfg.Activity(id) != nil
+		log.Warn("serve: activity preheated by an older build, which did not record its sale's end and routes: "+
+			"serve cannot tell whether this file opens its buy path to the shop (the activity dropped from the file, its route moved, or switched to shadow). "+
+			"If its sale still runs, keep it in the file as it runs; a preheat with that file (stock unchanged) records them",
+			zap.String("activity", id), zap.Bool("in_file", in))
+	}
+	if refusal != nil {
+		return fail(exitFailed, "serve: %v", refusal)
+	}
+	return nil
 }
