@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -132,8 +133,11 @@ func New(cfg *config.Config, d Deciders, b Book, m *metrics.Metrics, log *zap.Lo
 		NoDefaultServerHeader: true,
 		NoDefaultDate:         false,
 		ReduceMemoryUsage:     false,
-		Logger:                zap.NewStdLog(log.Named("fasthttp")),
+		Logger:                fasthttpLog{log.Named("fasthttp")},
 		ErrorHandler:          malformedRequest,
+		// fasthttp's parse errors quote the request line and a snippet of
+		// the header (cookies, Authorization) into the log: never.
+		SecureErrorLogMessage: true,
 	}
 	return s, nil
 }
@@ -560,4 +564,26 @@ func malformedRequest(ctx *fasthttp.RequestCtx, err error) {
 		return
 	}
 	writeAnswer(ctx, &answer{code: admission.BadRequest, message: "malformed request"})
+}
+
+// fasthttpLog passes fasthttp's log lines to zap with the format string as
+// the message: constant per kind of line, so serve's sampler keeps a client's
+// flood of malformed requests to a trickle (each line names the client's
+// address, which as a message would make every line new and pass them all).
+// The formatted text is a field, bounded, built only for a sampled line.
+type fasthttpLog struct{ l *zap.Logger }
+
+// fasthttpLogDetail bounds a line's formatted text.
+const fasthttpLogDetail = 512
+
+func (f fasthttpLog) Printf(format string, args ...any) {
+	ce := f.l.Check(zap.InfoLevel, format)
+	if ce == nil {
+		return
+	}
+	d := fmt.Sprintf(format, args...)
+	if len(d) > fasthttpLogDetail {
+		d = d[:fasthttpLogDetail] + "…"
+	}
+	ce.Write(zap.String("detail", d))
 }
