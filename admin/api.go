@@ -150,11 +150,19 @@ func (api *API) setPaused(w http.ResponseWriter, r *http.Request, paused bool) {
 	if !ok {
 		return
 	}
+	// Every activity is tried, and the answer says which were switched: a
+	// kill switch that stopped at the first unreachable node would leave
+	// the rest on sale, unnamed.
+	failed := map[string]string{}
 	for _, a := range acts {
 		if err := api.Store.SetPaused(r.Context(), a.ID, paused); err != nil {
-			writeErr(w, http.StatusServiceUnavailable, err.Error())
-			return
+			failed[a.ID] = err.Error()
 		}
+	}
+	if len(failed) > 0 {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"paused": paused, "activities": len(acts) - len(failed),
+			"failed": failed, "error": fmt.Sprintf("%d of %d activities not switched (the rest are); try again once Redis answers", len(failed), len(acts))})
+		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"paused": paused, "activities": len(acts)})
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -121,11 +122,27 @@ func switchCmd(c *cli, paused bool) error {
 	if err != nil {
 		return err
 	}
+	// Every activity is tried: a kill switch that stopped at the first
+	// unreachable node would leave the rest on sale, unnamed.
+	var failed []string
 	for _, a := range acts {
 		if err := st.SetPaused(context.Background(), a.ID, paused); err != nil {
-			return fail(exitFailed, "%s %s: %v", c.name, a.ID, err)
+			fmt.Fprintf(c.stderr, "%s %s: %v\n", c.name, a.ID, err)
+			failed = append(failed, a.ID)
+			continue
 		}
 		fmt.Fprintf(c.stdout, "%s: %sd\n", a.ID, c.name)
+		// A switch on a sale never preheated here is legitimate (pause
+		// before the preheat), but it is also what a file pointing at
+		// the wrong Redis or key_prefix does: say which.
+		if f, err := st.Flags(context.Background(), a.ID); err == nil && !f.Ready {
+			fmt.Fprintf(c.stderr, "warning: %s is not preheated on %s (key_prefix %q): the switch is set there and takes effect once it is preheated; if the sale runs elsewhere, this file points at the wrong Redis or key_prefix\n",
+				a.ID, strings.Join(cfg.Redis.Addrs, ","), cfg.Redis.KeyPrefix)
+		}
+	}
+	if len(failed) > 0 {
+		return fail(exitFailed, "%s: %d of %d activities NOT %sd: %s (the rest are); run it again once Redis answers",
+			c.name, len(failed), len(acts), c.name, strings.Join(failed, ", "))
 	}
 	return nil
 }
