@@ -140,9 +140,15 @@ type Reconciler struct {
 // NewReconciler builds a Reconciler. Its lease holder name is unique to
 // this process and instance.
 func NewReconciler(st *store.Store, m *metrics.Metrics, log *zap.Logger) *Reconciler {
-	return &Reconciler{st: st, http: &http.Client{Timeout: 5 * time.Second}, m: m, log: log, holder: instanceName(),
+	return &Reconciler{st: st, http: &http.Client{Timeout: 5 * time.Second, CheckRedirect: noRedirects}, m: m, log: log, holder: instanceName(),
 		exceptionsMax: config.DefaultExceptionsMax}
 }
+
+// noRedirects makes an http.Client answer a redirect as it is: a verify
+// URL (or a queue worker's buy) answered 3xx is judged by that 3xx, never
+// by the page it points at (a login page's 200 read as "the order
+// exists", a moved path's 404 as "absent": red-team finding).
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // WithExceptionsMax bounds each activity's exceptions stream to about n
 // entries (reconcile.exceptions_max).
@@ -292,6 +298,7 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 	// Per-reservation evidence of what stays unsettled, graded with its SKU.
 	unsettledEx := map[string][]store.Exception{}
 	seen := 0
+	renewed := time.Now() // the renew above
 	// Bundles' reservations (token SKU store.BundleSKU) are settled too,
 	// whole, even when the config no longer has a bundle_route.
 	skuIDs := make([]string, 0, len(held.SKUs)+1)
@@ -302,10 +309,14 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 	for _, skuID := range skuIDs {
 		err := r.st.StalePending(ctx, a.ID, skuID, f.Shards, cutoff, stalePage, func(stale []store.Reservation) error {
 			for _, res := range stale {
-				if repair && seen > 0 && seen%100 == 0 {
+				// Renewed every 100 reservations, and by the clock: verify
+				// calls of up to 5 s each would otherwise outlast the lease
+				// within 100 (the pass then stops, "lease lost").
+				if repair && seen > 0 && (seen%100 == 0 || time.Since(renewed) > leaseTTL/4) {
 					if err := r.renew(ctx, fenceToken); err != nil {
 						return err
 					}
+					renewed = time.Now()
 				}
 				seen++
 				fd, err := r.settle(ctx, a, f.Shards, res, fence, now)
