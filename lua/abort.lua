@@ -9,7 +9,7 @@
 --
 -- KEYS[1] stock  KEYS[2] users  KEYS[3] res  KEYS[4] pending  KEYS[5] out
 -- KEYS[6] movesin  KEYS[7] epoch (incremented when a buyer's units go down;
---         see reserve.lua KEYS[8])
+--         see reserve.lua KEYS[6])
 -- KEYS[8] rid (optional: the aborted request's request id
 --         record, deleted when it names this token, so a repeat is decided afresh)
 -- ARGV[1] token id  ARGV[2] user  ARGV[3] reason  ARGV[4] now ms
@@ -68,5 +68,5 @@ redis.call('HINCRBY', KEYS[1], 'r', qty)
 redis.call('DEL', KEYS[5])
 redis.call('HSET', KEYS[3], ARGV[1], 'x|' .. user .. '|' .. qty .. '|' .. ms .. '|' .. oid .. '|' .. ARGV[3] .. '|' .. ARGV[4])
 redis.call('ZREM', KEYS[4], ARGV[1])
-giveBack(KEYS[2], KEYS[7], user, qty)
+giveBack(KEYS[2], KEYS[7], user, qty, ARGV[1])
 return {1}

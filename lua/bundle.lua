@@ -23,8 +23,10 @@
 -- Returns {code, ...}:
 --   {1}                     OK: every item reserved, marker and record written
 --   {2, i, remaining}       EMPTY: item i has fewer units than asked on this shard
---   {3, token id}           PENDING: limit reached, last reservation still pending
---   {4, token id, order id} PURCHASED: limit reached, last reservation confirmed
+--   {3, token id}           PENDING: limit reached, a held reservation still pending
+--                           or queued (the most recent such; see reserve.lua's lastAnswer)
+--   {4, token id, order id} PURCHASED: limit reached, none pending: the most recent
+--                           held one; {4, "", ""} when none is known (never a released one)
 --   {5}                     NOT_READY: a SKU's shard was never preheated (or expired)
 --   {14}                    ABORTED: the token id was settled first; nothing taken
 local n = tonumber(ARGV[7])
@@ -48,18 +50,27 @@ for i = 1, n do
 end
 local total = 0
 for i = 1, n do total = total + qs[i] end
-local units = 0
+-- The users hash names the reservations the buyer holds, most recent
+-- first (reserve.lua KEYS[2]).
+local units, toks = 0, {}
 local held = redis.call('HGET', KEYS[1], ARGV[1])
 if held then
-  local u, last = string.match(held, '^(%d+)|(.*)$')
+  local u, rest = string.match(held, '^(%d+)|(.*)$')
   units = tonumber(u)
+  for t in string.gmatch(rest, '[^|]+') do toks[#toks + 1] = t end
   if units + total > tonumber(ARGV[2]) then
-    local rec = redis.call('HGET', KEYS[2], last)
-    local st = rec and string.sub(rec, 1, 1)
-    if st == 'p' or st == 'q' then return {3, last} end
+    local recs = {}
+    if #toks > 0 then recs = redis.call('HMGET', KEYS[2], unpack(toks)) end
+    local found
+    for j = 1, #toks do
+      local st = recs[j] and string.sub(recs[j], 1, 1)
+      if st == 'p' or st == 'q' then return {3, toks[j]} end
+      if st ~= 'x' and not found then found = j end
+    end
+    if not found then return {4, '', ''} end
     local oid = ''
-    if rec then oid = string.match(rec, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)') or '' end
-    return {4, last, oid}
+    if recs[found] then oid = string.match(recs[found], '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)') or '' end
+    return {4, toks[found], oid}
   end
 end
 for i = 1, n do
@@ -71,7 +82,10 @@ for i = 1, n do
   redis.call('HINCRBY', stock, 'p', qs[i])
   if r == 0 then redis.call('SET', KEYS[4 + 2 * i], '1', 'PXAT', ARGV[5]) end
 end
-redis.call('HSET', KEYS[1], ARGV[1], (units + total) .. '|' .. ARGV[3])
+-- The bundle first, then those held before (as reserve.lua: 32 in all).
+local list = ARGV[3]
+for j = 1, math.min(#toks, units, 31) do list = list .. '|' .. toks[j] end
+redis.call('HSET', KEYS[1], ARGV[1], (units + total) .. '|' .. list)
 redis.call('HSET', KEYS[2], ARGV[3], 'p|' .. ARGV[1] .. '|' .. total .. '|' .. ARGV[4] .. '||',
   ARGV[3] .. ':i', ARGV[6])
 redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])

@@ -60,5 +60,5 @@ end
 qty = tonumber(qty)
 redis.call('HSET', KEYS[2], ARGV[1], 'x|' .. user .. '|' .. qty .. '|' .. ms .. '|' .. oid .. '|' .. ARGV[2] .. '|' .. ARGV[3])
 redis.call('ZREM', KEYS[3], ARGV[1])
-giveBack(KEYS[1], KEYS[4], user, qty)
+giveBack(KEYS[1], KEYS[4], user, qty, ARGV[1])
 return {1}

@@ -333,7 +333,7 @@ func TestReserve(t *testing.T) {
 			give:  func(f *fx) []string { return f.reserveArgs("u1", 1, 2, "T1", false, 0, "") },
 			want:  []string{"1", "4"},
 			check: func(f *fx) {
-				f.wantHash(kUsers, map[string]string{"u1": "2|T1"})
+				f.wantHash(kUsers, map[string]string{"u1": "2|T1|T0"}) // the held ones, most recent first
 				f.wantHash(kStock, map[string]string{"r": "4", "p": "2"})
 			},
 		},
@@ -1182,19 +1182,19 @@ func TestScriptSHA(t *testing.T) {
 		src  string
 		want string
 	}{
-		{name: "reserve", src: lua.Reserve, want: "4433dfe6d54d302428d35849bbee735555910aa5"},
-		{name: "reservebatch", src: lua.ReserveBatch, want: "8edf94c4dfda9a0a0e0c8cf9a04f6b9a10ea3322"},
+		{name: "reserve", src: lua.Reserve, want: "dd54f9e773e65ef1e82109ce3eaa42cffbea9654"},
+		{name: "reservebatch", src: lua.ReserveBatch, want: "0b0c66e3158e916cacf739bc02938edb4fb7ee6a"},
 		{name: "steal", src: lua.Steal, want: "b6856157fe29f93c2b42255f3e61dea17a3005a9"},
 		{name: "confirm", src: lua.Confirm, want: "c3919655a6b88d9c4b1943f5a116b57181b3a33c"},
-		{name: "release", src: lua.Release, want: "0ae39ac3b74b02ee58c18a1000e6664aa5b2772e"},
+		{name: "release", src: lua.Release, want: "ac53d863f9dc25a56ef52f18e3550acb02e803bc"},
 		{name: "confirmbatch", src: lua.ConfirmBatch, want: "b1abfda3e760f4a8897c43978f2e65559f390701"},
 		{name: "claim", src: lua.Claim, want: "b0620c8ed6c0c18611fe9d2275d6af9ee4c6523b"},
 		{name: "deposit", src: lua.Deposit, want: "90af21c9259a27ce2fd67f111d5e01d92baa5081"},
-		{name: "abort", src: lua.Abort, want: "41badfffc0de2a1e4f3a9521abf9f0e80f5d4230"},
+		{name: "abort", src: lua.Abort, want: "30b097040cce394846382debf986de8eda01b9d4"},
 		{name: "settlemove", src: lua.SettleMove, want: "d18a52fc394960a482388ca298c0cc0b63ab4e27"},
 		{name: "fleet", src: lua.Fleet, want: "ba92c253300e8a8d4e53ed053e50fea443aa81c7"},
-		{name: "bundle", src: lua.Bundle, want: "63221fb2b1f8c265688dccc5850d3e04f406c310"},
-		{name: "bundlerelease", src: lua.BundleRelease, want: "28f487945238e03525d5de8fc1e47960ce2a1915"},
+		{name: "bundle", src: lua.Bundle, want: "45d19598acf8b62d59fcda1cf42e63280c58bee4"},
+		{name: "bundlerelease", src: lua.BundleRelease, want: "039420a8b0dc64aa3876e688513a6268d54dcb40"},
 		{name: "bundleconfirm", src: lua.BundleConfirm, want: "f2e4893e32a4c119be0df8fbb6593c6a28f3d1c8"},
 		{name: "inflight", src: lua.Inflight, want: "fdb195e6a728ae701bed333f29abee511ffbd408"},
 		{name: "spill", src: lua.Spill, want: "288ca27b1c617622419003660f2c30893159f8d7"},

@@ -3,7 +3,7 @@
 -- Never lifts remaining above what the shard's invariant allows.
 --
 -- KEYS[1] stock  KEYS[2] users  KEYS[3] res  KEYS[4] pending  KEYS[5] out
--- KEYS[6] epoch  (incremented when a buyer's units go down; see reserve.lua KEYS[8])
+-- KEYS[6] epoch  (incremented when a buyer's units go down; see reserve.lua KEYS[6])
 -- ARGV[1] token id  ARGV[2] reason  ARGV[3] now ms (kept on the record as the
 --         release time: "x|<user>|<qty>|<ms>|<order id>|<reason>|<released ms>")
 -- ARGV[4] "1" = only release a pending reservation (the shop said no, or verify
@@ -67,5 +67,5 @@ r = redis.call('HINCRBY', KEYS[1], 'r', qty)
 redis.call('DEL', KEYS[5])
 redis.call('HSET', KEYS[3], ARGV[1], 'x|' .. user .. '|' .. qty .. '|' .. ms .. '|' .. oid .. '|' .. ARGV[2] .. '|' .. ARGV[3])
 redis.call('ZREM', KEYS[4], ARGV[1])
-giveBack(KEYS[2], KEYS[6], user, qty)
+giveBack(KEYS[2], KEYS[6], user, qty, ARGV[1])
 return {1, r}

@@ -8,7 +8,13 @@
 --
 -- KEYS[1] stock   hash  r=remaining i=initial p=pending c=confirmed x=released
 --                 u=queued reservations whose stream entry is still to come
--- KEYS[2] users   hash  user -> "<units>|<last token id>"
+-- KEYS[2] users   hash  user -> "<units>|<last token id>|<older>|...": the
+--                 reservations the buyer holds (not released), most recent
+--                 first; each holds a unit or more, so at most <units> ids,
+--                 and no more than 32 (older ones beyond are not named).
+--                 giveback.lua takes a released one off. A value of an
+--                 older build ("<units>|<last>") reads as a list of one;
+--                 its last may be released (skipped by lastAnswer below)
 -- KEYS[3] res     hash  token id -> "<state>|<user>|<qty>|<ms>|<order id>|<reason>"
 --                 state p pending (sent, or sync), c confirmed, x released
 --                 (released records end in "|<released ms>", see release.lua),
@@ -52,22 +58,25 @@
 -- Returns {code, ...}:
 --   {1, remaining}            OK: reserved, pending marker and record written
 --   {2, remaining}            EMPTY: home shard has fewer than qty units
---   {3, token id}             PENDING: limit reached, last reservation still pending
---   {4, token id, order id}   PURCHASED: limit reached, last reservation confirmed;
+--   {3, token id}             PENDING: limit reached, a held reservation still pending
+--                             or queued (the most recent such)
+--   {4, token id, order id}   PURCHASED: limit reached, none pending: the most recent
+--                             held one (confirmed); {4, "", ""} when no held one is
+--                             known (only after an older build's writes);
 --   {4, token id, order id, "", units, epoch}  the same to a buyer with no
 --                             request id, ARGV[7] "0": their units and KEYS[6] ("" when
 --                             absent), so the caller may answer their repeats
 --                             from memory while the epoch stays the same
 --   {5}                       NOT_READY: shard was never preheated (or expired);
 --                             a buyer at their limit (no request id, no deposit)
---                             is answered by their last reservation first
+--                             is answered by their reservations first
 --   {7, token id}             RELEASED: a repeated request id whose reservation was released
 --   {12, backlog}             BACKLOG: queue mode, the stream holds ARGV[10] entries or more
 --   {14}                      ABORTED: abort.lua settled this token id first; nothing taken
 -- A repeated request id (KEYS[9] exists) answers by the current state of the
 -- reservation its first copy got: pending or queued {3, ..}, confirmed {4, ..}, released {7, ..};
--- a first copy refused at the limit ("3|<last>") by the buyer's last reservation, and
--- afresh once that one was released.
+-- a first copy refused at the limit ("3|<token>") by the reservation its answer named,
+-- and afresh once that one was released.
 -- Token ids are random: a record before the reserve is abort.lua's tombstone.
 -- It is looked for before the first write (issue 10: not on the answers
 -- that write nothing, e.g. every repeat buyer's): a tombstoned call takes
@@ -76,23 +85,33 @@
 local qty = tonumber(ARGV[2])
 local move = ARGV[9] or ''
 local rid = KEYS[9]
--- lastAnswer is the answer to a buyer at their limit: their last reservation.
-local function lastAnswer(last, units)
-  local rec = redis.call('HGET', KEYS[3], last)
-  local st = rec and string.sub(rec, 1, 1)
-  if st == 'p' or st == 'q' then
-    return {3, last}
+-- heldOf reads a users hash value: the buyer's units and the reservations
+-- they hold, most recent first (see KEYS[2]).
+local function heldOf(v)
+  local u, rest = string.match(v, '^(%d+)|(.*)$')
+  local toks = {}
+  for t in string.gmatch(rest, '[^|]+') do toks[#toks + 1] = t end
+  return tonumber(u), toks
+end
+-- lastAnswer is the answer to a buyer at their limit, by the reservations
+-- they hold: PENDING with the most recent pending or queued one (SPEC §4:
+-- still in flight), else PURCHASED with the most recent one that is not
+-- released (confirmed). Never a released one: none is named when every
+-- listed one was given back (a list an older build left; a red-team find).
+local function lastAnswer(toks, units)
+  local recs = {}
+  if #toks > 0 then recs = redis.call('HMGET', KEYS[3], unpack(toks)) end
+  local found
+  for j = 1, #toks do
+    local st = recs[j] and string.sub(recs[j], 1, 1)
+    if st == 'p' or st == 'q' then return {3, toks[j]} end
+    if st ~= 'x' and not found then found = j end
   end
-  if st == 'x' then
-    -- The buyer still holds units (limit >= 2), but the users hash names
-    -- only their last reservation, and that one was given back: which
-    -- one they hold is not known here, so none is named (never a released
-    -- one: a red-team find).
-    return {4, '', ''}
-  end
+  if not found then return {4, '', ''} end
+  local rec, last = recs[found], toks[found]
   local oid = ''
   if rec then oid = string.match(rec, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)') or '' end
-  if st == 'c' and not rid and ARGV[7] == '0' then
+  if rec and string.sub(rec, 1, 1) == 'c' and not rid and ARGV[7] == '0' then
     return {4, last, oid, '', units, redis.call('GET', KEYS[6]) or ''}
   end
   return {4, last, oid}
@@ -103,9 +122,8 @@ local held, heldRead = false, false
 if not rid and move == '' then
   held, heldRead = redis.call('HGET', KEYS[2], ARGV[1]), true
   if held then
-    local u, last = string.match(held, '^(%d+)|(.*)$')
-    u = tonumber(u)
-    if u + qty > tonumber(ARGV[3]) then return lastAnswer(last, u) end
+    local u, toks = heldOf(held)
+    if u + qty > tonumber(ARGV[3]) then return lastAnswer(toks, u) end
   end
 end
 local r = redis.call('HGET', KEYS[1], 'r')
@@ -155,11 +173,12 @@ if rid then
     if st == 'p' or st == 'q' then return {3, last} end
     if st == 'x' then
       -- "1|": this request's own reservation, given back: RELEASED. "3|":
-      -- the buyer was at their limit and the record names their last
-      -- reservation, another request's; given back since, it says nothing
-      -- of this request, which is decided afresh below and its record
-      -- rewritten (a red-team find: such a repeat was told UPSTREAM_FAILED
-      -- for a request the shop never saw, on every instance, for 5 min).
+      -- the buyer was at their limit and the record names the reservation
+      -- they were answered by, another request's; given back since, it
+      -- says nothing of this request, which is decided afresh below and
+      -- its record rewritten (a red-team find: such a repeat was told
+      -- UPSTREAM_FAILED for a request the shop never saw, on every
+      -- instance, for 5 min).
       if string.sub(seen, 1, 2) ~= '3|' then return {7, last} end
     else
       local oid = string.match(rec, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)') or ''
@@ -170,17 +189,22 @@ if rid then
 end
 
 if not heldRead then held = redis.call('HGET', KEYS[2], ARGV[1]) end
-local units = 0
+local units, toks = 0, {}
 if held then
-  local u, last = string.match(held, '^(%d+)|(.*)$')
-  units = tonumber(u)
+  units, toks = heldOf(held)
   if units + qty > tonumber(ARGV[3]) then
+    if rid and not tombChecked and redis.call('HEXISTS', KEYS[3], ARGV[4]) == 1 then return {14} end
+    local ans = lastAnswer(toks, units)
     if rid then
-      if not tombChecked and redis.call('HEXISTS', KEYS[3], ARGV[4]) == 1 then return {14} end
-      redis.call('SET', rid, '3|' .. last, 'PX', ARGV[12])
-      markRid()
+      -- The reservation answered with; with none named, a released one
+      -- (its repeat is decided afresh).
+      local named = ans[2] ~= '' and ans[2] or toks[1]
+      if named then
+        redis.call('SET', rid, '3|' .. named, 'PX', ARGV[12])
+        markRid()
+      end
     end
-    return lastAnswer(last, units)
+    return ans
   end
 end
 
@@ -209,7 +233,11 @@ end
 r = redis.call('HINCRBY', KEYS[1], 'r', -qty)
 redis.call('HINCRBY', KEYS[1], 'p', qty)
 if r == 0 then redis.call('SET', KEYS[5], '1', 'PXAT', ARGV[6]) end
-redis.call('HSET', KEYS[2], ARGV[1], (units + qty) .. '|' .. ARGV[4])
+-- The new reservation first, then those held before (at most one per
+-- unit, 32 in all: see KEYS[2]).
+local list = ARGV[4]
+for j = 1, math.min(#toks, units, 31) do list = list .. '|' .. toks[j] end
+redis.call('HSET', KEYS[2], ARGV[1], (units + qty) .. '|' .. list)
 if ARGV[7] == '1' then
   -- Queued, not sent: out of the pending index until a worker claims it,
   -- and out of the stream until the buyer's call, having heard this reply,

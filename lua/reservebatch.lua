@@ -27,8 +27,9 @@ local tomb = redis.call('HMGET', KEYS[3], unpack(toks))
 local r = redis.call('HGET', KEYS[1], 'r')
 if r then r = tonumber(r) end
 
--- state[user]: units held and last token id as decided so far in the batch;
--- fresh = the last reservation is this batch's (pending, not written yet).
+-- state[user]: units held and the held token ids, most recent first, as
+-- decided so far in the batch (reserve.lua KEYS[2]); fresh = the last
+-- reservation is this batch's (pending, not written yet).
 local state, order = {}, {}
 local replies, later = {}, {}
 local resFV, pendArgs, taken, newUsers = {}, {}, 0, 0
@@ -39,19 +40,20 @@ for i = 1, n do
   local user, qty, limit = users[i], tonumber(ARGV[4 * i + 1]), tonumber(ARGV[4 * i + 2])
   local st = state[user]
   if not st then
-    st = {units = 0, had = held[i] ~= false}
+    st = {units = 0, had = held[i] ~= false, toks = {}}
     if held[i] then
-      local u, last = string.match(held[i], '^(%d+)|(.*)$')
-      st.units, st.last = tonumber(u), last
+      local u, rest = string.match(held[i], '^(%d+)|(.*)$')
+      st.units = tonumber(u)
+      for t in string.gmatch(rest, '[^|]+') do st.toks[#st.toks + 1] = t end
     end
     state[user] = st
   end
-  if st.last and st.units + qty > limit then
+  if (st.had or st.fresh) and st.units + qty > limit then
     if st.fresh then
-      replies[i] = {3, st.last}
+      replies[i] = {3, st.toks[1]}
     else
       replies[i] = false -- lastAnswer, below: one HMGET for all of them
-      later[#later + 1] = {i, st.last, st.units}
+      later[#later + 1] = {i, st.toks, st.units}
     end
   elseif not r then
     replies[i] = {5}
@@ -68,7 +70,9 @@ for i = 1, n do
       if added then newUsers = newUsers + 1 end
       firsts[#firsts + 1] = added
     end
-    st.units, st.last, st.fresh = st.units + qty, toks[i], true
+    local list = {toks[i]} -- as reserve.lua: 32 in all
+    for j = 1, math.min(#st.toks, st.units, 31) do list[j + 1] = st.toks[j] end
+    st.units, st.toks, st.fresh = st.units + qty, list, true
     resFV[#resFV + 1] = toks[i]
     resFV[#resFV + 1] = 'p|' .. user .. '|' .. qty .. '|' .. now .. '||'
     pendArgs[#pendArgs + 1] = now
@@ -85,7 +89,7 @@ if taken > 0 then
   for _, user in ipairs(order) do
     local st = state[user]
     userFV[#userFV + 1] = user
-    userFV[#userFV + 1] = st.units .. '|' .. st.last
+    userFV[#userFV + 1] = st.units .. '|' .. table.concat(st.toks, '|')
   end
   redis.call('HSET', KEYS[2], unpack(userFV))
   redis.call('HSET', KEYS[3], unpack(resFV))
@@ -105,29 +109,46 @@ if taken > 0 then
   if redis.call('ZCARD', KEYS[4]) == added then redis.call('PEXPIREAT', KEYS[4], exp) end
 end
 
--- Buyers at their limit: their last reservation, as reserve.lua's lastAnswer.
+-- Buyers at their limit: as reserve.lua's lastAnswer, by the reservations
+-- they held when decided (this batch's own are never among them: a buyer
+-- whose last one is this batch's was answered above).
 if #later > 0 then
-  local lasts = {}
-  for j, l in ipairs(later) do lasts[j] = l[2] end
-  local recs = redis.call('HMGET', KEYS[3], unpack(lasts))
+  local all = {}
+  for _, l in ipairs(later) do
+    for _, t in ipairs(l[2]) do all[#all + 1] = t end
+  end
+  local recs = {}
+  if #all > 0 then recs = redis.call('HMGET', KEYS[3], unpack(all)) end
   local epoch
-  for j, l in ipairs(later) do
-    local rec = recs[j]
-    local st = rec and string.sub(rec, 1, 1)
-    if st == 'p' or st == 'q' then
-      replies[l[1]] = {3, l[2]}
-    elseif st == 'x' then
-      replies[l[1]] = {4, '', ''} -- as reserve.lua: never a released one
-    else
-      local oid = ''
-      if rec then oid = string.match(rec, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)') or '' end
-      if st == 'c' and memo then
-        epoch = epoch or redis.call('GET', KEYS[6]) or ''
-        replies[l[1]] = {4, l[2], oid, '', l[3], epoch}
+  local k = 0
+  for _, l in ipairs(later) do
+    local ans, found
+    for j, t in ipairs(l[2]) do
+      local rec = recs[k + j]
+      local st = rec and string.sub(rec, 1, 1)
+      if st == 'p' or st == 'q' then
+        ans = {3, t}
+        break
+      end
+      if st ~= 'x' and not found then found = j end
+    end
+    if not ans then
+      if not found then
+        ans = {4, '', ''} -- as reserve.lua: never a released one
       else
-        replies[l[1]] = {4, l[2], oid}
+        local rec = recs[k + found]
+        local oid = ''
+        if rec then oid = string.match(rec, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)') or '' end
+        if rec and string.sub(rec, 1, 1) == 'c' and memo then
+          epoch = epoch or redis.call('GET', KEYS[6]) or ''
+          ans = {4, l[2][found], oid, '', l[3], epoch}
+        else
+          ans = {4, l[2][found], oid}
+        end
       end
     end
+    replies[l[1]] = ans
+    k = k + #l[2]
   end
 end
 return replies

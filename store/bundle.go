@@ -86,7 +86,7 @@ type BundleRequest struct {
 // BundleResult is what Redis decided for a bundle.
 type BundleResult struct {
 	Code    lua.Code // OK, Empty (Short names the SKU), Pending, Purchased, NotReady
-	Token   Token    // the bundle's reservation (OK), or the buyer's last one
+	Token   Token    // the bundle's reservation (OK), or one the buyer holds (Pending, Purchased; zero: none known)
 	OrderID string   // Purchased
 	// Short is the SKU that had too few units (Empty).
 	Short string
@@ -205,9 +205,15 @@ func (s *Store) ReserveBundle(ctx context.Context, q BundleRequest) (BundleResul
 		case lua.Aborted:
 			return BundleResult{}, fmt.Errorf("%w: bundle %s was aborted", ErrUnavailable, tok)
 		case lua.Pending, lua.Purchased:
-			// The buyer's last reservation: a bundle or a single buy.
+			// A reservation the buyer holds (a bundle or a single buy):
+			// pending or queued for PENDING, else the most recent. A
+			// PURCHASED that knows of none held names none (a users hash
+			// value of an older build whose last was given back).
 			field, err := arr[1].ToString()
 			last, ok := tokenOfField(q.Activity, home, field)
+			if err == nil && field == "" && lua.Code(code) == lua.Purchased {
+				last, ok = Token{}, true
+			}
 			if err != nil || !ok {
 				return BundleResult{}, ErrInvalidResponse
 			}

@@ -21,7 +21,7 @@ import (
 // name reservations and moves by "<sku>:<id>" fields.
 type ShardKeys struct {
 	Stock   string // hash r, i, p, c, x of this SKU's units in the shard
-	Users   string // hash user -> "<units>|<last reservation field>"
+	Users   string // hash user -> "<units>|<last reservation field>|<older held>|..." (reserve.lua KEYS[2])
 	Res     string // hash "<sku>:<id>" -> reservation record
 	Pending string // zset "<sku>:<id>" -> created ms
 	Log     string // stream of reservations (queue mode)

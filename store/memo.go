@@ -10,20 +10,25 @@ import (
 	"github.com/seckill-proxy/seckill-proxy/lua"
 )
 
-// buyerMemo remembers buyers Redis answered "at your limit, your last
-// reservation is confirmed" (the repeat clicks of every winner, the most
-// common request of a sale that still has stock), so their next repeats
-// are answered from this instance's memory instead of a script call.
+// buyerMemo remembers buyers Redis answered "at your limit, none of your
+// reservations is pending, this one is confirmed" (the repeat clicks of
+// every winner, the most common request of a sale that still has stock),
+// so their next repeats are answered from this instance's memory instead
+// of a script call.
 //
-// Such a buyer stays at their limit until one of their reservations is
-// released (release.lua, abort.lua) or the stock is preheated anew; both
-// change the home shard's epoch key (ShardKeys.Epoch). The script hands
-// out the epoch with the answer, atomically; a remembered answer is used
-// only while the epoch read through client-side caching (local memory,
-// invalidated by Redis) is still the same. So a memory answer is at most
-// as old as Redis's invalidation message, the same staleness as every
-// client-side cached read. Without client-side caching nothing is
-// remembered. An evicted or dropped entry only costs a script call.
+// Such a buyer stays at their limit, with none pending (a confirmed
+// reservation stays confirmed), until one of their reservations is
+// released (release.lua, abort.lua, bundlerelease.lua: giveBack, which
+// also names another held one in the users hash) or the stock is
+// preheated anew; both change the home shard's epoch key
+// (ShardKeys.Epoch), so a remembered token is never one released since
+// the answer. The script hands out the epoch with the answer, atomically;
+// a remembered answer is used only while the epoch read through
+// client-side caching (local memory, invalidated by Redis) is still the
+// same. So a memory answer is at most as old as Redis's invalidation
+// message, the same staleness as every client-side cached read. Without
+// client-side caching nothing is remembered. An evicted or dropped entry
+// only costs a script call.
 type buyerMemo struct {
 	c    *ristretto.Cache[uint64, memoEntry]
 	seed maphash.Seed

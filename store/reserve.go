@@ -52,7 +52,7 @@ const RequestIDTTL = 5 * time.Minute
 // ReserveResult is what Redis decided.
 type ReserveResult struct {
 	Code    lua.Code // OK, Empty (sold out), Pending, Purchased, NotReady, Released (repeated request id), Backlog
-	Token   Token    // the new reservation (OK) or the buyer's last one (Pending, Purchased)
+	Token   Token    // the new reservation (OK), or one the buyer holds (Pending, Purchased; zero: none known); Released: the request id's own
 	OrderID string   // Purchased: the shop's order id where known
 	// Replay is the shop's answer to the first copy of a repeated request
 	// id, kept by ConfirmReplay (Purchased only; nil when none was kept).
@@ -243,9 +243,11 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 				}
 				return ReserveResult{Code: lua.OK, Token: tok, Moves: res.Moves}, nil
 			case lua.Pending, lua.Purchased, lua.Released:
-				// The buyer's last reservation: of any SKU of the activity.
-				// A PURCHASED whose last reservation was given back names
-				// none (the buyer holds another, limit >= 2).
+				// A reservation the buyer holds, of any SKU of the activity
+				// (reserve.lua's lastAnswer: the most recent pending or
+				// queued one for PENDING, else the most recent). A
+				// PURCHASED that knows of none held names none (a users
+				// hash value of an older build whose last was given back).
 				last, ok := tokenOfField(q.Activity, home, r.token)
 				if r.token == "" && r.code == int64(lua.Purchased) {
 					last, ok = Token{}, true

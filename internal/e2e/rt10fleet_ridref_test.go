@@ -165,8 +165,9 @@ func TestRT10FleetRetryIDAfterReconcilerRelease(t *testing.T) {
 // second. Asking for 2 more is rightly 409 ALREADY_PURCHASED (one unit
 // held), but the token the answer names (SPEC §4: "body has token and
 // order_id") is the refunded reservation's, not the one the buyer holds:
-// the users hash keeps naming the last reservation after a release
-// (lua/giveback.lua) and reserve.lua's lastAnswer answers with it.
+// the users hash kept naming the last reservation after a release
+// (lua/giveback.lua) and reserve.lua's lastAnswer answered with it. It
+// lists the held ones now: the answer names the first unit's.
 func TestRT10FleetAlreadyPurchasedNamesAReleasedToken(t *testing.T) {
 	k := jwttest.RSA(t, "k1")
 	srv := jwttest.NewServer(t, k)
@@ -202,6 +203,10 @@ func TestRT10FleetAlreadyPurchasedNamesAReleasedToken(t *testing.T) {
 	if named == t2.Token() || g.Str("state") == "released" {
 		t.Errorf("ALREADY_PURCHASED names the refunded reservation %s (state %q), not the one the buyer holds (%s)", named, g.Str("state"), t1.Token())
 	}
+	// The users hash lists the held ones: the answer names the one held.
+	if named != t1.Token() || r.Str("order_id") == "" {
+		t.Errorf("ALREADY_PURCHASED names %q (order id %q), want the held one %s with its order id", named, r.Str("order_id"), t1.Token())
+	}
 }
 
 // TestRT10FleetInFlightBuyerToldAlreadyPurchased: limit 2. The buyer's
@@ -209,15 +214,12 @@ func TestRT10FleetAlreadyPurchasedNamesAReleasedToken(t *testing.T) {
 // is refused by the shop (409: UPSTREAM_FAILED, released). Asking for 2
 // more units now must be 202 PENDING (SPEC §4: "same user asks again
 // while their reservation is still in flight") — observed 409
-// ALREADY_PURCHASED: reserve.lua's lastAnswer judges by the last
-// reservation named in the users hash, which is the released one.
-//
-// A known limit, not fixed (README "Failure behaviour and limits"): the
-// users hash names only a buyer's last reservation, so after that one is
-// given back the state of the others is not known to the script. It needs
-// the held reservations listed per buyer; until then this is skipped.
+// ALREADY_PURCHASED: reserve.lua's lastAnswer judged by the last
+// reservation named in the users hash, which is the released one. The
+// users hash now lists the reservations a buyer holds (giveback.lua takes
+// a released one off), and lastAnswer answers PENDING while one of them
+// is pending or queued.
 func TestRT10FleetInFlightBuyerToldAlreadyPurchased(t *testing.T) {
-	t.Skip("known limit (README, Failure behaviour and limits): limit >= 2, the last reservation released, another in flight: 409 ALREADY_PURCHASED, not 202 PENDING")
 	const act = "rt10p"
 	env := rt10fleetStart(t, false, 2, func(o *e2e.Options) {
 		o.Activities = []e2e.Activity{{ID: act, Stock: 10, Shards: 2, PerUserLimit: 2, MaxQty: 2, QtyFrom: "query:qty", NoVerify: true}}
