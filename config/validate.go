@@ -37,6 +37,23 @@ func MinPendingTimeout(u Upstream) time.Duration {
 	return 2*u.Timeout + slotWait(u) + PendingMargin
 }
 
+// LateToSend reports whether a reservation stamped at stamp (its reserve,
+// or a queue worker's claim) is too old at now to be sent to the shop. The
+// reconciler may settle a reservation pending_timeout after its stamp; a
+// shop behind a balancer may work on a request up to two upstream timeouts
+// after it was sent, and the confirm or release that follows needs time
+// too. MinPendingTimeout leaves PendingMargin for that; a send may use half
+// of it (the reserve's own round trip, a durability wait), so the confirm
+// keeps the other half. Past that, sent, the shop could take the order
+// after the reconciler released the unit and sold it again (red-team
+// findings, docs/decisions.md §34, §35).
+func LateToSend(stamp, now time.Time, pending, upstream time.Duration) bool {
+	if stamp.IsZero() || pending <= 0 {
+		return false
+	}
+	return now.Sub(stamp) > pending-2*upstream-PendingMargin/2
+}
+
 // slotWait is the longest a winner may wait for room at the shop before it
 // is sent (0 without an in-flight limit, or with overflow: busy).
 func slotWait(u Upstream) time.Duration {

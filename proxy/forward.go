@@ -276,21 +276,10 @@ func (s *Server) forwardWinner(ctx *fasthttp.RequestCtx, st *state, r *admission
 }
 
 // lateToSend reports whether a winner reserved at stamp is too old at now
-// to be sent. The reconciler may settle a reservation pending_timeout after
-// its stamp; a shop behind a balancer may work on a request up to two
-// upstream timeouts after it was sent, and the confirm or release that
-// follows needs time too. config.MinPendingTimeout leaves PendingMargin for
-// that; a send may use half of it (the reserve's own round trip, a
-// durability wait), so the confirm keeps the other half. Past that the
-// reserve or a replica stalled (a late but in-time reply after DEBUG SLEEP,
-// durable_winners on_timeout: forward): sent, the shop could take the
-// order after the reconciler released the unit and sold it again
-// (red-team finding, docs/decisions.md §34).
+// to be sent (config.LateToSend): the reserve or a replica stalled (a late
+// but in-time reply after DEBUG SLEEP, durable_winners on_timeout: forward).
 func lateToSend(stamp, now time.Time, pending, upstream time.Duration) bool {
-	if stamp.IsZero() || pending <= 0 {
-		return false
-	}
-	return now.Sub(stamp) > pending-2*upstream-config.PendingMargin/2
+	return config.LateToSend(stamp, now, pending, upstream)
 }
 
 // keepReplay copies the shop's answer to a winner for exact replays, or
