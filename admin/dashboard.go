@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"sort"
+	"sync"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -20,6 +21,81 @@ type Dashboard struct {
 	Store   *store.Store
 	Metrics *metrics.Metrics
 	Config  func() *config.Config
+
+	status dashStatus
+}
+
+// dashStatus is the activities' Redis status the dashboard shows, shared
+// by every poll: read at most once per dashMaxAge, one read in flight, so
+// open pages and a curl loop on /dashboard.json (no token) cost Redis what
+// /metrics' collector does (decisions §19), not one status per poll.
+type dashStatus struct {
+	mu      sync.Mutex
+	snap    *dashSnap
+	running chan struct{} // closed when the read in flight ends; nil if none
+}
+
+// dashSnap is one read: the config it read (the dashboard lists its
+// activities, so a reload shows within dashMaxAge) and, per activity in
+// its order, the status or the error (errors are kept as long).
+type dashSnap struct {
+	cfg  *config.Config
+	at   time.Time // when the read began (ended, if a status failed)
+	st   []store.ActivityStatus
+	errs []error
+}
+
+const (
+	dashMaxAge      = time.Second
+	dashReadTimeout = 2 * time.Second
+)
+
+// snapshot returns a read begun less than dashMaxAge ago, starting one
+// (or waiting for the one in flight) when there is none; nil if the
+// caller went away meanwhile.
+func (d *Dashboard) snapshot(ctx context.Context) *dashSnap {
+	c := &d.status
+	c.mu.Lock()
+	if c.snap != nil && time.Since(c.snap.at) < dashMaxAge {
+		snap := c.snap
+		c.mu.Unlock()
+		return snap
+	}
+	if c.running == nil {
+		c.running = make(chan struct{})
+		go d.read(c.running)
+	}
+	running := c.running
+	c.mu.Unlock()
+	select {
+	case <-running: // bounded by dashReadTimeout
+	case <-ctx.Done():
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.snap
+}
+
+// read reads every activity's status into d.status and closes done.
+func (d *Dashboard) read(done chan struct{}) {
+	snap := &dashSnap{cfg: d.Config(), at: time.Now()}
+	ctx, cancel := context.WithTimeout(context.Background(), dashReadTimeout)
+	defer cancel()
+	for i := range snap.cfg.Activities {
+		st, err := d.Store.Status(ctx, &snap.cfg.Activities[i])
+		snap.st, snap.errs = append(snap.st, st), append(snap.errs, err)
+		if err != nil {
+			// An error is kept from when it was known: a read that waited
+			// out the timeout is not stale at once, or with Redis stalled
+			// every poll would start another.
+			snap.at = time.Now()
+		}
+	}
+	d.status.mu.Lock()
+	d.status.snap, d.status.running = snap, nil
+	d.status.mu.Unlock()
+	close(done)
 }
 
 // Register adds the dashboard's routes to s.
@@ -74,8 +150,10 @@ func addHist(into *dashHist, h *dto.Histogram) *dashHist {
 }
 
 func (d *Dashboard) data(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
+	snap := d.snapshot(r.Context())
+	if snap == nil {
+		return // the poller went away
+	}
 	mfs, _ := d.Metrics.Registry.Gather()
 	codes := map[string]map[string]int64{}
 	hists := map[string]*dto.Histogram{}
@@ -113,11 +191,10 @@ func (d *Dashboard) data(w http.ResponseWriter, r *http.Request) {
 	}
 	out.ServerTimeMs = now.UnixMilli()
 	out.Shop = shop
-	cfg := d.Config()
-	for i := range cfg.Activities {
-		a := &cfg.Activities[i]
+	for i := range snap.cfg.Activities {
+		a := &snap.cfg.Activities[i]
 		da := dashActivity{ID: a.ID, Codes: codes[a.ID], P99Ms: quantileMs(hists[a.ID], 0.99), Buy: addHist(nil, hists[a.ID])}
-		st, err := d.Store.Status(ctx, a)
+		st, err := snap.st[i], snap.errs[i]
 		if err != nil {
 			da.Error = err.Error()
 		}

@@ -70,20 +70,38 @@ func jsonError(ctx *fasthttp.RequestCtx, status int, msg string) {
 	writeJSON(ctx, status, append(b, '}'))
 }
 
-// displayCache keeps each activity's public state for displayTTL, so a
-// page refreshed by a million buyers costs Redis one status read per
-// instance per TTL.
+// displayCache keeps each activity's public state, so a page refreshed by
+// a million buyers costs Redis at most one status read in flight per
+// instance, and one per displayTTL while it is asked for:
+//
+//   - fresher than displayTTL, the body is served as is;
+//   - older, the first request to see it starts one read (in its own
+//     goroutine, displayReadTimeout at most); while it runs, every request
+//     is served the old body if it is younger than displayMaxStale (the
+//     SPEC: remaining "may lag by < 1 s"), else waits for that same read;
+//   - a read that failed is kept for displayErrTTL: requests meanwhile are
+//     answered 503 STORE_UNAVAILABLE at once (or the old body, if young
+//     enough), and after it one request waits on a new read while the
+//     others are answered at once, so a Redis outage costs no buyer the
+//     read timeout but that one.
 type displayCache struct {
 	mu sync.Mutex
-	m  map[string]displayEntry
+	m  map[string]*displayEntry
 }
 
 type displayEntry struct {
-	at   time.Time
-	body []byte
+	read    time.Time     // when the read behind body began: its figures are no older
+	body    []byte        // nil until a read succeeded
+	failed  time.Time     // when the last read failed; zero if it succeeded
+	running chan struct{} // closed when the read in flight ends; nil if none
 }
 
-const displayTTL = 500 * time.Millisecond
+const (
+	displayTTL         = 500 * time.Millisecond
+	displayMaxStale    = 900 * time.Millisecond
+	displayErrTTL      = 500 * time.Millisecond
+	displayReadTimeout = 2 * time.Second
+)
 
 func (s *Server) activity(ctx *fasthttp.RequestCtx, st *state, id string) {
 	a := st.cfg.Activity(id)
@@ -92,29 +110,75 @@ func (s *Server) activity(ctx *fasthttp.RequestCtx, st *state, id string) {
 		return
 	}
 	now := time.Now()
-	s.display.mu.Lock()
-	e, ok := s.display.m[id]
-	s.display.mu.Unlock()
-	if ok && now.Sub(e.at) < displayTTL {
-		writeJSON(ctx, 200, e.body)
+	d := &s.display
+	d.mu.Lock()
+	if d.m == nil {
+		d.m = map[string]*displayEntry{}
+	}
+	e := d.m[id]
+	if e == nil {
+		e = &displayEntry{}
+		d.m[id] = e
+	}
+	age := now.Sub(e.read)
+	if e.body != nil && age < displayTTL {
+		body := e.body
+		d.mu.Unlock()
+		writeJSON(ctx, 200, body)
 		return
 	}
-	body, err := s.renderActivity(a, now)
-	if err != nil {
-		jsonError(ctx, fasthttp.StatusServiceUnavailable, "state unavailable")
+	failing := !e.failed.IsZero()
+	started := false
+	if e.running == nil && (!failing || now.Sub(e.failed) >= displayErrTTL) {
+		e.running = make(chan struct{})
+		started = true
+		go s.refreshDisplay(e, a, e.running)
+	}
+	running, body := e.running, e.body
+	d.mu.Unlock()
+	switch {
+	case body != nil && age < displayMaxStale:
+		writeJSON(ctx, 200, body) // the read in flight refreshes it
+		return
+	case failing && !started:
+		s.storeUnavailable(ctx, st, a)
 		return
 	}
-	s.display.mu.Lock()
-	if s.display.m == nil {
-		s.display.m = map[string]displayEntry{}
+	<-running // bounded by displayReadTimeout
+	d.mu.Lock()
+	body, failed := e.body, !e.failed.IsZero()
+	d.mu.Unlock()
+	if failed || body == nil {
+		s.storeUnavailable(ctx, st, a)
+		return
 	}
-	s.display.m[id] = displayEntry{at: now, body: body}
-	s.display.mu.Unlock()
 	writeJSON(ctx, 200, body)
 }
 
+// storeUnavailable answers a public read that Redis could not serve: the
+// SPEC's 503 STORE_UNAVAILABLE (not counted as a buy's answer).
+func (s *Server) storeUnavailable(ctx *fasthttp.RequestCtx, st *state, a *config.Activity) {
+	s.answer(ctx, st, nil, &answer{code: admission.StoreUnavailable, activity: a.ID, retryAfter: time.Second})
+}
+
+// refreshDisplay reads a's state into e and closes done. It is the only
+// read of e in flight (activity starts it under the cache's lock).
+func (s *Server) refreshDisplay(e *displayEntry, a *config.Activity, done chan struct{}) {
+	start := time.Now()
+	body, err := s.renderActivity(a, start)
+	s.display.mu.Lock()
+	if err == nil {
+		e.read, e.body, e.failed = start, body, time.Time{}
+	} else {
+		e.failed = time.Now() // the old body stays, served while young enough
+	}
+	e.running = nil
+	s.display.mu.Unlock()
+	close(done)
+}
+
 func (s *Server) renderActivity(a *config.Activity, now time.Time) ([]byte, error) {
-	cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	cctx, cancel := context.WithTimeout(context.Background(), displayReadTimeout)
 	defer cancel()
 	stt, err := s.book.Status(cctx, a)
 	if err != nil {
