@@ -2,7 +2,7 @@ package proxy
 
 import (
 	"bytes"
-	"iter"
+	"strings"
 
 	"github.com/valyala/fasthttp"
 )
@@ -32,44 +32,47 @@ func formBody(ctx *fasthttp.RequestCtx) []byte {
 	return ctx.Request.Body()
 }
 
-// rawArgs yields the raw key and value of each '&'-separated field of an
-// urlencoded string, as fasthttp's Args splits them (the first '=' ends
-// the key).
-func rawArgs(raw []byte) iter.Seq2[[]byte, []byte] { return splitArgs(raw, "&") }
-
-// splitArgs is rawArgs with the field separators seps.
-func splitArgs(raw []byte, seps string) iter.Seq2[[]byte, []byte] {
-	return func(yield func(k, v []byte) bool) {
-		for len(raw) > 0 {
-			var kv []byte
-			if i := bytes.IndexAny(raw, seps); i >= 0 {
-				kv, raw = raw[:i], raw[i+1:]
-			} else {
-				kv, raw = raw, nil
-			}
-			k, v, _ := bytes.Cut(kv, []byte("="))
-			if !yield(k, v) {
-				return
-			}
-		}
+// nextArg splits the first field off an urlencoded raw, fields separated
+// by any byte of seps ("&" as fasthttp's Args splits them): its raw key
+// and value (the first '=' ends the key) and the rest. A loop, not an
+// iterator: the iterator's closure cost an allocation per scan.
+func nextArg(raw []byte, seps string) (k, v, rest []byte) {
+	var kv []byte
+	if i := bytes.IndexAny(raw, seps); i >= 0 {
+		kv, rest = raw[:i], raw[i+1:]
+	} else {
+		kv = raw
 	}
+	k, v, _ = bytes.Cut(kv, []byte("="))
+	return k, v, rest
 }
 
 // rawArgOnce returns name's decoded value in the urlencoded raw, nil when
 // absent (or present without a value), or errTwice when a shop could read
-// another copy (argCopies).
+// another copy (argCopies), in any letter case: ASP.NET binds "QTY" or
+// "Qty" to qty, the first of any case winning, so "?sku=a&QTY=3" is 3
+// units there and "?SKU=b&sku=a" SKU b (a red-team find, twelfth round).
+// A name only in another case ("?QTY=3" for qty) is refused too, as
+// jsonptr.FoldedOnly refuses {"QTY":3}: the proxy would take qty 1.
+//
+// The value aliases raw when it has nothing to decode, else it is a copy.
 func rawArgOnce(raw []byte, name string) ([]byte, error) {
 	var val []byte
 	n := 0
 	var scratch [64]byte
-	for k, v := range rawArgs(raw) {
+	for rest := raw; len(rest) > 0; {
+		var k, v []byte
+		k, v, rest = nextArg(rest, "&")
 		if argKeyIs(k, name, false, scratch[:0]) {
 			n++
-			val = fasthttp.AppendUnquotedArg(val[:0], v)
+			val = v
 		}
 	}
-	if n > 1 || argCopies(raw, name, false) > n {
+	if n > 1 || argCopies(raw, name, true) > n {
 		return nil, errTwice{}
+	}
+	if bytes.IndexByte(val, '%') >= 0 || bytes.IndexByte(val, '+') >= 0 {
+		val = fasthttp.AppendUnquotedArg(nil, val)
 	}
 	if len(val) == 0 {
 		return nil, nil
@@ -90,33 +93,54 @@ func rawArgHas(raw []byte, name string, fold bool) bool {
 // "sku=a&x=1;sku=b" is sku b there), and names compared as PHP reads them
 // too (leading spaces dropped, '.' and ' ' and an unclosed '[' read as
 // '_', "name[…]" an array named name: "sku.id", "+sku" or "sku[]" are
-// sku_id, sku and sku to $_GET).
+// sku_id, sku and sku to $_GET, and PHP ends a name at its first NUL:
+// "sku%00x" is sku). With fold, names are compared in any letter case as
+// well (Unicode simple folding, a superset of ASP.NET's OrdinalIgnoreCase:
+// "ſku" is SKU there).
 func argCopies(raw []byte, name string, fold bool) int {
 	var scratch, pk, pn [64]byte
 	phpName := phpArgName(pn[:0], []byte(name))
 	n := 0
-	for k := range splitArgs(raw, "&;") {
+	for rest := raw; len(rest) > 0; {
+		var k []byte
+		k, _, rest = nextArg(rest, "&;")
 		if len(k) == 0 {
 			continue
 		}
-		if argKeyIs(k, name, fold, scratch[:0]) {
+		if argKeyIs(k, name, false, scratch[:0]) {
 			n++
 			continue
 		}
-		d := fasthttp.AppendUnquotedArg(scratch[:0], k)
-		p := phpArgName(pk[:0], d)
-		if len(p) == len(phpName) && (string(p) == string(phpName) || fold && bytes.EqualFold(p, phpName)) {
+		if argNameCopy(fasthttp.AppendUnquotedArg(scratch[:0], k), name, phpName, fold, pk[:0]) {
 			n++
 		}
 	}
 	return n
 }
 
+// argNameCopy reports whether some shop reads the decoded field (or
+// cookie) name d as name, whose PHP name is phpName: as PHP names it, or,
+// with fold, in another letter case. scratch is for d's PHP name.
+func argNameCopy(d []byte, name string, phpName []byte, fold bool, scratch []byte) bool {
+	if string(d) == name {
+		return true
+	}
+	p := phpArgName(scratch, d)
+	if string(p) == string(phpName) {
+		return true
+	}
+	return fold && (strings.EqualFold(bytesString(d), name) || bytes.EqualFold(p, phpName))
+}
+
 // phpArgName appends to dst the name PHP gives the decoded field name k
-// (main/php_variables.c): leading spaces dropped, '.' and ' ' become '_',
-// the name ends at a '[' that a ']' closes later (an array), and an
-// unclosed '[' becomes '_'.
+// (main/php_variables.c): the name ends at its first NUL (a C string:
+// php_register_variable_ex takes strlen), leading spaces dropped, '.' and
+// ' ' become '_', the name ends at a '[' that a ']' closes later (an
+// array), and an unclosed '[' becomes '_'.
 func phpArgName(dst, k []byte) []byte {
+	if i := bytes.IndexByte(k, 0); i >= 0 {
+		k = k[:i]
+	}
 	k = bytes.TrimLeft(k, " ")
 	for i := 0; i < len(k); i++ {
 		switch c := k[i]; c {
@@ -138,7 +162,8 @@ func phpArgName(dst, k []byte) []byte {
 var multipartForm = []byte("multipart/form-data")
 
 // multipartHas reports whether the request's body is a multipart form with
-// a part a shop could read as name (exactly, or as PHP names it). The
+// a part a shop could read as name (exactly, as PHP names it, or in
+// another letter case). The
 // proxy does not read multipart forms: a buy deciding on name must not
 // carry one (PHP's $_REQUEST, Rails and Laravel read the body's copy
 // before the query's: a red-team find).
@@ -164,7 +189,7 @@ func multipartHas(ctx *fasthttp.RequestCtx, name string) bool {
 		} else if j := bytes.IndexAny(v, ";\r\n"); j >= 0 {
 			v = v[:j]
 		}
-		if string(v) == name || string(phpArgName(pk[:0], v)) == string(phpName) {
+		if argNameCopy(v, name, phpName, true, pk[:0]) {
 			return true
 		}
 	}

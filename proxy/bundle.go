@@ -71,7 +71,13 @@ func parseItems(ctx *fasthttp.RequestCtx, body *jsonBody, a *config.Activity, re
 	if err != nil {
 		return admission.BadRequest
 	}
-	for _, tok := range jsonptr.Split(strings.TrimPrefix(a.BundleRoute.ItemsFrom, "json:")) {
+	toks := jsonptr.Split(strings.TrimPrefix(a.BundleRoute.ItemsFrom, "json:"))
+	if len(toks) > 0 && rawArgHas(queryString(ctx), toks[0], true) {
+		// Rails' params merges the query over the JSON body:
+		// "?items[0][sku]=x" would replace the items judged here.
+		return admission.BadRequest
+	}
+	for _, tok := range toks {
 		m, ok := v.(map[string]any)
 		if !ok {
 			return admission.BadRequest

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"iter"
 	"net/netip"
 	"strings"
 	"unicode/utf8"
@@ -99,14 +98,23 @@ func (e *extractor) get(ctx *fasthttp.RequestCtx, pathSKU []byte, body *jsonBody
 	case "query":
 		// The same name in a form body too: PHP's $_REQUEST and Go's
 		// FormValue read the body's copy first, so the shop could sell
-		// another SKU than the one admitted.
-		if rawArgHas(formBody(ctx), e.name, false) || multipartHas(ctx, e.name) {
+		// another SKU than the one admitted. Laravel's input() reads a
+		// JSON body's key over the query's just the same.
+		if rawArgHas(formBody(ctx), e.name, true) || multipartHas(ctx, e.name) {
 			return nil, errTwice{}
+		}
+		if err := jsonBodyHas(ctx, body, e.name); err != nil {
+			return nil, err
 		}
 		return rawArgOnce(queryString(ctx), e.name)
 	case "form":
-		if rawArgHas(queryString(ctx), e.name, false) || multipartHas(ctx, e.name) {
+		if rawArgHas(queryString(ctx), e.name, true) || multipartHas(ctx, e.name) {
 			return nil, errTwice{}
+		}
+		// A JSON body is no form to the proxy (no field: qty 1), but
+		// Laravel and Rails read its keys as the request's input.
+		if err := jsonBodyHas(ctx, body, e.name); err != nil {
+			return nil, err
 		}
 		return rawArgOnce(formBody(ctx), e.name)
 	case "path":
@@ -116,11 +124,22 @@ func (e *extractor) get(ctx *fasthttp.RequestCtx, pathSKU []byte, body *jsonBody
 		if err != nil {
 			return nil, err
 		}
+		if len(e.ptr) > 0 && rawArgHas(queryString(ctx), e.ptr[0], true) {
+			// Rails' params is the JSON body merged with the query,
+			// the query's field (or its "order[sku]" hash) winning.
+			return nil, errTwice{}
+		}
 		if s, ok := jsonptr.Lookup(v, e.ptr); ok {
 			return []byte(s), nil
 		}
 		if jsonptr.FoldedOnly(v, e.ptr) {
 			return nil, errTwice{} // another spelling a shop may read
+		}
+		if jsonptr.Present(v, e.ptr) {
+			// An array, object, boolean or null: no value the proxy
+			// can judge, and not absent either (a Node shop's
+			// Number(body.qty) reads [3] as 3). Malformed.
+			return nil, errBody{}
 		}
 		return nil, nil
 	}
@@ -150,25 +169,98 @@ func headerOnce(h *fasthttp.RequestHeader, name string) ([]byte, error) {
 }
 
 // cookieOnce returns the value of the cookie name (over every Cookie line),
-// nil when absent, or errTwice when it is sent more than once.
+// nil when absent, or errTwice when it is sent more than once, counting
+// every cookie a shop could read as name (a red-team find, twelfth round):
+// PHP files cookies under the names it gives query fields (phpArgName:
+// "sess.id", "sess id", "sess_id[x]" are $_COOKIE['sess_id'], the FIRST
+// of a name kept; before 7.4.11 it url-decoded cookie names too), and
+// ASP.NET Core's cookie collection ignores letter case. A cookie without
+// '=' is a name to PHP (fasthttp gives it as a value with no name). As
+// with query fields, such a spelling alone, without the exact name, is
+// refused too: the proxy would read no cookie where the shop reads one.
 func cookieOnce(h *fasthttp.RequestHeader, name string) ([]byte, error) {
-	return onlyOne(h.Cookies(), name)
-}
-
-// onlyOne returns the value of name in kvs, nil when absent, or errTwice.
-func onlyOne(kvs iter.Seq2[[]byte, []byte], name string) ([]byte, error) {
 	var v []byte
-	n := 0
-	for k, val := range kvs {
+	n, other := 0, 0
+	var pn, pk, scratch [64]byte
+	phpName := phpArgName(pn[:0], []byte(name))
+	for k, val := range h.Cookies() {
 		if string(k) == name {
 			v = val
 			n++
+			continue
+		}
+		if len(k) == 0 {
+			k = val
+		}
+		if argNameCopy(k, name, phpName, true, pk[:0]) {
+			other++
+		} else if bytes.IndexByte(k, '%') >= 0 || bytes.IndexByte(k, '+') >= 0 {
+			if argNameCopy(fasthttp.AppendUnquotedArg(scratch[:0], k), name, phpName, true, pk[:0]) {
+				other++
+			}
 		}
 	}
-	if n > 1 {
+	if n > 1 || other > 0 {
 		return nil, errTwice{}
 	}
 	return v, nil
+}
+
+// jsonBodyHas returns errTwice when the request's body is declared JSON
+// and has a top-level key name (in any letter case), for a query: or form:
+// field: Laravel's $request->input() and Rails' params merge a JSON
+// body's keys with the query's and the form's (a red-team find, twelfth
+// round). A body declared JSON that is not strict JSON is errBody: which
+// keys a lenient parser finds in it is anyone's guess. No cost to a buy
+// without a JSON body.
+func jsonBodyHas(ctx *fasthttp.RequestCtx, body *jsonBody, name string) error {
+	if !jsonContentType(ctx.Request.Header.ContentType()) || len(bytes.TrimSpace(ctx.Request.Body())) == 0 {
+		return nil
+	}
+	v, err := body.get(ctx)
+	if err != nil {
+		return err
+	}
+	if jsonptr.HasKey(v, name) {
+		return errTwice{}
+	}
+	return nil
+}
+
+// jsonContentType reports whether a Content-Type names JSON as some shop
+// framework reads it: "json" anywhere in it, any case (Laravel's isJson
+// looks for "/json" or "+json"; Rails and Express know several types).
+func jsonContentType(ct []byte) bool {
+	for i := 0; i+4 <= len(ct); i++ {
+		if ct[i]|0x20 == 'j' && ct[i+1]|0x20 == 's' && ct[i+2]|0x20 == 'o' && ct[i+3]|0x20 == 'n' {
+			return true
+		}
+	}
+	return false
+}
+
+// encodedBody reports whether a request declares its body encoded: a
+// Content-Encoding other than identity. The proxy reads a buy's fields,
+// and looks for their second copies, in the bytes as sent; Express'
+// body-parser, ASP.NET Core's request decompression and Apache's
+// mod_deflate input filter inflate gzip or deflate first, and would read
+// a qty the proxy never saw (a red-team find, twelfth round). A buy so
+// sent is refused (BAD_REQUEST), not decoded.
+func encodedBody(h *fasthttp.RequestHeader) bool {
+	for _, line := range h.PeekAll(fasthttp.HeaderContentEncoding) {
+		for len(line) > 0 {
+			var tok []byte
+			if i := bytes.IndexByte(line, ','); i >= 0 {
+				tok, line = line[:i], line[i+1:]
+			} else {
+				tok, line = line, nil
+			}
+			if tok = bytes.TrimSpace(tok); len(tok) > 0 && !bytes.EqualFold(tok, []byte("identity")) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // jsonBody decodes the request body once, on first use.

@@ -129,7 +129,6 @@ func TestExtractors(t *testing.T) {
 		{"json array", newFromExtractor("json:/list/0"), "z"},
 		{"json array number", newFromExtractor("json:/list/1"), "3"},
 		{"json out of range", newFromExtractor("json:/list/2"), ""},
-		{"json object is absent", newFromExtractor("json:/item"), ""},
 		{"json missing", newFromExtractor("json:/nope"), ""},
 		{"missing header", newSourceExtractor(config.Source{Header: "X-None"}), ""},
 	}
@@ -146,6 +145,12 @@ func TestExtractors(t *testing.T) {
 	form := newCtx("POST /f HTTP/1.1\r\nHost: h\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 14\r\n\r\nsku=f1&qty=3&x")
 	if got, _ := (&extractor{kind: "form", name: "sku"}).get(form, nil, &jsonBody{}); string(got) != "f1" {
 		t.Errorf("form sku = %q", got)
+	}
+	// A field that is there but no string or number is malformed, not
+	// absent ({"qty":[3]} is 3 to JavaScript's Number).
+	ox := newFromExtractor("json:/item")
+	if _, err := ox.get(ctx, nil, &body); err == nil {
+		t.Error("json object as a value: no error")
 	}
 	bad := newCtx("POST /j HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n{\"a\":")
 	jx := newFromExtractor("json:/a")

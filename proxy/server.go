@@ -452,7 +452,7 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, 
 // first sight over the address's per_ip budget), how long to wait.
 func (s *Server) parseWait(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, m match) (admission.Request, admission.Code, time.Duration) {
 	var body jsonBody
-	if !bufferBuyBody(&ctx.Request) {
+	if !bufferBuyBody(&ctx.Request) || encodedBody(&ctx.Request.Header) {
 		return admission.Request{}, admission.BadRequest, 0
 	}
 	// 1. Who is buying: a verified token's claim, a session's user (looked

@@ -52,6 +52,52 @@ func Lookup(v any, tokens []string) (string, bool) {
 	return "", false
 }
 
+// Present reports whether tokens resolve to a value in v, whatever it is
+// (null, an object or an array included): Lookup's "", false is then a
+// value a buy cannot use, not an absent one ({"qty":[3]} is 3 to
+// JavaScript's Number, {"qty":true} is 1 and null 0).
+func Present(v any, tokens []string) bool {
+	for _, tok := range tokens {
+		switch x := v.(type) {
+		case map[string]any:
+			w, ok := x[tok]
+			if !ok {
+				return false
+			}
+			v = w
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(x) {
+				return false
+			}
+			v = x[i]
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// HasKey reports whether v is an object with the key k, in any letter
+// case (as foldKey folds): a body's top-level key, which Laravel's
+// $request->input() and Rails' params merge with the query's fields.
+func HasKey(v any, k string) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	if _, ok := m[k]; ok {
+		return true
+	}
+	f := foldKey(k)
+	for mk := range m {
+		if foldKey(mk) == f {
+			return true
+		}
+	}
+	return false
+}
+
 // FoldedOnly reports whether the path, absent from v as spelled, is there
 // with a key in another letter case at some step ({"QTY": 3} for /qty):
 // encoding/json matches keys to fields in any case and would read it, PHP's
