@@ -158,7 +158,19 @@ func (errTwice) Error() string { return "field sent more than once" }
 
 // headerOnce returns the value of the header name, nil when absent, or
 // errTwice when it has more than one line.
+//
+// A field spelled with '_' for '-' (X_User_Id beside, or instead of,
+// X-User-Id) counts as a copy: CGI-style servers (PHP, Rack, WSGI) file
+// both under HTTP_X_USER_ID, so the shop could read the one the proxy did
+// not judge.
 func headerOnce(h *fasthttp.RequestHeader, name string) ([]byte, error) {
+	if strings.IndexByte(name, '-') >= 0 {
+		for k := range h.All() {
+			if bytes.IndexByte(k, '_') >= 0 && headerNameFold(k, name) {
+				return nil, errTwice{}
+			}
+		}
+	}
 	switch v := h.PeekAll(name); len(v) {
 	case 0:
 		return nil, nil
@@ -166,6 +178,33 @@ func headerOnce(h *fasthttp.RequestHeader, name string) ([]byte, error) {
 		return v[0], nil
 	}
 	return nil, errTwice{}
+}
+
+// headerNameFold reports whether header names a and b are one to a
+// CGI-style server: letter case ignored, '_' and '-' alike.
+func headerNameFold(a []byte, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range len(a) {
+		x, y := a[i], b[i]
+		if x == '_' {
+			x = '-'
+		}
+		if y == '_' {
+			y = '-'
+		}
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }
 
 // cookieOnce returns the value of the cookie name (over every Cookie line),
