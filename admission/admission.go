@@ -247,6 +247,7 @@ const (
 	rAuthDown
 	rFairFull
 	rFairGone
+	rFairDrain
 	rNotDurable
 	numRefusals
 )
@@ -281,9 +282,11 @@ var refusalKinds = [numRefusals]struct {
 	// A session look-up asks the shop, not Redis: no Redis call was made.
 	rUnauthenticated: {Unauthenticated, "identity", "UNAUTHENTICATED", true},
 	rAuthDown:        {AuthUnavailable, "identity", "AUTH_UNAVAILABLE", true},
-	// Fair start: the pen of held buys is full, or a held buyer had gone.
-	rFairFull: {Busy, "fair_start", "BUSY", true},
-	rFairGone: {Busy, "fair_start", "gone", true},
+	// Fair start: the pen of held buys is full, a held buyer had gone, or
+	// the instance is stopping (a held buy is refused, not let on early).
+	rFairFull:  {Busy, "fair_start", "BUSY", true},
+	rFairGone:  {Busy, "fair_start", "gone", true},
+	rFairDrain: {Busy, "fair_start", "draining", true},
 	// A winner the replicas did not acknowledge in time, released
 	// (redis.durable_winners on_timeout: refuse).
 	rNotDurable: {StoreUnavailable, "redis", "not_durable", false},

@@ -26,6 +26,13 @@ import (
 // worker (the connection's goroutine) on the channel of its release slot.
 // Slots are whole milliseconds; one sleeper per instance closes each
 // slot's channel when its moment comes.
+//
+// A graceful stop (Pipeline.Drain, and Close) answers every held buy 503
+// BUSY with Retry-After at once, nothing reserved: never let on early. Let
+// on at close, they reached Redis seconds before their release moments and
+// before the buys held on every other instance, from an instance already
+// refusing new buys, and could reserve after the store began to close
+// (red-team finding, TestRC12SigtermReleasesHeldFairStartBuysEarly).
 
 // fairSleepMax bounds the sleeper's naps while buys are held, so a test's
 // injected clock that jumps is noticed within this much real time.
@@ -42,6 +49,8 @@ type fairPen struct {
 	start          sync.Once
 	done           chan struct{}
 	closeOnce      sync.Once
+	stopping       chan struct{} // closed by drain: held buys are refused
+	drainOnce      sync.Once
 	wake           chan struct{}
 	mu             sync.Mutex
 	slots          map[int64]chan struct{} // release ms → closed then
@@ -51,7 +60,7 @@ type fairPen struct {
 
 func newFairPen(now func() time.Time, held prometheus.Gauge, releases *prometheus.CounterVec) *fairPen {
 	f := &fairPen{now: now, heldG: held, released: releases.WithLabelValues("released"), gone: releases.WithLabelValues("gone"),
-		done: make(chan struct{}), wake: make(chan struct{}, 1), slots: map[int64]chan struct{}{}, draw: rand.Int64N}
+		done: make(chan struct{}), stopping: make(chan struct{}), wake: make(chan struct{}, 1), slots: map[int64]chan struct{}{}, draw: rand.Int64N}
 	f.max.Store(config.DefaultFairStartMaxHeld)
 	return f
 }
@@ -143,9 +152,11 @@ func (f *fairPen) run() {
 				<-t.C
 			}
 		case <-f.done:
+			// The pen is draining (close drains first): every held buy
+			// wakes, sees it and is refused (holdFair); none goes on.
 			f.mu.Lock()
 			for ms, ch := range f.slots {
-				close(ch) // let every held buy go: the instance is closing
+				close(ch)
 				delete(f.slots, ms)
 			}
 			f.due = f.due[:0]
@@ -155,22 +166,59 @@ func (f *fairPen) run() {
 	}
 }
 
-func (f *fairPen) close() { f.closeOnce.Do(func() { close(f.done) }) }
+// drain refuses every buy held now or offered to the pen from now on.
+func (f *fairPen) drain() { f.drainOnce.Do(func() { close(f.stopping) }) }
+
+// draining reports whether drain was called.
+func (f *fairPen) draining() bool {
+	select {
+	case <-f.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// close drains the pen and stops its sleeper.
+func (f *fairPen) close() {
+	f.drain()
+	f.closeOnce.Do(func() { close(f.done) })
+}
+
+// Drain begins a graceful stop of admission (serve, on SIGTERM): every buy
+// held by fair_start is answered 503 BUSY with Retry-After at once, and so
+// is every buy that would be held from now on; none of them reserves. A
+// held buy is let on only at its release moment, never early, so a stopping
+// instance gives its held buyers an answer while its listener is still
+// open and sends nothing ahead of the buys held elsewhere. It cannot be
+// undone; Close drains too.
+func (p *Pipeline) Drain() { p.fair.drain() }
 
 // holdFair holds r until its drawn release moment. It returns done with
 // the answer when the buy is not to go on: the pen is full (BUSY, at
-// once) or the buyer disconnected while held (nothing reserved).
+// once), the instance is stopping (BUSY, at once or as the stop begins;
+// Drain) or the buyer disconnected while held (nothing reserved).
 func (p *Pipeline) holdFair(ctx context.Context, r *Request) (Decision, bool) {
 	f := p.fair
+	if f.draining() {
+		return p.refuse(rFairDrain, retryAfterDefault), true
+	}
 	if !f.enter() {
 		return p.refuse(rFairFull, retryAfterDefault), true
 	}
 	ch := f.slot(f.releaseAt(r.Activity))
 	select {
 	case <-ch:
+	case <-f.stopping:
 	case <-ctx.Done():
 	}
 	f.leave()
+	if f.draining() {
+		// Woken by the stop, or released in the same moment: refused
+		// either way, nothing reserved (another instance, or this one's
+		// replacement, takes the retry).
+		return p.refuse(rFairDrain, retryAfterDefault), true
+	}
 	if r.Conn != nil && connGone(r.Conn) {
 		f.gone.Inc()
 		return p.refuse(rFairGone, 0), true

@@ -138,30 +138,54 @@ func (q *Queue) Start(cfg *config.Config) {
 }
 
 // Stop stops reading and waits for the forwarders to finish what they
-// hold (each bounded by the shop timeout).
-func (q *Queue) Stop() { q.halt(false) }
+// hold (each bounded by the shop timeout). A forwarder that has not
+// claimed its entry yet (waiting for a slot of upstream.max_inflight, or
+// paused) claims nothing more: the entry stays unacknowledged in the
+// stream, taken over after ClaimIdle by another instance or the next start.
+func (q *Queue) Stop() { _ = q.halt(nil, false) }
+
+// Shutdown is Stop bounded by ctx (serve's graceful stop): sends in flight
+// finish and are settled; those still running when ctx ends are cut as by
+// Kill (their reservations stay pending, their entries are taken over) and
+// Shutdown returns ctx's error once every worker is gone.
+func (q *Queue) Shutdown(ctx context.Context) error { return q.halt(ctx.Done(), false) }
 
 // Kill stops at once, dropping requests in flight unacknowledged, as a
 // crash would; another consumer takes their entries over after ClaimIdle.
 // For tests and abrupt shutdown.
-func (q *Queue) Kill() { q.halt(true) }
+func (q *Queue) Kill() { _ = q.halt(nil, true) }
 
 // halt stops reading; abort also cuts the requests in flight instead of
-// waiting for them.
-func (q *Queue) halt(abort bool) {
+// waiting for them, and so does cut once closed. It returns once every
+// worker is gone.
+func (q *Queue) halt(cut <-chan struct{}, abort bool) error {
 	q.mu.Lock()
 	stop, kill := q.stop, q.kill
 	q.stop, q.kill = nil, nil
 	q.mu.Unlock()
 	if stop == nil {
-		return
+		return nil
 	}
 	if abort {
 		kill()
 	}
 	stop()
-	q.wg.Wait()
+	var err error
+	if cut == nil {
+		q.wg.Wait()
+	} else {
+		done := make(chan struct{})
+		go func() { q.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-cut:
+			err = context.DeadlineExceeded
+			kill()
+			<-done
+		}
+	}
 	kill()
+	return err
 }
 
 // actQueue is the workers of one activity.
@@ -509,7 +533,13 @@ func (aq *actQueue) awaitResume(readCtx, ctx context.Context) bool {
 // queued or pending is acknowledged without a request to the shop. A
 // pause that lands before the claim holds the entry here, its in-flight
 // slot given back, until resume (sent then) or until the workers stop
-// (readCtx: left unacknowledged, taken over after ClaimIdle).
+// (readCtx: left unacknowledged, taken over after ClaimIdle). Stopping
+// workers claim nothing more: the wait for an in-flight slot ends with
+// readCtx too, and readCtx is looked at once more before the claim (a
+// worker that got its slot after Stop sent it anyway, one slot at a time,
+// and serve's stop took workers × the shop's latency before its drain
+// began: red-team finding, TestRC12SigtermWaitsForQueueWorkersBeyondShutdownTimeout).
+// Only a send already claimed runs on, under ctx.
 func (aq *actQueue) handle(readCtx, ctx context.Context, j job) {
 	a := aq.a
 	st := aq.q.st
@@ -540,9 +570,9 @@ func (aq *actQueue) handle(readCtx, ctx context.Context, j job) {
 	done := func(time.Duration, inflight.Outcome) {}
 	for {
 		if b := aq.budget; b != nil {
-			slot, got := b.Acquire(ctx, aq.slotWait)
+			slot, got := b.Acquire(readCtx, aq.slotWait)
 			if got != inflight.Got {
-				return // no room in time (or Redis trouble): delivered again later
+				return // no room in time, stopping (or Redis trouble): delivered again later
 			}
 			var once sync.Once
 			done = func(rtt time.Duration, out inflight.Outcome) { once.Do(func() { b.Done(slot, rtt, out) }) }
@@ -556,6 +586,9 @@ func (aq *actQueue) handle(readCtx, ctx context.Context, j job) {
 		}
 	}
 	defer done(0, inflight.NotSent)
+	if readCtx.Err() != nil {
+		return // stopping: unclaimed, left for a takeover (the slot goes back)
+	}
 	// Claim it: queued -> pending since now, in one conditional script, so
 	// a release in the meantime (an operator) means it is never sent, and
 	// the reconciler's pending_timeout counts from this send.

@@ -166,14 +166,15 @@ func cmdServe(c *cli) error {
 				reload("SIGHUP")
 				continue
 			}
-			// Nothing is admitted from here on: the fleet roll call is left
-			// at once (the others' shares grow), background work stops.
+			// Nothing is admitted from here on: buys held by fair_start are
+			// answered 503 BUSY now (never let on early), the fleet roll
+			// call is left at once (the others' shares grow), background
+			// work stops. gracefulStop stops the queue workers alongside
+			// the drain, within shutdown_timeout.
 			srv.Drain()
+			pipe.Drain()
 			stop()
-			// The queue workers first: their sends end while this instance
-			// still holds their in-flight slots, which Shutdown then gives back.
-			queue.Stop()
-			gracefulStop(srv, adminSrv, current().Server, sig, sigs, log)
+			gracefulStop(srv, queue, adminSrv, current().Server, sig, sigs, log)
 			// The others' shares grow at their next beat, not FleetStale later.
 			select {
 			case <-piped:
