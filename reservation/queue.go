@@ -238,6 +238,11 @@ func newActQueue(q *Queue, cfg *config.Config, a *config.Activity) *actQueue {
 	if aq.client == nil {
 		aq.client = &http.Client{
 			Timeout: cfg.Upstream.Timeout,
+			// A shop's 3xx (its login page for a buyer whose session
+			// expired while queued) is the shop's answer to this buy,
+			// judged as sync mode judges it: followed, the login page's
+			// 200 confirmed a unit with no order (red-team finding).
+			CheckRedirect: noRedirects,
 			Transport: &http.Transport{
 				Proxy:               nil,
 				DialContext:         (&net.Dialer{Timeout: min(cfg.Upstream.Timeout, 2*time.Second)}).DialContext,
@@ -619,6 +624,24 @@ func (aq *actQueue) handle(readCtx, ctx context.Context, j job) {
 	}
 	if st.DurableWinners() && !aq.durable(ctx, tok, j, claim, sentMs, ack) {
 		return
+	}
+	if config.LateToSend(time.UnixMilli(sentMs), time.Now(), a.PendingTimeout, aq.cfg.Upstream.Timeout) {
+		// The wait for replicas, or a takeover's verify, took so long
+		// that the reconciler may settle this reservation while the shop
+		// works on it (it counts pending_timeout from the claim): claim
+		// it again, stamping now. A reconciler's release judged by the
+		// old stamp is then refused (RESTAMPED); one that landed first
+		// means it is not sent (red-team finding).
+		sentMs = time.Now().UnixMilli()
+		again, err := st.Claim(ctx, tok, j.shards, sentMs, aq.expireAt)
+		if err != nil {
+			return // delivered again later
+		}
+		if again != lua.Same {
+			aq.q.m.Settlements.WithLabelValues("queue_claim", again.String()).Inc()
+			ack()
+			return
+		}
 	}
 	t0 := time.Now()
 	status, oid, err := aq.forward(ctx, tok, res, j.e.Request)

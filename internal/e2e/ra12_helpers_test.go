@@ -1,0 +1,170 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/metrics"
+	"github.com/seckill-proxy/seckill-proxy/reservation"
+)
+
+// ra12Shop is a shop that works on every buy for latency whatever the
+// proxy does meanwhile (a legacy shop in a DB transaction does not notice
+// that its client went away), creates the order and answers 200. It counts
+// the buys it works on at once. /internal/orders is the verify endpoint,
+// whose behaviour verify() may replace.
+type ra12Shop struct {
+	URL     string
+	latency atomic.Int64 // ns
+	// discard: the buy is worked on but no order is created (the shop
+	// rolled it back after its client went away).
+	discard atomic.Bool
+	// redirect: every buy is answered 302 to /login, no order (a legacy
+	// shop whose buyer's session expired).
+	redirect atomic.Bool
+
+	cur, peak, received atomic.Int64
+
+	mu     sync.Mutex
+	orders map[string]string // token -> order id
+	users  map[string]int    // user -> orders
+	verify func(w http.ResponseWriter, r *http.Request, id string, ok bool) bool
+}
+
+func ra12StartShop(t testing.TB, latency time.Duration) *ra12Shop {
+	t.Helper()
+	s := &ra12Shop{orders: map[string]string{}, users: map[string]int{}}
+	s.latency.Store(int64(latency))
+	srv := httptest.NewServer(http.HandlerFunc(s.serve))
+	t.Cleanup(srv.Close)
+	s.URL = srv.URL
+	return s
+}
+
+func (s *ra12Shop) serve(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	if r.URL.Path == "/internal/orders" {
+		s.mu.Lock()
+		id, ok := s.orders[r.URL.Query().Get("token")]
+		v := s.verify
+		s.mu.Unlock()
+		if v != nil && v(w, r, id, ok) {
+			return
+		}
+		if !ok {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]string{"order_id": id})
+		return
+	}
+	if r.URL.Path == "/gone" {
+		w.WriteHeader(http.StatusNotFound)
+		return
+	}
+	if r.URL.Path == "/login" {
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = w.Write([]byte("<html>please log in</html>"))
+		return
+	}
+	tok := r.Header.Get("X-Seckill-Token")
+	if tok == "" {
+		w.WriteHeader(http.StatusForbidden)
+		return
+	}
+	s.received.Add(1)
+	if s.redirect.Load() {
+		http.Redirect(w, r, "/login", http.StatusFound)
+		return
+	}
+	discard := s.discard.Load()
+	c := s.cur.Add(1)
+	for p := s.peak.Load(); c > p && !s.peak.CompareAndSwap(p, c); p = s.peak.Load() {
+	}
+	time.Sleep(time.Duration(s.latency.Load()))
+	if discard {
+		s.cur.Add(-1)
+		w.WriteHeader(http.StatusGatewayTimeout)
+		return
+	}
+	s.mu.Lock()
+	id, ok := s.orders[tok]
+	if !ok {
+		id = "ord-" + strconv.Itoa(len(s.orders)+1)
+		s.orders[tok] = id
+		s.users[r.Header.Get("X-Seckill-User")]++
+	}
+	s.mu.Unlock()
+	s.cur.Add(-1)
+	w.Header().Set("X-Shop", "order")
+	_ = json.NewEncoder(w).Encode(map[string]string{"order_id": id})
+}
+
+func (s *ra12Shop) counts() (orders int, maxPerUser int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range s.users {
+		maxPerUser = max(maxPerUser, n)
+	}
+	return len(s.orders), maxPerUser
+}
+
+func (s *ra12Shop) setVerify(v func(w http.ResponseWriter, r *http.Request, id string, ok bool) bool) {
+	s.mu.Lock()
+	s.verify = v
+	s.mu.Unlock()
+}
+
+// ra12Reconcile runs one reconcile --repair pass as if at.
+func ra12Reconcile(t testing.TB, p *Proxy, act string, at time.Time) reservation.Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rep, err := reservation.NewReconciler(p.Store, metrics.New(), zap.NewNop()).
+		Run(ctx, []*config.Activity{p.Activity(t, act)}, true, at)
+	if err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
+	return rep
+}
+
+// ra12Buy buys the default SKU of act for user with a request id.
+func ra12Buy(addr, act, user, rid string, timeout time.Duration) Resp {
+	h := [][2]string{{"X-User-Id", user}}
+	if rid != "" {
+		h = append(h, [2]string{"X-Request-Id", rid})
+	}
+	return Do(nil, addr, Req{URI: "/api/seckill/" + act + "/" + SKU + "/buy", Header: h, Timeout: timeout})
+}
+
+// ra12SpecCode reports whether r is a win or a SPEC code with its HTTP status.
+func ra12SpecCode(r Resp) bool {
+	want := map[string]int{"QUEUED": 202, "PENDING": 202, "ALREADY_PURCHASED": 409, "SOLD_OUT": 410,
+		"NOT_READY": 503, "PAUSED": 503, "BUSY": 503, "RATE_LIMITED": 429, "STORE_UNAVAILABLE": 503,
+		"UPSTREAM_FAILED": 502, "UPSTREAM_TIMEOUT": 504}
+	if r.Err != nil {
+		return false
+	}
+	if r.Code == "WIN" || ra12Replay(r) {
+		return true
+	}
+	st, ok := want[r.Code]
+	return ok && st == r.Status
+}
+
+// ra12Replay reports whether r is a replay of a winner's answer: the
+// shop's 2xx body with the same X-Seckill-Token (the replay keeps the
+// shop's status and body, not its other headers).
+func ra12Replay(r Resp) bool {
+	return r.Err == nil && r.Code == "" && r.Status/100 == 2 && r.Header["X-Seckill-Token"] != ""
+}
