@@ -417,7 +417,7 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 	// Fair start: inside the window, held here (after every refusal that
 	// needs no stock, before the admission rate and Redis) until a random
 	// moment after it. After the window: this one comparison.
-	if a.FairStart > 0 && now.Before(a.FairStartEnd()) {
+	if a.FairStart > 0 && now.Before(a.FairStartEnd().Add(a.FairStartSpread)) {
 		if d, done := p.holdFair(ctx, r); done {
 			return d
 		}

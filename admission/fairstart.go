@@ -3,7 +3,10 @@ package admission
 import (
 	"container/heap"
 	"context"
-	"math/rand/v2"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,11 +19,17 @@ import (
 // Fair start (issue 13 §1): a buy that arrives in [start, start+fair_start)
 // and passes every local check (window, whitelist, flags, signature,
 // eligibility, blocklists, rate limits) is held just before the fleet
-// admission rate and Redis, and let on at a release moment drawn uniformly
-// in [start+fair_start, start+fair_start+spread). Every instance draws on
-// its own from the same interval (the config's start), so over the fleet
-// the held buys reach Redis in a uniformly random order whatever their
-// arrival order, with no coordination: arriving 300 ms earlier buys nothing.
+// admission rate and Redis, and let on at its buyer's release moment in
+// [start+fair_start, start+fair_start+spread): uniform over buyers, the
+// same for every copy of a buyer's buy on every instance (a keyed hash of
+// activity, start and buyer; the key is the fleet's signing secret, so a
+// buyer cannot compute theirs). Arriving 300 ms earlier buys nothing, and
+// neither do copies: five copies of one buy, or one on each instance, are
+// one ticket, not five (red-team finding: a draw per request gave a
+// scalper sending 5 copies about 3 times an honest buyer's chance). A buy
+// arriving during the spread is held too, until its buyer's moment (or let
+// on at once when that has passed): arriving after the window no longer
+// jumps ahead of the buyers still held (red-team finding).
 //
 // Holding costs no goroutine of its own: the buy waits in its fasthttp
 // worker (the connection's goroutine) on the channel of its release slot.
@@ -55,26 +64,51 @@ type fairPen struct {
 	mu             sync.Mutex
 	slots          map[int64]chan struct{} // release ms → closed then
 	due            msHeap                  // the slots' ms, earliest first
-	draw           func(n int64) int64     // uniform in [0, n)
+	key            atomic.Pointer[[]byte]  // the moments' hash key (setKey)
 }
 
 func newFairPen(now func() time.Time, held prometheus.Gauge, releases *prometheus.CounterVec) *fairPen {
 	f := &fairPen{now: now, heldG: held, released: releases.WithLabelValues("released"), gone: releases.WithLabelValues("gone"),
-		done: make(chan struct{}), stopping: make(chan struct{}), wake: make(chan struct{}, 1), slots: map[int64]chan struct{}{}, draw: rand.Int64N}
+		done: make(chan struct{}), stopping: make(chan struct{}), wake: make(chan struct{}, 1), slots: map[int64]chan struct{}{}}
 	f.max.Store(config.DefaultFairStartMaxHeld)
 	return f
 }
 
-// releaseAt draws a held buy's release moment for activity a, in Unix ms:
-// uniform over the spread after the window, independently of every other
-// buy and instance.
-func (f *fairPen) releaseAt(a *config.Activity) int64 {
+// setKey sets the key of the buyers' moments: the fleet's current signing
+// secret (every instance holds it, no buyer does). Without one the moments
+// are still one per buyer and the same on every instance, but a buyer who
+// knows the activity's start could compute theirs.
+func (f *fairPen) setKey(secret string) {
+	k := []byte("seckill-proxy fair_start\x00" + secret)
+	f.key.Store(&k)
+}
+
+// releaseAt is the release moment of buyer who (their user id, or their
+// address when the route has no identity) for activity a, in Unix ms:
+// uniform over the spread after the window across buyers, the same for
+// every buy of one buyer on every instance.
+func (f *fairPen) releaseAt(a *config.Activity, who string) int64 {
 	end := a.FairStartEnd().UnixNano()
 	spread := int64(a.FairStartSpread)
 	if spread <= 0 {
 		spread = int64(time.Millisecond)
 	}
-	at := end + f.draw(spread)
+	var key []byte
+	if k := f.key.Load(); k != nil {
+		key = *k
+	}
+	mac := hmac.New(sha256.New, key)
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(a.Start.UnixNano()))
+	mac.Write(b[:])
+	mac.Write([]byte(a.ID))
+	mac.Write([]byte{0})
+	mac.Write([]byte(who))
+	sum := mac.Sum(nil)
+	// Reduced by multiplication (Lemire): uniform enough for any spread
+	// (a spread is below 2^40 ns; the bias is under 2^-24).
+	hi, _ := bits.Mul64(binary.BigEndian.Uint64(sum), uint64(spread))
+	at := end + int64(hi)
 	// The slot is the next whole millisecond: released no earlier than drawn.
 	return (at + int64(time.Millisecond) - 1) / int64(time.Millisecond)
 }
@@ -206,7 +240,7 @@ func (p *Pipeline) holdFair(ctx context.Context, r *Request) (Decision, bool) {
 	if !f.enter() {
 		return p.refuse(rFairFull, retryAfterDefault), true
 	}
-	ch := f.slot(f.releaseAt(r.Activity))
+	ch := f.slot(f.releaseAt(r.Activity, fairBuyer(r)))
 	select {
 	case <-ch:
 	case <-f.stopping:
@@ -225,6 +259,15 @@ func (p *Pipeline) holdFair(ctx context.Context, r *Request) (Decision, bool) {
 	}
 	f.released.Inc()
 	return Decision{}, false
+}
+
+// fairBuyer names a held buy's buyer for its moment: the user, or the
+// client address when the route identifies none.
+func fairBuyer(r *Request) string {
+	if r.User != "" {
+		return "u:" + r.User
+	}
+	return "a:" + r.IP.String()
 }
 
 // msHeap is a min-heap of release slots (Unix ms).

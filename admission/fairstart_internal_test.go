@@ -2,6 +2,7 @@ package admission
 
 import (
 	"net"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -89,8 +90,8 @@ func TestFairPenSlots(t *testing.T) {
 	f.leave()
 	f.leave()
 	a := &config.Activity{Start: time.Unix(1000, 0), FairStart: 500 * time.Millisecond, FairStartSpread: 500 * time.Millisecond}
-	for range 10000 {
-		ms := f.releaseAt(a)
+	for i := range 10000 {
+		ms := f.releaseAt(a, strconv.Itoa(i))
 		if ms < 1000_500 || ms > 1001_000 {
 			t.Fatalf("release at %d ms, want within [1000500, 1001000]", ms)
 		}
@@ -120,5 +121,51 @@ func TestFairPenSlots(t *testing.T) {
 	case <-late:
 	case <-time.After(5 * time.Second):
 		t.Fatalf("close left a slot shut")
+	}
+}
+
+// One moment per buyer: every copy of a buyer's buy, on every instance
+// (pens with the fleet's key), is let on at the same millisecond, and the
+// moments of many buyers cover the spread evenly; another key gives other
+// moments (a buyer without the secret cannot compute theirs).
+func TestFairMomentPerBuyer(t *testing.T) {
+	m := metrics.New()
+	clock := func() time.Time { return time.Unix(1000, 0) }
+	a := &config.Activity{ID: "act", Start: time.Unix(1000, 0), FairStart: 500 * time.Millisecond, FairStartSpread: 500 * time.Millisecond}
+	f1, f2, other := newFairPen(clock, m.FairHeld, m.FairReleases), newFairPen(clock, m.FairHeld, m.FairReleases), newFairPen(clock, m.FairHeld, m.FairReleases)
+	defer f1.close()
+	defer f2.close()
+	defer other.close()
+	f1.setKey("fleet secret")
+	f2.setKey("fleet secret")
+	other.setKey("another secret")
+	var buckets [10]int
+	differ := 0
+	const buyers = 20000
+	for i := range buyers {
+		who := "u:" + strconv.Itoa(i)
+		ms := f1.releaseAt(a, who)
+		if ms2 := f2.releaseAt(a, who); ms2 != ms {
+			t.Fatalf("buyer %s: instance 1 lets on at %d, instance 2 at %d", who, ms, ms2)
+		}
+		if f1.releaseAt(a, who) != ms {
+			t.Fatalf("buyer %s: two copies, two moments", who)
+		}
+		if other.releaseAt(a, who) != ms {
+			differ++
+		}
+		if ms < 1000_500 || ms > 1001_000 {
+			t.Fatalf("release at %d ms, want within [1000500, 1001000]", ms)
+		}
+		buckets[min((ms-1000_500)/50, 9)]++
+	}
+	for i, n := range buckets {
+		// 2,000 expected per 50 ms bucket; 6 sd is about ±270.
+		if n < 1700 || n > 2300 {
+			t.Errorf("bucket %d (of 50 ms) holds %d of %d buyers, want about 2000: %v", i, n, buyers, buckets)
+		}
+	}
+	if differ < buyers*9/10 {
+		t.Errorf("another key gave another moment to only %d of %d buyers", differ, buyers)
 	}
 }

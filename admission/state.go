@@ -172,6 +172,11 @@ func (p *Pipeline) Apply(cfg *config.Config) {
 	}
 	p.limMu.Unlock()
 	p.fair.max.Store(int64(cfg.Server.FairStartMaxHeld))
+	if keys := cfg.SigningKeys(); len(keys) > 0 {
+		p.fair.setKey(keys[0].Secret())
+	} else {
+		p.fair.setKey("")
+	}
 	byID := make(map[string]*config.Activity, len(cfg.Activities))
 	for i := range cfg.Activities {
 		a := &cfg.Activities[i]
