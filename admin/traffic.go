@@ -45,9 +45,22 @@ func ValidateListValues(kind string, values []string) ([]string, error) {
 	for _, v := range values {
 		v = strings.TrimSpace(v)
 		if kind == store.BlockIP {
+			if strings.IndexByte(v, '/') >= 0 {
+				// A prefix: every address in it (a subscriber's /56, a
+				// hosting range), stored masked.
+				p, err := netip.ParsePrefix(v)
+				if err != nil {
+					return nil, errors.New("not an IP address or CIDR prefix: " + v)
+				}
+				if p.Addr().Is4In6() && p.Bits() >= 96 {
+					p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+				}
+				out = append(out, p.Masked().String())
+				continue
+			}
 			a, err := netip.ParseAddr(v)
 			if err != nil {
-				return nil, errors.New("not an IP address: " + v)
+				return nil, errors.New("not an IP address or CIDR prefix: " + v)
 			}
 			out = append(out, a.Unmap().String())
 			continue

@@ -540,7 +540,7 @@ func (p *Pipeline) checkWho(st *actState, r *Request, now time.Time) (Decision, 
 		}
 	}
 	if b := p.blocks.Load(); b != nil {
-		if exp, ok := b.ip[r.IP]; ok && exp > nowMs {
+		if b.blockedIP(r.IP, nowMs) {
 			return p.refuse(rBlockedIP, 0), true
 		}
 		if r.Device != "" && b.device.has(r.Device, nowMs) {

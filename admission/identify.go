@@ -34,7 +34,7 @@ func (p *Pipeline) identify(ctx context.Context, r *Request, now time.Time) (Dec
 	user, err, ok := r.Identify.Cached(r.Session)
 	if !ok {
 		if b := p.blocks.Load(); b != nil {
-			if exp, ok := b.ip[r.IP]; ok && exp > now.UnixMilli() {
+			if b.blockedIP(r.IP, now.UnixMilli()) {
 				return p.refuse(rBlockedIP, 0), true
 			}
 		}

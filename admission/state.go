@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/netip"
 	"os"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -102,10 +104,63 @@ func (m *members) has(v string, nowMs int64) bool {
 
 // blockSets are the three blocklists as one snapshot.
 type blockSets struct {
-	ip     map[netip.Addr]int64
-	device members
-	user   members
-	ver    string
+	// ip holds blocked prefixes: an entry CIDR as written, a bare address
+	// cut to the per-IP limiter's client (limits.ipv6_prefix: an IPv6
+	// subscriber owns a /64, and blocking one of its addresses must block
+	// the rest, red-team finding; ipv4_prefix likewise).
+	ip         map[netip.Prefix]int64
+	bits4      []int // prefix lengths in ip, IPv4, shortest first
+	bits6      []int
+	cut4, cut6 int // the limiter's prefixes the bare addresses were cut to
+	device     members
+	user       members
+	ver        string
+}
+
+// blockedIP reports whether a is inside a blocked prefix still in force.
+func (b *blockSets) blockedIP(a netip.Addr, nowMs int64) bool {
+	a = a.Unmap()
+	lens := b.bits4
+	if a.Is6() {
+		lens = b.bits6
+	}
+	for _, n := range lens {
+		if p, err := a.Prefix(n); err == nil {
+			if exp, ok := b.ip[p]; ok && exp > nowMs {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// blockPrefix reads a blocklist IP entry: a CIDR prefix, or an address cut
+// to cut4 / cut6 bits (0 or out of range: the whole address).
+func blockPrefix(s string, cut4, cut6 int) (netip.Prefix, bool) {
+	if strings.IndexByte(s, '/') >= 0 {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, false
+		}
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		return p.Masked(), true
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, false
+	}
+	a = a.Unmap()
+	n := cut4
+	if a.Is6() {
+		n = cut6
+	}
+	if n <= 0 || n > a.BitLen() {
+		n = a.BitLen()
+	}
+	p, err := a.Prefix(n)
+	return p, err == nil
 }
 
 func newActState(a *config.Activity, log *zap.Logger) *actState {
@@ -357,10 +412,14 @@ func (p *Pipeline) refreshBlocks(ctx context.Context, now time.Time) {
 	if err != nil {
 		return // keep the last lists: a Redis outage refuses buys anyway
 	}
-	if cur := p.blocks.Load(); cur != nil && cur.ver == v {
+	cut4, cut6 := 0, 0
+	if l := p.limits.Load(); l != nil {
+		cut4, cut6 = l.cfg.IPv4Prefix, l.cfg.IPv6Prefix
+	}
+	if cur := p.blocks.Load(); cur != nil && cur.ver == v && cur.cut4 == cut4 && cur.cut6 == cut6 {
 		return
 	}
-	next := &blockSets{ver: v, ip: map[netip.Addr]int64{}}
+	next := &blockSets{ver: v, ip: map[netip.Prefix]int64{}, cut4: cut4, cut6: cut6}
 	for _, kind := range store.BlockKinds {
 		m, err := p.ts.Blocklist(ctx, kind, now)
 		if err != nil {
@@ -368,11 +427,29 @@ func (p *Pipeline) refreshBlocks(ctx context.Context, now time.Time) {
 		}
 		switch kind {
 		case store.BlockIP:
+			seen4, seen6 := map[int]bool{}, map[int]bool{}
 			for s, exp := range m {
-				if pf, err := netip.ParseAddr(s); err == nil {
-					next.ip[pf.Unmap()] = exp
+				pf, ok := blockPrefix(s, cut4, cut6)
+				if !ok {
+					continue
+				}
+				if old, ok := next.ip[pf]; !ok || exp > old {
+					next.ip[pf] = exp
+				}
+				if pf.Addr().Is4() {
+					seen4[pf.Bits()] = true
+				} else {
+					seen6[pf.Bits()] = true
 				}
 			}
+			for n := range seen4 {
+				next.bits4 = append(next.bits4, n)
+			}
+			for n := range seen6 {
+				next.bits6 = append(next.bits6, n)
+			}
+			slices.Sort(next.bits4)
+			slices.Sort(next.bits6)
 		case store.BlockDevice:
 			next.device = m
 		case store.BlockUser:
