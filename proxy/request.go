@@ -384,7 +384,15 @@ func clientIP(ctx *fasthttp.RequestCtx, trusted []netip.Prefix) netip.Addr {
 			}
 			a, err := netip.ParseAddr(bytesString(part))
 			if err != nil {
-				return peer
+				// Some balancers append the client's address with its
+				// port ("203.0.113.7:51234", "[2001:db8::1]:443"): read
+				// as the peer, every buyer would share the balancer's
+				// per-IP budget.
+				ap, perr := netip.ParseAddrPort(bytesString(part))
+				if perr != nil {
+					return peer
+				}
+				a = ap.Addr()
 			}
 			a = a.Unmap()
 			if !isTrusted(a, trusted) {

@@ -239,6 +239,9 @@ func TestClientIP(t *testing.T) {
 		{"every line counts, the last appended last", "127.0.0.1", "198.18.0.9\r\nX-Forwarded-For: 203.0.113.7", "203.0.113.7"},
 		{"lines joined in order", "127.0.0.1", "203.0.113.7\r\nX-Forwarded-For: 10.0.0.2, 10.0.0.3", "203.0.113.7"},
 		{"empty entries claim nothing", "127.0.0.1", "198.51.100.7, ,\r\nX-Forwarded-For: ", "198.51.100.7"},
+		{"an entry with its port (some balancers)", "127.0.0.1", "198.51.100.7:51234", "198.51.100.7"},
+		{"ipv6 with its port", "127.0.0.1", "[2001:db8::1]:443", "2001:db8::1"},
+		{"trusted with a port is walked past", "127.0.0.1", "198.51.100.7, 10.0.0.2:80", "198.51.100.7"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
