@@ -239,7 +239,8 @@ func (s *Server) reservation(ctx *fasthttp.RequestCtx, st *state, raw string) {
 		jsonError(ctx, fasthttp.StatusNotFound, "no such reservation")
 		return
 	}
-	if a := st.cfg.Activity(tok.Activity); a == nil || (a.SKU(tok.SKU) == nil && tok.SKU != store.BundleSKU) {
+	a := st.cfg.Activity(tok.Activity)
+	if a == nil || (a.SKU(tok.SKU) == nil && tok.SKU != store.BundleSKU) {
 		jsonError(ctx, fasthttp.StatusNotFound, "no such reservation")
 		return
 	}
@@ -250,12 +251,12 @@ func (s *Server) reservation(ctx *fasthttp.RequestCtx, st *state, raw string) {
 	defer cancel()
 	f, err := s.book.Flags(cctx, tok.Activity)
 	if err != nil {
-		jsonError(ctx, fasthttp.StatusServiceUnavailable, "state unavailable")
+		s.storeUnavailable(ctx, st, a)
 		return
 	}
 	r, ok, err := s.book.Lookup(cctx, tok, f.Shards)
 	if err != nil {
-		jsonError(ctx, fasthttp.StatusServiceUnavailable, "state unavailable")
+		s.storeUnavailable(ctx, st, a)
 		return
 	}
 	if !ok {
