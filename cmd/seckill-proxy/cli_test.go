@@ -83,7 +83,7 @@ func TestUsage(t *testing.T) {
 		{"resume two IDs", []string{"resume", "-c", noFile, "a", "b"}, 2, "exactly one activity ID, or --all"},
 		{"release two tokens", []string{"release", "-c", noFile, "a", "b"}, 2, "exactly one TOKEN"},
 		{"block nothing", []string{"block", "-c", noFile, "--ttl", "1m"}, 2, "at least one --ip, --device or --user"},
-		{"block bad IP", []string{"block", "-c", noFile, "--ip", "300.1.2.3"}, 2, "not an IP address: 300.1.2.3"},
+		{"block bad IP", []string{"block", "-c", noFile, "--ip", "300.1.2.3"}, 2, "not an IP address or CIDR prefix: 300.1.2.3"},
 		{"block bad user", []string{"block", "-c", noFile, "--user", "a|b"}, 2, "not a valid id"},
 		{"block negative ttl", []string{"block", "-c", noFile, "--user", "u", "--ttl", "-1m"}, 2, "--ttl must be positive"},
 		{"unblock takes no ttl", []string{"unblock", "-c", noFile, "--user", "u", "--ttl", "1m"}, 2, "flag provided but not defined: -ttl"},
