@@ -13,11 +13,21 @@
 //
 // Bounds (README, "Protecting the shop"):
 //   - The fleet never has more than the limit in flight: a slot is used
-//     only while its lease outlives the request (upstream.timeout), and
-//     Redis hands out no more than the limit across the live leases. A
-//     lower limit (reload, adaptive) takes effect as requests finish.
+//     only while its lease outlives the request (upstream.timeout) and the
+//     hold after it, and Redis hands out no more than the limit across the
+//     live leases. A lower limit (reload, adaptive) takes effect as
+//     requests finish.
+//   - A request whose outcome is unknown (no answer came: a timeout, the
+//     connection cut after sending) keeps its slot for one more
+//     upstream.timeout: the shop may still be working on it (the window
+//     config.MinPendingTimeout allows for), and the next winner sent in
+//     its place would put the shop above the limit.
 //   - A crashed instance's slots come back when its lease expires,
-//     upstream.timeout + 2 s after its last renewal (InflightTTL).
+//     2 × upstream.timeout + 2 s after its last renewal (LimitsOf).
+//   - Each budget holds its slots in Redis under a name of its own (the
+//     instance's, and a generation): a budget retired by a reload drains
+//     under its name while a new one, when the bound comes back, counts
+//     what it still holds as another instance's.
 //   - A slot is never leaked: what an instance holds in Redis is set, not
 //     counted up and down, from what it really uses at each call.
 package inflight
@@ -30,6 +40,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -83,6 +94,12 @@ const (
 	// NotSent: nothing reached the shop (the connection could not be made):
 	// no latency to learn from.
 	NotSent
+	// Unknown: the request may have reached the shop and no answer came
+	// (a timeout, the connection cut after sending). The shop may still be
+	// working on it: the slot stays taken for one more SendWithin
+	// (upstream.timeout), then comes back. An adaptive limit backs off as
+	// for Overloaded.
+	Unknown
 )
 
 // Slot is one winner's place in flight, from Acquire to Done.
@@ -101,22 +118,34 @@ type Limits struct {
 	Min      int64
 	Adaptive bool
 	// TTL is the lease; SendWithin the longest one request takes
-	// (upstream.timeout): a slot is used only while the lease outlives it.
+	// (upstream.timeout). A slot stays taken up to 2 × SendWithin (the
+	// request, then the hold after an Unknown outcome): it is handed out
+	// only while the lease outlives that.
 	TTL, SendWithin time.Duration
 }
 
-// LimitsOf reads an upstream config's limits.
+// LimitsOf reads an upstream config's limits. The lease is
+// config.InflightTTL (upstream.timeout + 2 s) plus one more
+// upstream.timeout for the hold after an unknown outcome: it outlives a
+// slot's longest use by the same 2 s.
 func LimitsOf(u *config.Upstream) Limits {
 	return Limits{Max: int64(u.MaxInflight), Min: int64(u.MinInflight), Adaptive: u.Adaptive,
-		TTL: u.InflightTTL(), SendWithin: u.Timeout}
+		TTL: u.InflightTTL() + u.Timeout, SendWithin: u.Timeout}
 }
 
-// renewEvery is how often a lease in use is renewed: a quarter of what it
-// outlives a request by, so three renewals may fail before it runs out.
-func (l Limits) renewEvery() time.Duration { return max((l.TTL-l.SendWithin)/4, 10*time.Millisecond) }
+// takenFor is the longest a slot stays taken once handed out: the request
+// (SendWithin), then the hold after an Unknown outcome (SendWithin again).
+func (l Limits) takenFor() time.Duration { return 2 * l.SendWithin }
 
-// usableFor is how long after a renewal's start a slot may still be used.
-func (l Limits) usableFor() time.Duration { return l.TTL - l.SendWithin - l.renewEvery() }
+// renewEvery is how often a lease in use is renewed: a quarter of what it
+// outlives a slot's longest use by, so three renewals may fail before it
+// runs out.
+func (l Limits) renewEvery() time.Duration { return max((l.TTL-l.takenFor())/4, 10*time.Millisecond) }
+
+// usableFor is how long after a renewal's start a slot may still be handed
+// out: one handed out then is given back (its hold included) before the
+// lease renewed then expires, though the renewals after fail.
+func (l Limits) usableFor() time.Duration { return l.TTL - l.takenFor() - l.renewEvery() }
 
 // pollEvery is how often an instance with senders waiting asks the fleet
 // again (slots given back elsewhere come to it no later than that).
@@ -140,12 +169,13 @@ type Budget struct {
 
 	mu          sync.Mutex
 	lim         Limits
-	used        int64 // slots this instance's senders use
-	held        int64 // slots the fleet's budget counts for this instance
-	fair        int64 // its fair share at the last call; -1 before the first
-	limit       int64 // the limit in force at the last call
-	total       int64 // slots the fleet held at the last call
-	reported    int64 // the demand the fleet knows of this instance
+	used        int64       // slots this instance's senders use (holds included)
+	holds       []time.Time // when each slot held after an Unknown outcome comes back
+	held        int64       // slots the fleet's budget counts for this instance
+	fair        int64       // its fair share at the last call; -1 before the first
+	limit       int64       // the limit in force at the last call
+	total       int64       // slots the fleet held at the last call
+	reported    int64       // the demand the fleet knows of this instance
 	usableUntil time.Time
 	renewed     time.Time
 	waiters     list.List // *waiter, first come first served
@@ -252,7 +282,9 @@ func (b *Budget) Acquire(ctx context.Context, wait time.Duration) (Slot, Result)
 
 // Done gives a slot back: rtt is the request's time at the shop, out how it
 // ended. The slot goes to a sender waiting here while this instance is
-// within its fair share, else back to the fleet.
+// within its fair share, else back to the fleet; after an Unknown outcome
+// (or an Overloaded one that lasted SendWithin: a timeout) only once the
+// hold has run out.
 func (b *Budget) Done(s Slot, rtt time.Duration, out Outcome) {
 	if !s.counted {
 		return
@@ -260,21 +292,58 @@ func (b *Budget) Done(s Slot, rtt time.Duration, out Outcome) {
 	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.used--
+	inFlight := max(b.total, b.used)
+	if out == Overloaded && rtt >= b.lim.SendWithin {
+		// It took the whole upstream.timeout: no answer came in time,
+		// whatever the sender made of it (a queue worker's timeout).
+		out = Unknown
+	}
+	if out == Unknown {
+		// The shop may still be working on it: taken until then. The
+		// budget's goroutine gives it back (nextWake, expireHoldsLocked).
+		b.holds = append(b.holds, now.Add(b.lim.SendWithin))
+		b.kickLocked()
+	} else {
+		b.used--
+	}
 	if b.est != nil && out != NotSent {
-		if l, ok := b.est.sample(now, rtt, out == Overloaded, max(b.total, b.used+1)); ok {
+		if l, ok := b.est.sample(now, rtt, out == Overloaded || out == Unknown, inFlight); ok {
 			if p := int64(math.Round(l)); p != b.limit {
 				b.propose = p
 				b.kickLocked()
 			}
 		}
 	}
+	b.freedLocked(now)
+}
+
+// freedLocked hands slots that came free to the senders waiting here, or
+// has the goroutine give them back to the fleet.
+func (b *Budget) freedLocked(now time.Time) {
 	if b.waiters.Len() > 0 && b.roomLocked() && now.Before(b.usableUntil) {
 		b.grantLocked()
 	} else if b.held > b.used {
 		b.kickLocked()
 	}
 	b.inUse.Set(float64(b.used))
+}
+
+// expireHoldsLocked gives back the slots held after an Unknown outcome
+// whose hold has run out.
+func (b *Budget) expireHoldsLocked(now time.Time) {
+	n := 0
+	for _, until := range b.holds {
+		if now.Before(until) {
+			b.holds[n] = until
+			n++
+		}
+	}
+	if n == len(b.holds) {
+		return
+	}
+	b.used -= int64(len(b.holds) - n)
+	b.holds = b.holds[:n]
+	b.freedLocked(now)
 }
 
 // roomLocked reports whether one more sender may go on what this instance
@@ -334,6 +403,9 @@ func (b *Budget) run() {
 		case <-b.kick:
 		case <-t.C:
 		}
+		b.mu.Lock()
+		b.expireHoldsLocked(time.Now())
+		b.mu.Unlock()
 		next, stop := b.sync(false)
 		if stop {
 			return
@@ -456,14 +528,19 @@ func (b *Budget) failTriesLocked(round uint64, down bool) {
 
 // nextWake is when to call Redis next with nothing asked: soon while
 // senders wait, at the renewal period while slots are held.
+// A slot held after an Unknown outcome wakes it when its hold runs out.
 func (b *Budget) nextWake() time.Duration {
+	next := time.Hour
 	switch {
 	case b.waiters.Len() > 0:
-		return pollEvery
+		next = pollEvery
 	case b.held > 0 || b.used > 0:
-		return max(b.lim.renewEvery()-time.Since(b.renewed), time.Millisecond)
+		next = max(b.lim.renewEvery()-time.Since(b.renewed), time.Millisecond)
 	}
-	return time.Hour
+	for _, until := range b.holds {
+		next = min(next, max(time.Until(until), time.Millisecond))
+	}
+	return next
 }
 
 // retire lifts the bound (max_inflight removed): every sender goes at
@@ -506,6 +583,7 @@ type Fleet struct {
 
 	mu      sync.Mutex
 	budgets map[string]*Budget
+	gen     uint64 // budgets made: each one's lease name in Redis
 	closed  bool
 }
 
@@ -582,7 +660,15 @@ func (f *Fleet) setLocked(act string, lim Limits) {
 		b.mu.Unlock()
 		return
 	}
-	f.budgets[act] = newBudget(act, f.inst, f.st, lim, f.m.inUse.WithLabelValues(act), f.m.limit.WithLabelValues(act), f.log)
+	// A name of its own: a budget of act retired by an earlier reload may
+	// still drain (winners at the shop, slots held after an unknown
+	// outcome). Under the same name the two would overwrite each other's
+	// record in Redis: this one would not count the other's slots, and the
+	// other's last call would delete this one's (red-team finding,
+	// TestRA12ReloadToggleInflightTwiceShopAboveLimit).
+	f.gen++
+	name := f.inst + "#" + strconv.FormatUint(f.gen, 10)
+	f.budgets[act] = newBudget(act, name, f.st, lim, f.m.inUse.WithLabelValues(act), f.m.limit.WithLabelValues(act), f.log)
 }
 
 // Budget is activity act's budget, nil when its winners are not bounded.

@@ -239,7 +239,8 @@ func TestBudgetLimitChangeAndRetire(t *testing.T) {
 
 // TestBudgetRedisDown: with Redis gone, a sender waiting for one look is
 // told Down, not left hanging; slots still leased may be used until the
-// lease would no longer outlive a request, never after.
+// lease would no longer outlive a request and the hold after it (2 ×
+// SendWithin), never after.
 func TestBudgetRedisDown(t *testing.T) {
 	srv := redistest.Start(t)
 	lim := inflight.Limits{Max: 2, TTL: 1200 * time.Millisecond, SendWithin: 500 * time.Millisecond}
@@ -254,7 +255,7 @@ func TestBudgetRedisDown(t *testing.T) {
 	eventually(t, 10*time.Second, "down reported", func() bool {
 		s, res := b.Acquire(context.Background(), 0)
 		if res == inflight.Got {
-			if time.Since(killed) > lim.TTL-lim.SendWithin {
+			if time.Since(killed) > lim.TTL-2*lim.SendWithin {
 				t.Fatal("a slot handed out when its lease could expire before the request ends")
 			}
 			b.Done(s, time.Millisecond, inflight.Answered)

@@ -86,6 +86,13 @@ func (s *Server) forwardBounded(ctx *fasthttp.RequestCtx, st *state, b *inflight
 func sendOutcome(ans *answer) inflight.Outcome {
 	switch ans.code {
 	case admission.UpstreamTimeout:
+		if ans.upstream == 0 {
+			// No answer came (a timeout, the connection cut after
+			// sending): the shop may still be working on it, so its slot
+			// stays taken one more upstream.timeout (red-team finding,
+			// TestRA12InflightShopAboveLimitAfterTimeouts).
+			return inflight.Unknown
+		}
 		return inflight.Overloaded
 	case admission.UpstreamFailed:
 		switch {
