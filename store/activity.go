@@ -126,14 +126,19 @@ func (s *Store) Preheat(ctx context.Context, a *config.Activity, force bool, now
 	giveUp := time.Now().Add(ttl)
 	for {
 		l, err := s.AcquireLease(ctx, name, holder, ttl)
-		if err != nil {
+		switch {
+		case err != nil && (!errors.Is(err, ErrUnavailable) || time.Now().After(giveUp)):
 			return 0, err
-		}
-		if l.Held {
-			break
-		}
-		if time.Now().After(giveUp) {
+		case err != nil:
+			// One call outlasting redis.timeout (a busy Redis, a GC pause)
+			// does not fail an operator's preheat: try again until the
+			// lock's own bound. Retrying is safe: the same holder renews.
+		case l.Held:
+		case time.Now().After(giveUp):
 			return 0, fmt.Errorf("%w: another preheat of %s has held its lock for %s", ErrUnavailable, a.ID, ttl)
+		}
+		if err == nil && l.Held {
+			break
 		}
 		select {
 		case <-ctx.Done():
