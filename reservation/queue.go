@@ -735,7 +735,7 @@ func (aq *actQueue) forward(ctx context.Context, tok store.Token, res store.Rese
 	if req == nil {
 		var err error
 		if req, err = aq.rebuilt(ctx, tok, res, qty); err != nil {
-			return 0, "", err
+			return 0, "", fmt.Errorf("%w: %w", errNotSent, err)
 		}
 	}
 	t := tok.String()
@@ -865,9 +865,17 @@ func (aq *actQueue) rebuilt(ctx context.Context, tok store.Token, res store.Rese
 // sendOutcome is how a send ended, for the in-flight budget's adaptive limit.
 func sendOutcome(ctx context.Context, status int, err error) inflight.Outcome {
 	switch {
-	case ctx.Err() != nil || (err != nil && isDefiniteNo(err)):
+	case err != nil && isDefiniteNo(err):
 		return inflight.NotSent
-	case err != nil || status >= 500 || status == http.StatusTooManyRequests:
+	case err != nil:
+		// No answer (a timeout, the connection cut after sending, a
+		// shutdown mid-send): the shop may still be working on it, as in
+		// the proxy's own sends (proxy/overflow.go), so its slot stays
+		// taken one more upstream.timeout.
+		return inflight.Unknown
+	case ctx.Err() != nil:
+		return inflight.NotSent
+	case status >= 500 || status == http.StatusTooManyRequests:
 		return inflight.Overloaded
 	}
 	return inflight.Answered
@@ -877,8 +885,11 @@ func sendOutcome(ctx context.Context, status int, err error) inflight.Outcome {
 // the connection could not be made.
 func isDefiniteNo(err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	return errors.Is(err, errNotSent) || (errors.As(err, &op) && op.Op == "dial")
 }
+
+// errNotSent marks a send that failed before any request was written.
+var errNotSent = errors.New("not sent")
 
 // orderIDOf finds the order id in a 2xx answer: json:/pointer or header:NAME.
 func orderIDOf(h http.Header, body []byte, from string) string {
