@@ -240,7 +240,7 @@ func (p *Pipeline) holdFair(ctx context.Context, r *Request) (Decision, bool) {
 	if !f.enter() {
 		return p.refuse(rFairFull, retryAfterDefault), true
 	}
-	ch := f.slot(f.releaseAt(r.Activity, fairBuyer(r)))
+	ch := f.slot(f.releaseAt(r.Activity, fairBuyer(r, p.limits.Load())))
 	select {
 	case <-ch:
 	case <-f.stopping:
@@ -261,11 +261,16 @@ func (p *Pipeline) holdFair(ctx context.Context, r *Request) (Decision, bool) {
 	return Decision{}, false
 }
 
-// fairBuyer names a held buy's buyer for its moment: the user, or the
-// client address when the route identifies none.
-func fairBuyer(r *Request) string {
+// fairBuyer names a held buy's buyer for its moment: the user, or, when
+// the route identifies none, the client address cut as the per-IP limiter
+// cuts it (limits.ipv6_prefix): an IPv6 client rotating its interface id
+// within its /64 draws no new moment.
+func fairBuyer(r *Request, l *limiters) string {
 	if r.User != "" {
 		return "u:" + r.User
+	}
+	if l != nil {
+		return "a:" + l.client(r.IP).String()
 	}
 	return "a:" + r.IP.String()
 }

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"net"
+	"net/netip"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -167,5 +168,27 @@ func TestFairMomentPerBuyer(t *testing.T) {
 	}
 	if differ < buyers*9/10 {
 		t.Errorf("another key gave another moment to only %d of %d buyers", differ, buyers)
+	}
+}
+
+// With no user on the route, a held buy's moment follows its client as the
+// per-IP limiter names it: an IPv6 client rotating its interface id within
+// its /64 draws the same moment, not a fresh one per address.
+func TestFairBuyerCutsIPv6ToItsPrefix(t *testing.T) {
+	l := &limiters{cfg: config.Limits{IPv4Prefix: 32, IPv6Prefix: 64}}
+	a := fairBuyer(&Request{IP: netip.MustParseAddr("2001:db8:1:2::1")}, l)
+	b := fairBuyer(&Request{IP: netip.MustParseAddr("2001:db8:1:2:dead:beef:0:7")}, l)
+	c := fairBuyer(&Request{IP: netip.MustParseAddr("2001:db8:1:3::1")}, l)
+	if a != b {
+		t.Errorf("two addresses of one /64: %q and %q", a, b)
+	}
+	if a == c {
+		t.Errorf("two /64s share a moment: %q", a)
+	}
+	if u := fairBuyer(&Request{User: "alice", IP: netip.MustParseAddr("2001:db8:1:2::1")}, l); u != "u:alice" {
+		t.Errorf("a user's buy is named by the user: %q", u)
+	}
+	if v4 := fairBuyer(&Request{IP: netip.MustParseAddr("192.0.2.7")}, l); v4 != "a:192.0.2.7" {
+		t.Errorf("IPv4 at /32: %q", v4)
 	}
 }
