@@ -124,15 +124,17 @@ func (s *Store) Preheat(ctx context.Context, a *config.Activity, force bool, now
 	name, holder := PreheatLease(a.ID), newID()
 	ttl := 10*s.timeout + 10*time.Second // above preheat's own bound
 	giveUp := time.Now().Add(ttl)
+	// One call outlasting redis.timeout (a busy Redis, a fork, a GC pause)
+	// does not fail an operator's preheat: it is tried again for a while
+	// (the same holder renews, so a lost reply is harmless); a Redis that
+	// stays away is reported as unavailable, soon.
+	errUntil := time.Now().Add(max(2*time.Second, 10*s.timeout))
 	for {
 		l, err := s.AcquireLease(ctx, name, holder, ttl)
 		switch {
-		case err != nil && (!errors.Is(err, ErrUnavailable) || time.Now().After(giveUp)):
+		case err != nil && (!errors.Is(err, ErrUnavailable) || time.Now().After(errUntil)):
 			return 0, err
 		case err != nil:
-			// One call outlasting redis.timeout (a busy Redis, a GC pause)
-			// does not fail an operator's preheat: try again until the
-			// lock's own bound. Retrying is safe: the same holder renews.
 		case l.Held:
 		case time.Now().After(giveUp):
 			return 0, fmt.Errorf("%w: another preheat of %s has held its lock for %s", ErrUnavailable, a.ID, ttl)
@@ -142,6 +144,9 @@ func (s *Store) Preheat(ctx context.Context, a *config.Activity, force bool, now
 		}
 		select {
 		case <-ctx.Done():
+			if err != nil {
+				return 0, err
+			}
 			return 0, ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
