@@ -78,6 +78,7 @@ func TestParseDefaults(t *testing.T) {
 			SigningSecretEnv: "SECKILL_SIGNING_SECRET",
 			PassTimeout:      time.Minute,
 			IdleTimeout:      4 * time.Second,
+			WarmConns:        DefaultWarmConns,
 			ReplayMaxBytes:   DefaultReplayMaxBytes,
 			ReleaseStatuses:  []string{"4xx"},
 			Overflow:         OverflowQueue, // unused without max_inflight
@@ -221,7 +222,7 @@ activities:
 		Watch:        true,
 		Admin:        Admin{Listen: ":9999", TokenEnv: "ADMIN_TOK"},
 		Upstream: Upstream{URL: "https://shop.example/base", Timeout: 1500 * time.Millisecond, MaxConns: 7, SigningSecretEnv: "SIG",
-			PassTimeout: 9 * time.Second, IdleTimeout: 2 * time.Second, ReplayMaxBytes: 0, ReleaseStatuses: []string{"4xx", "502", "3xx"},
+			PassTimeout: 9 * time.Second, IdleTimeout: 2 * time.Second, WarmConns: 7, ReplayMaxBytes: 0, ReleaseStatuses: []string{"4xx", "502", "3xx"},
 			Overflow: OverflowQueue, MinInflight: 1},
 		Server: Server{MaxConns: 100, MaxConnsPerIP: 4, ReadTimeout: 5 * time.Second, WriteTimeout: 6 * time.Second, IdleTimeout: 7 * time.Second,
 			DrainDelay: DefaultDrainDelay, ShutdownTimeout: 8 * time.Second, FairStartMaxHeld: DefaultFairStartMaxHeld, WarmWorkers: 100},
@@ -656,6 +657,19 @@ func TestClientPrefixValidation(t *testing.T) {
 		_, err := Parse("t.yaml", []byte(src))
 		if err == nil || !strings.Contains(err.Error(), "t.yaml:3: "+tt.want) {
 			t.Errorf("%s: got %v, want t.yaml:3: %s", tt.give, err, tt.want)
+		}
+	}
+}
+
+func TestUpstreamWarmConnsBounds(t *testing.T) {
+	for _, c := range []struct{ yaml, want string }{
+		{"  warm_conns: -1\n", "t.yaml:4: upstream.warm_conns must be 0 (none) or more, got -1"},
+		{"  max_conns: 4\n  warm_conns: 5\n", "t.yaml:5: upstream.warm_conns (5) cannot exceed upstream.max_conns (4)"},
+	} {
+		_, err := Parse("t.yaml", []byte("upstream:\n  url: http://127.0.0.1:8081\n  timeout: 1s\n"+c.yaml+
+			"activities:\n  - id: a1\n    start: 2026-01-01T00:00:00+08:00\n    end: 2030-01-01T00:00:00+08:00\n    skus: [{id: s1, stock: 1}]\n"))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: err = %v, want %q", c.yaml, err, c.want)
 		}
 	}
 }

@@ -88,6 +88,7 @@ func (c *Config) setDefaults(m *meta) {
 	}
 	setOnce(m, &c.Upstream.PassTimeout, 60*time.Second)
 	setOnce(m, &c.Upstream.IdleTimeout, 4*time.Second) // below the usual 5 s keep-alive of shops
+	setOnce(m, &c.Upstream.WarmConns, max(0, min(DefaultWarmConns, c.Upstream.MaxConns)))
 	setOnce(m, &c.Upstream.ReplayMaxBytes, DefaultReplayMaxBytes)
 	setOnce(m, &c.Upstream.ReleaseStatuses, []string{"4xx"})
 	setOnce(m, &c.Upstream.Overflow, OverflowQueue)
@@ -222,6 +223,9 @@ const DefaultDrainDelay = time.Second
 // DefaultBuyerMemo is redis.buyer_memo's default: at most ~40 MiB per
 // instance for buyers remembered at their limit.
 const DefaultBuyerMemo = 1 << 18
+
+// DefaultWarmConns is upstream.warm_conns' default.
+const DefaultWarmConns = 32
 
 // DefaultWarmWorkers is server.warm_workers' default: the 1000users
 // preset's first wave (seed 001's load profile) finds a worker ready.

@@ -59,6 +59,11 @@ type Upstream struct {
 	// Keep it below the shop's own keep-alive timeout: a buy sent on a
 	// connection the shop is closing has an unknown outcome.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// WarmConns is how many connections to the shop the proxy keeps
+	// dialled and unused while a sync-mode activity is near its start or
+	// open, so the first winners after a quiet moment do not each dial
+	// first (proxy/shopwarm.go). 0 keeps none; at most MaxConns.
+	WarmConns int `yaml:"warm_conns"`
 	// ReplayMaxBytes bounds the body of a winner's answer kept with its
 	// request id for exact replays; a larger answer is replayed as 409
 	// ALREADY_PURCHASED with token and order id. 0 keeps none.

@@ -158,6 +158,11 @@ func (v *validator) upstream(c *Config) {
 	if v.ok(&u.Timeout) && (u.Timeout <= 0 || u.Timeout > MaxUpstreamTimeout) {
 		v.errorf(v.m.line(&u.Timeout, &c.Upstream), "upstream.timeout must be positive and at most %s, got %s", MaxUpstreamTimeout, u.Timeout)
 	}
+	if v.ok(&u.WarmConns) && u.WarmConns < 0 {
+		v.errorf(v.m.line(&u.WarmConns, &c.Upstream), "upstream.warm_conns must be 0 (none) or more, got %d", u.WarmConns)
+	} else if v.ok(&u.WarmConns) && v.ok(&u.MaxConns) && u.MaxConns >= 1 && u.WarmConns > u.MaxConns {
+		v.errorf(v.m.line(&u.WarmConns, &c.Upstream), "upstream.warm_conns (%d) cannot exceed upstream.max_conns (%d)", u.WarmConns, u.MaxConns)
+	}
 	if v.ok(&u.MaxConns) && u.MaxConns < 1 {
 		v.errorf(v.m.line(&u.MaxConns, &c.Upstream), "upstream.max_conns must be at least 1, got %d", u.MaxConns)
 	}

@@ -49,6 +49,9 @@ type upstream struct {
 	replayMax int
 	// releases says whether a non-2xx answer to a buy releases it.
 	releases func(status int) bool
+	// warm holds connections to the shop dialled ahead of a sale's first
+	// winners (upstream.warm_conns); the buy client's Dial takes them.
+	warm *shopConns
 }
 
 // shopHeaderMax bounds a shop answer's header block; buyAnswerMax a
@@ -96,7 +99,14 @@ func newUpstream(u config.Upstream, keys signing.Keyring) (*upstream, error) {
 		}
 		return c, nil
 	}
-	mk := func(timeout time.Duration) *fasthttp.HostClient {
+	warm := newShopConns(func() (net.Conn, error) { return dial(host) }, u.IdleTimeout)
+	buyDial := func(addr string) (net.Conn, error) {
+		if c := warm.take(); c != nil {
+			return c, nil
+		}
+		return dial(addr)
+	}
+	mk := func(timeout time.Duration, dial fasthttp.DialFunc) *fasthttp.HostClient {
 		return &fasthttp.HostClient{
 			// A shop's header block may exceed fasthttp's 4 KiB default
 			// (a long CSP, several cookies): past the buffer the answer
@@ -116,7 +126,7 @@ func newUpstream(u config.Upstream, keys signing.Keyring) (*upstream, error) {
 			DisablePathNormalizing:        true,
 		}
 	}
-	up := &upstream{buy: mk(u.Timeout), pass: mk(u.PassTimeout), https: https, hostHeader: pu.Host, timeout: u.Timeout, passTimeout: u.PassTimeout,
+	up := &upstream{buy: mk(u.Timeout, buyDial), pass: mk(u.PassTimeout, dial), warm: warm, https: https, hostHeader: pu.Host, timeout: u.Timeout, passTimeout: u.PassTimeout,
 		basePath: strings.TrimSuffix(pu.Path, "/"), keys: signing.NewSigner(keys),
 		replayMax: u.ReplayMaxBytes, releases: u.Releases}
 	up.buy.RetryIfErr = func(*fasthttp.Request, int, error) (bool, bool) { return false, false }
@@ -133,6 +143,7 @@ func newUpstream(u config.Upstream, keys signing.Keyring) (*upstream, error) {
 }
 
 func (u *upstream) closeIdleLater() {
+	u.warm.close()
 	time.AfterFunc(30*time.Second, func() {
 		u.buy.CloseIdleConnections()
 		u.pass.CloseIdleConnections()

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/seckill-proxy/seckill-proxy/config"
 	"go.uber.org/zap"
 )
 
@@ -213,12 +215,15 @@ func (s *Server) RunWarmups(ctx context.Context, addr string) {
 	warmed := map[string]time.Time{} // activity id -> the start warmed for
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
+	defer func() { s.cur.Load().upstream.warm.close() }()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			cfg := s.cur.Load().cfg
+			st := s.cur.Load()
+			cfg := st.cfg
+			st.upstream.warm.keep(shopWarmWanted(cfg, now))
 			due := false
 			for i := range cfg.Activities {
 				a := &cfg.Activities[i]
@@ -232,6 +237,23 @@ func (s *Server) RunWarmups(ctx context.Context, addr string) {
 			}
 		}
 	}
+}
+
+// shopWarmWanted is how many shop connections to keep dialled ahead
+// (shopConns): upstream.warm_conns from warmLead before a sync-mode
+// activity's start until its end (its winners use the buy client), none
+// otherwise.
+func shopWarmWanted(cfg *config.Config, now time.Time) int {
+	if cfg.Upstream.WarmConns == 0 {
+		return 0
+	}
+	for i := range cfg.Activities {
+		a := &cfg.Activities[i]
+		if a.Mode == config.ModeSync && now.After(a.Start.Add(-warmLead)) && now.Before(a.End) {
+			return cfg.Upstream.WarmConns
+		}
+	}
+	return 0
 }
 
 // dialable turns a listener's address into one to connect to: an

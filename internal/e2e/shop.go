@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -34,6 +35,7 @@ type Shop struct {
 	rules    map[string]rule  // by user
 	nextID   int
 	keys     signing.Keyring // the shop's signing keys; default the harness's one key
+	connAt   map[string]time.Time // when each connection was accepted, by its remote address
 }
 
 // Order is one order the shop created.
@@ -68,6 +70,8 @@ type Request struct {
 	URI    string
 	Header http.Header
 	Body   []byte
+	// ConnAt is when the shop accepted the connection it came on.
+	ConnAt time.Time
 }
 
 type rule struct {
@@ -83,13 +87,31 @@ type rule struct {
 func StartShop(t testing.TB) *Shop {
 	t.Helper()
 	s := &Shop{done: make(chan struct{}), orders: map[string]Order{}, rules: map[string]rule{},
-		keys: signing.Keyring{{ID: config.DefaultSigningKeyID, Secret: []byte(Secret)}}}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+		keys: signing.Keyring{{ID: config.DefaultSigningKeyID, Secret: []byte(Secret)}}, connAt: map[string]time.Time{}}
+	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	s.srv.Config.ConnState = func(c net.Conn, st http.ConnState) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		switch st {
+		case http.StateNew:
+			s.connAt[c.RemoteAddr().String()] = time.Now()
+		case http.StateClosed, http.StateHijacked:
+			delete(s.connAt, c.RemoteAddr().String())
+		}
+	}
+	s.srv.Start()
 	s.URL = s.srv.URL
 	// Cleanups run last-in first-out: unblock hanging handlers, then close.
 	t.Cleanup(s.srv.Close)
 	t.Cleanup(func() { close(s.done) })
 	return s
+}
+
+// Conns is how many connections to the shop are open.
+func (s *Shop) Conns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.connAt)
 }
 
 // SetKeys replaces the keys the shop verifies X-Seckill-Signature with.
@@ -136,7 +158,8 @@ func (s *Shop) Cut(user string) {
 func (s *Shop) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	s.mu.Lock()
-	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, URI: r.RequestURI, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
+	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, URI: r.RequestURI, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body,
+		ConnAt: s.connAt[r.RemoteAddr]})
 	s.mu.Unlock()
 
 	if r.URL.Path == "/internal/orders" {
