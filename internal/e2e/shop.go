@@ -34,7 +34,7 @@ type Shop struct {
 	requests []Request        // every request
 	rules    map[string]rule  // by user
 	nextID   int
-	keys     signing.Keyring // the shop's signing keys; default the harness's one key
+	keys     signing.Keyring      // the shop's signing keys; default the harness's one key
 	connAt   map[string]time.Time // when each connection was accepted, by its remote address
 }
 
