@@ -14,16 +14,23 @@ import (
 // it can send, one more wait for the network poller while the first wave's
 // thousand new connections saturate the cores (BENCHMARKS.md, twelfth round).
 // While an activity's first wave is near (warmLead before its start until
-// warmHold after, fair start included) or the sale is open, the proxy keeps
-// up to warm_conns connections dialled and unused; the buy client's Dial
-// takes one of those before dialling itself.
+// warmHold after, fair start included), the proxy keeps up to warm_conns
+// connections dialled and unused; the buy client's Dial takes one of those
+// before dialling itself.
 //
-// A connection that never carried a request is closed by the shop only by
-// its header timeout (nginx 60 s, Apache 20 s and more), not its keep-alive,
-// yet a pooled one is used only within upstream.idle_timeout of its dial
-// (older ones are closed and dialled again), and one the shop closed or wrote
-// to meanwhile is found by a non-blocking peek and never handed out: a buy
-// is never written on a connection the shop already gave up.
+// A connection that never carried a request is closed by the shop at its
+// header timeout (nginx 60 s; Go servers often 2-5 s), not its keep-alive.
+// A pooled one is handed out only within shopWarmMaxAge (or
+// upstream.idle_timeout, if lower) of its dial, older ones closed and
+// dialled again, and one the shop closed or wrote to meanwhile is found by
+// a non-blocking peek and never handed out: a buy is not written on a
+// connection the shop already gave up.
+// shopWarmMaxAge bounds a pooled connection's age when handed out (with
+// upstream.idle_timeout, if lower): a shop closes a connection that never
+// carried a request at its header timeout, a few seconds at the shortest
+// (Go's ReadHeaderTimeout is often set to 2-5 s; nginx 60 s).
+const shopWarmMaxAge = 2 * time.Second
+
 type shopConns struct {
 	dial   func() (net.Conn, error)
 	maxAge time.Duration

@@ -240,21 +240,28 @@ func (s *Server) RunWarmups(ctx context.Context, addr string) {
 }
 
 // shopWarmWanted is how many shop connections to keep dialled ahead
-// (shopConns): upstream.warm_conns from warmLead before a sync-mode
-// activity's start until its end (its winners use the buy client), none
-// otherwise.
+// (shopConns): upstream.warm_conns around a sync-mode activity's first
+// wave (its winners use the buy client), from warmLead before its start
+// until warmHold after its fair start's last release moment (at start
+// without one), and none otherwise: outside the first wave the buy
+// client's own connections serve, and the pool would only churn.
 func shopWarmWanted(cfg *config.Config, now time.Time) int {
 	if cfg.Upstream.WarmConns == 0 {
 		return 0
 	}
 	for i := range cfg.Activities {
 		a := &cfg.Activities[i]
-		if a.Mode == config.ModeSync && now.After(a.Start.Add(-warmLead)) && now.Before(a.End) {
+		until := a.Start.Add(a.FairStart + a.FairStartSpread + warmHold)
+		if a.Mode == config.ModeSync && now.After(a.Start.Add(-warmLead)) && now.Before(until) && now.Before(a.End) {
 			return cfg.Upstream.WarmConns
 		}
 	}
 	return 0
 }
+
+// warmHold is how long after a sale's start (fair start included) the
+// shop connections are kept dialled ahead.
+const warmHold = 10 * time.Second
 
 // dialable turns a listener's address into one to connect to: an
 // unspecified host (":8080", "[::]:8080") is 127.0.0.1.

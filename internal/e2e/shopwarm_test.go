@@ -8,23 +8,25 @@ import (
 	"time"
 )
 
-// upstream.warm_conns: while a sale is open the proxy keeps connections to
+// upstream.warm_conns: around a sale's start the proxy keeps connections to
 // the shop dialled and unused, and a burst of winners after a quiet moment
 // (more than upstream.idle_timeout: the buy client holds nothing idle) is
 // sent on those, not on connections each winner dials first. Every buy
-// here reaches the shop on a connection accepted before the burst began.
+// here reaches the shop on a connection accepted before the burst began;
+// once the first wave is over (warmHold), the pool is let go.
 func TestShopWarmWinnersSendOnConnectionsDialledAhead(t *testing.T) {
 	r := StartRedis(t)
 	shop := StartShop(t)
 	const warm, winners = 8, 6
 	o := Options{Redis: r.Addrs, ShopURL: shop.URL, UpstreamExtra: []string{fmt.Sprintf("warm_conns: %d", warm), "idle_timeout: 300ms"},
-		Activities: []Activity{{ID: "act_sw", Stock: 100}}}
+		Activities: []Activity{{ID: "act_sw", Stock: 100, Start: time.Now().Add(1500 * time.Millisecond)}}}
 	p := StartProxy(t, o.Config(t))
 	p.Preheat(t, "act_sw")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go p.Server.RunWarmups(ctx, p.Addr)
 	Eventually(t, 5*time.Second, "the pool dialled", func() bool { return shop.Conns() >= warm })
+	time.Sleep(time.Until(p.Activity(t, "act_sw").Start))
 
 	// A first burst, then a quiet moment past idle_timeout, then the burst
 	// measured: the buy client's own connections have closed by then.
@@ -60,6 +62,7 @@ func TestShopWarmWinnersSendOnConnectionsDialledAhead(t *testing.T) {
 	if n != winners {
 		t.Fatalf("the shop got %d buys of the second burst, want %d", n, winners)
 	}
-	cancel()
-	Eventually(t, 5*time.Second, "the pool closed when the proxy stopped warming", func() bool { return shop.Conns() <= winners })
+	// Past the first wave the pool is let go: only the buy client's own
+	// connections stay, until their idle_timeout.
+	Eventually(t, 15*time.Second, "the pool let go after the first wave", func() bool { return shop.Conns() == 0 })
 }
