@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -282,6 +283,54 @@ func TestFP13FreshJWTBuyersBehindNATWithinBurst(t *testing.T) {
 	})
 	for i := 0; i < 3; i++ {
 		got := f.buyAs(actOpen, k.Sign(t, "RS256", jwtClaims(fmt.Sprintf("fp13-nat%d", i))), [2]string{"X-Forwarded-For", "203.0.113.60"})
+		if got.Code != "WIN" {
+			t.Errorf("FALSE POSITIVE: buyer %d of 3 behind one address (per_ip burst 4), one buy each: %d %s %s, want the shop's 200",
+				i, got.Status, got.Code, got.Body)
+		}
+	}
+}
+
+// TestFP13QueueModeBrowserBuyKept: queue mode keeps the buyer's request
+// for its worker and refuses (400) one it could not send. A browser's buy
+// as it is: a few KiB of cookies, a User-Agent with raw UTF-8 (iOS apps
+// put the device name there), Accept-Language, sec-ch-ua with quotes, a
+// JSON body. It must be QUEUED and then sent.
+func TestFP13QueueModeBrowserBuyKept(t *testing.T) {
+	r := e2e.StartRedis(t)
+	shop := e2e.StartShop(t)
+	p := e2e.StartProxy(t, e2e.Options{Redis: r.Addrs, ShopURL: shop.URL,
+		Activities: []e2e.Activity{{ID: "fp13qm", Stock: 10, Shards: 1, Mode: "queue"}}}.Config(t))
+	p.Preheat(t, "fp13qm")
+	p.StartQueue(t)
+	h := [][2]string{
+		{"X-User-Id", "fp13-qm"},
+		{"User-Agent", "ShopApp/5.2 (张三的iPhone; iOS 17.4; Scale/3.00)"},
+		{"Accept-Language", "zh-CN,zh;q=0.9,en;q=0.8"},
+		{"sec-ch-ua", `"Chromium";v="124", "Google Chrome";v="124", "Not-A.Brand";v="99"`},
+		{"Cookie", "_ga=GA1.1.1; Theme=dark; theme=light; cart=" + strings.Repeat("x", 3000)},
+		{"Content-Type", "application/json;charset=UTF-8"},
+		{"X_Forwarded_Proto", "https"},
+	}
+	got := e2e.Do(nil, p.Addr, e2e.Req{URI: "/api/seckill/fp13qm/" + e2e.SKU + "/buy", Header: h, Body: []byte(`{"note":"gift"}`)})
+	if got.Code != "QUEUED" {
+		t.Fatalf("FALSE POSITIVE: a browser's buy in queue mode: %d %s %s, want 202 QUEUED", got.Status, got.Code, got.Body)
+	}
+	e2e.Eventually(t, 10*time.Second, "queued buy sent to the shop", func() bool { return shop.SeenBuy("fp13-qm") })
+}
+
+// TestFP13FreshSessionBuyersBehindNATWithinBurst: as the JWT case, with
+// identity.user.session: a session not in the cache spends one per_ip
+// token for its look-up (README) on top of the buy's own, so three buyers
+// behind one address, one buy each, exceed a per_ip burst of 4.
+func TestFP13FreshSessionBuyersBehindNATWithinBurst(t *testing.T) {
+	t.Skip("finding fp13: a session look-up's per_ip token comes on top of the buy's own: buyers behind one address get 429 at half the burst; see report")
+	w := startWhoamiShop(t, nil)
+	f := sessionFixture(t, w, ", timeout: 2s", func(o *e2e.Options) {
+		o.Limits = "{ per_ip: { rate: 0.1, burst: 4 }, per_device: { rate: 1000, burst: 1000 }, per_user: { rate: 1000, burst: 1000 } }"
+	})
+	for i := 0; i < 3; i++ {
+		got := e2e.Do(nil, f.p.Addr, e2e.Req{URI: "/api/seckill/" + actOpen + "/" + e2e.SKU + "/buy",
+			Header: [][2]string{{"Cookie", fmt.Sprintf("theme=dark; sid=u:fp13-s%d", i)}, {"X-Forwarded-For", "203.0.113.70"}}})
 		if got.Code != "WIN" {
 			t.Errorf("FALSE POSITIVE: buyer %d of 3 behind one address (per_ip burst 4), one buy each: %d %s %s, want the shop's 200",
 				i, got.Status, got.Code, got.Body)
