@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/seckill-proxy/seckill-proxy/inflight"
@@ -41,6 +43,51 @@ func TestQueueSendOutcome(t *testing.T) {
 	} {
 		if got := sendOutcome(c.ctx, c.status, c.err); got != c.want {
 			t.Errorf("%s: sendOutcome = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// noReplay's empty body goes out as no body at all: a GET buy route's
+// request carries neither Transfer-Encoding nor Content-Length, a POST
+// keeps its length, and the buyer's Idempotency-Key still reaches the shop.
+func TestNoReplayKeepsTheWireForm(t *testing.T) {
+	type seen struct {
+		te   []string
+		cl   string
+		body string
+		key  string
+	}
+	got := make(chan seen, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- seen{r.TransferEncoding, r.Header.Get("Content-Length"), string(b), r.Header.Get("Idempotency-Key")}
+	}))
+	defer srv.Close()
+	for _, c := range []struct {
+		method, body string
+		want         seen
+	}{
+		{"GET", "", seen{nil, "", "", "k"}},
+		{"POST", `{"sku":"s"}`, seen{nil, "11", `{"sku":"s"}`, "k"}},
+		{"POST", "", seen{nil, "0", "", "k"}},
+	} {
+		var rd io.Reader
+		if c.body != "" {
+			rd = strings.NewReader(c.body)
+		}
+		req, err := http.NewRequest(c.method, srv.URL+"/buy", rd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Idempotency-Key", "k")
+		noReplay(req)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if s := <-got; fmt.Sprint(s) != fmt.Sprint(c.want) {
+			t.Errorf("%s %q: the shop saw %+v, want %+v", c.method, c.body, s, c.want)
 		}
 	}
 }

@@ -738,6 +738,7 @@ func (aq *actQueue) forward(ctx context.Context, tok store.Token, res store.Rese
 			return 0, "", fmt.Errorf("%w: %w", errNotSent, err)
 		}
 	}
+	noReplay(req)
 	t := tok.String()
 	h := req.Header
 	h["X-Seckill-Token"] = []string{t}
@@ -860,6 +861,40 @@ func (aq *actQueue) rebuilt(ctx context.Context, tok store.Token, res store.Rese
 		req.AddCookie(&http.Cookie{Name: id.Cookie, Value: res.User})
 	}
 	return req, nil
+}
+
+// noReplay makes req one net/http never sends twice. Its Transport sends a
+// request again on another connection when a reused one is cut after
+// writing it, if it deems the request replayable: a GET or HEAD, or one
+// carrying Idempotency-Key or X-Idempotency-Key (many client SDKs add one
+// to every POST), whose body it can rebuild. For a buy that is a second
+// order while the shop may still work on the first, and a second slot of
+// max_inflight spent by one send (red-team finding sb13).
+func noReplay(req *http.Request) {
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		// A body net/http cannot rebuild is never replayed; an empty one
+		// is probed (these methods usually lack one) and sent as none.
+		if req.Body == nil || req.Body == http.NoBody {
+			req.Body, req.ContentLength = io.NopCloser(strings.NewReader("")), 0
+		}
+		req.GetBody = nil
+	default:
+		if req.Body != nil && req.Body != http.NoBody {
+			req.GetBody = nil
+			return
+		}
+		// No body (sent with Content-Length: 0): the only reason left to
+		// replay it is the header, which net/http looks up by its
+		// canonical key. Stored under the lower-case key it is still sent
+		// (names are case-insensitive) but no longer read as one.
+		for _, k := range []string{"Idempotency-Key", "X-Idempotency-Key"} {
+			if v, ok := req.Header[k]; ok {
+				delete(req.Header, k)
+				req.Header[strings.ToLower(k)] = v
+			}
+		}
+	}
 }
 
 // sendOutcome is how a send ended, for the in-flight budget's adaptive limit.

@@ -129,14 +129,27 @@ func (s *Store) Preheat(ctx context.Context, a *config.Activity, force bool, now
 	// (the same holder renews, so a lost reply is harmless); a Redis that
 	// stays away is reported as unavailable, soon.
 	errUntil := time.Now().Add(max(2*time.Second, 10*s.timeout))
+	failed := false // a lock call failed: it may still run, after the give-up
+	giveBack := func() {
+		if failed {
+			// Sent on the same connection after the late calls, so Redis
+			// runs it after them: the lock they may take is not left
+			// held for its whole TTL by a preheat that has returned
+			// (red-team finding sb13). Only this holder's lock goes.
+			_ = s.ReleaseLease(context.WithoutCancel(ctx), name, holder)
+		}
+	}
 	for {
 		l, err := s.AcquireLease(ctx, name, holder, ttl)
+		failed = failed || err != nil
 		switch {
 		case err != nil && (!errors.Is(err, ErrUnavailable) || time.Now().After(errUntil)):
+			giveBack()
 			return 0, err
 		case err != nil:
 		case l.Held:
 		case time.Now().After(giveUp):
+			giveBack()
 			return 0, fmt.Errorf("%w: another preheat of %s has held its lock for %s", ErrUnavailable, a.ID, ttl)
 		}
 		if err == nil && l.Held {
@@ -144,6 +157,7 @@ func (s *Store) Preheat(ctx context.Context, a *config.Activity, force bool, now
 		}
 		select {
 		case <-ctx.Done():
+			giveBack()
 			if err != nil {
 				return 0, err
 			}
