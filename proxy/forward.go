@@ -99,7 +99,7 @@ func newUpstream(u config.Upstream, keys signing.Keyring) (*upstream, error) {
 		}
 		return c, nil
 	}
-	warm := newShopConns(func() (net.Conn, error) { return dial(host) }, min(u.IdleTimeout, shopWarmMaxAge))
+	warm := shopConnsFor(func() (net.Conn, error) { return dial(host) }, u.IdleTimeout)
 	buyDial := func(addr string) (net.Conn, error) {
 		if c := warm.take(); c != nil {
 			return c, nil

@@ -39,6 +39,8 @@ type shopConns struct {
 	conns   []pooledConn // oldest first; taken from the end (newest)
 	want    int          // how many to keep; 0 between sales
 	dialing int
+	closed  bool // an old config's pool (reload): keeps nothing again
+	off     bool // idle_timeout under shopWarmMinAge: no pool
 }
 
 type pooledConn struct {
@@ -46,8 +48,19 @@ type pooledConn struct {
 	at time.Time
 }
 
+// shopWarmMinAge: below it (an idle_timeout under a second) no pool is
+// kept: every connection would be replaced at each tick.
+const shopWarmMinAge = time.Second
+
 func newShopConns(dial func() (net.Conn, error), maxAge time.Duration) *shopConns {
 	return &shopConns{dial: dial, maxAge: maxAge}
+}
+
+// shopConnsFor is the buy client's pool for upstream.idle_timeout idle.
+func shopConnsFor(dial func() (net.Conn, error), idle time.Duration) *shopConns {
+	p := newShopConns(dial, min(idle, shopWarmMaxAge))
+	p.off = p.maxAge < shopWarmMinAge
+	return p
 }
 
 // take returns a pooled connection still fresh and open, or nil.
@@ -79,6 +92,9 @@ func (p *shopConns) keep(n int) {
 	now := time.Now()
 	var drop []net.Conn
 	p.mu.Lock()
+	if p.closed || p.off {
+		n = 0
+	}
 	p.want = n
 	live := p.conns[:0]
 	for _, e := range p.conns {
@@ -126,5 +142,12 @@ func (p *shopConns) idle() int {
 	return len(p.conns)
 }
 
-// close drops every pooled connection and dials no more.
-func (p *shopConns) close() { p.keep(0) }
+// close drops every pooled connection and dials no more, for good: a
+// warm-up tick that read the old config just before a reload cannot turn
+// it on again.
+func (p *shopConns) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.keep(0)
+}

@@ -18,7 +18,7 @@ func TestShopWarmWinnersSendOnConnectionsDialledAhead(t *testing.T) {
 	r := StartRedis(t)
 	shop := StartShop(t)
 	const warm, winners = 8, 6
-	o := Options{Redis: r.Addrs, ShopURL: shop.URL, UpstreamExtra: []string{fmt.Sprintf("warm_conns: %d", warm), "idle_timeout: 300ms"},
+	o := Options{Redis: r.Addrs, ShopURL: shop.URL, UpstreamExtra: []string{fmt.Sprintf("warm_conns: %d", warm), "idle_timeout: 1s"},
 		Activities: []Activity{{ID: "act_sw", Stock: 100, Start: time.Now().Add(1500 * time.Millisecond)}}}
 	p := StartProxy(t, o.Config(t))
 	p.Preheat(t, "act_sw")
@@ -46,7 +46,7 @@ func TestShopWarmWinnersSendOnConnectionsDialledAhead(t *testing.T) {
 		return t0
 	}
 	burst("a")
-	time.Sleep(800 * time.Millisecond)
+	time.Sleep(1300 * time.Millisecond)
 	t0 := burst("b")
 	n := 0
 	for _, q := range shop.Requests() {
