@@ -132,7 +132,7 @@ func (e *extractor) get(ctx *fasthttp.RequestCtx, pathSKU []byte, body *jsonBody
 		if s, ok := jsonptr.Lookup(v, e.ptr); ok {
 			return []byte(s), nil
 		}
-		if jsonptr.FoldedOnly(v, e.ptr) {
+		if jsonptr.Ambiguous(v, e.ptr) || jsonptr.FoldedOnly(v, e.ptr) {
 			return nil, errTwice{} // another spelling a shop may read
 		}
 		if jsonptr.Present(v, e.ptr) {
@@ -317,8 +317,8 @@ func (b *jsonBody) get(ctx *fasthttp.RequestCtx) (any, error) {
 			b.err = errBody{}
 		} else {
 			var err error
-			// Strict: a key twice or data after the document is
-			// refused (errTwice's reasoning, for the body).
+			// Strict: data after the document is refused, and a key
+			// held twice is Twice (errTwice where a field is read).
 			if b.v, err = jsonptr.DecodeStrict(raw); err != nil {
 				b.err = errBody{}
 			}

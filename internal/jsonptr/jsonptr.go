@@ -144,61 +144,120 @@ func Decode(data []byte) (any, error) {
 // struct fields (simple Unicode folding: K, k and the Kelvin sign are one).
 func foldKey(k string) string { return strings.ToLower(strings.ToUpper(k)) }
 
+// Twice stands, in a document DecodeStrict decoded, for every copy of a
+// key that an object holds more than once (letter case aside): parsers
+// disagree on which copy wins (encoding/json and PHP take the last, others
+// the first; encoding/json matches struct fields in any case), so none of
+// them is a value to judge a buy by. Lookup finds no value there and
+// Ambiguous reports the path; a twice-held key nobody reads ({"attrs":
+// {"Color":"red","color":"red"}}, an app's metadata) costs nothing.
+type Twice struct{}
+
 // DecodeStrict is Decode for a document others read too (a buy's body,
-// which the shop parses after the proxy judged it): an object with a key
-// twice, at any depth, or anything after the document is an error, since
-// parsers disagree on which copy wins (encoding/json and PHP take the last,
-// others the first). Keys that differ in letter case only count as twice.
+// which the shop parses after the proxy judged it): anything after the
+// document is an error, and every copy of a key held twice in one object,
+// at any depth, is decoded as Twice.
 func DecodeStrict(data []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	type frame struct {
-		obj  bool
-		key  bool // the next string token is a key
-		seen map[string]struct{}
-	}
-	var stack []frame
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		if n := len(stack); n > 0 && stack[n-1].obj {
-			top := &stack[n-1]
-			if k, ok := tok.(string); ok && top.key {
-				// Keys equal but for case count as one: encoding/json
-				// decodes into a struct field by any case (Unicode folds too:
-				// "SKU", "s\u212au"), the last copy winning.
-				f := foldKey(k)
-				if _, dup := top.seen[f]; dup {
-					return nil, fmt.Errorf("jsonptr: key %q twice in one object (letter case aside)", k)
-				}
-				top.seen[f] = struct{}{}
-				top.key = false
-				continue
-			}
-			if d, ok := tok.(json.Delim); !ok || d != '}' {
-				top.key = true // this token is the value (its end, for a nested one)
-			}
-		}
-		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, frame{obj: true, key: true, seen: map[string]struct{}{}})
-			continue
-		case json.Delim('['):
-			stack = append(stack, frame{})
-			continue
-		case json.Delim('}'), json.Delim(']'):
-			stack = stack[:len(stack)-1]
-		}
-		if len(stack) == 0 {
-			break
-		}
+	v, err := strictValue(dec)
+	if err != nil {
+		return nil, err
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, errors.New("jsonptr: data after the document")
 	}
-	return Decode(data)
+	return v, nil
+}
+
+// strictValue decodes the next value of dec, marking twice-held keys.
+func strictValue(dec *json.Decoder) (any, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch tok {
+	case json.Delim('{'):
+		m := map[string]any{}
+		var first map[string]string // folded key -> its first spelling
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return nil, err
+			}
+			k, ok := kt.(string)
+			if !ok {
+				return nil, fmt.Errorf("jsonptr: object key %v is not a string", kt)
+			}
+			val, err := strictValue(dec)
+			if err != nil {
+				return nil, err
+			}
+			f := foldKey(k)
+			if k0, dup := first[f]; dup {
+				m[k0], m[k] = Twice{}, Twice{}
+				continue
+			}
+			if first == nil {
+				first = map[string]string{}
+			}
+			first[f] = k
+			m[k] = val
+		}
+		if _, err := dec.Token(); err != nil { // '}'
+			return nil, err
+		}
+		return m, nil
+	case json.Delim('['):
+		a := []any{}
+		for dec.More() {
+			val, err := strictValue(dec)
+			if err != nil {
+				return nil, err
+			}
+			a = append(a, val)
+		}
+		if _, err := dec.Token(); err != nil { // ']'
+			return nil, err
+		}
+		return a, nil
+	}
+	return tok, nil // a string, json.Number, bool or nil
+}
+
+// Ambiguous reports whether the path meets a key held twice (Twice) in v,
+// at its end or on the way.
+func Ambiguous(v any, tokens []string) bool {
+	for _, tok := range tokens {
+		switch x := v.(type) {
+		case map[string]any:
+			w, ok := x[tok]
+			if !ok {
+				// Another spelling held twice is read by a shop that
+				// folds case: as ambiguous as the spelling itself.
+				f := foldKey(tok)
+				for k, w := range x {
+					if _, twice := w.(Twice); twice && foldKey(k) == f {
+						return true
+					}
+				}
+				return false
+			}
+			v = w
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(x) {
+				return false
+			}
+			v = x[i]
+		default:
+			return false
+		}
+		if _, twice := v.(Twice); twice {
+			return true
+		}
+	}
+	return false
 }
 
 // Find decodes data and resolves the pointer p in it.

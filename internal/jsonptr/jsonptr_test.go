@@ -46,9 +46,37 @@ func TestDecodeStrict(t *testing.T) {
 			t.Errorf("DecodeStrict(%s): %v", ok, err)
 		}
 	}
-	for _, bad := range []string{`{"qty":1,"qty":3}`, `{"item":{"sku":"a","sku":"b"}}`, `[{"a":1,"b":2,"a":3}]`, `{"a":{"x":1},"a":2}`, `{"qty":1} {"qty":3}`, `{"a":1}x`, `{"a":`} {
+	for _, bad := range []string{`{"qty":1} {"qty":3}`, `{"a":1}x`, `{"a":`, `{"a":1,}`, `[1,]`} {
 		if _, err := DecodeStrict([]byte(bad)); err == nil {
 			t.Errorf("DecodeStrict(%s): no error", bad)
+		}
+	}
+	// A key held twice is Twice wherever a path meets it, and nowhere else.
+	for _, c := range []struct {
+		doc, path string
+		want      bool
+	}{
+		{`{"qty":1,"qty":3}`, "/qty", true},
+		{`{"item":{"sku":"a","sku":"b"}}`, "/item/sku", true},
+		{`[{"a":1,"b":2,"a":3}]`, "/0/a", true},
+		{`[{"a":1,"b":2,"a":3}]`, "/0/b", false},
+		{`{"a":{"x":1},"a":2}`, "/a/x", true},
+		{`{"Qty":1,"qty":3}`, "/qty", true},
+		{`{"Qty":1,"QTY":3}`, "/qty", true},
+		{`{"sku":"s","attrs":{"Color":"red","color":"red"}}`, "/sku", false},
+		{`{"sku":"s","attrs":{"Color":"red","color":"red"}}`, "/attrs/color", true},
+		{`{"sku":"s","Note":"a","note":"a"}`, "/sku", false},
+	} {
+		v, err := DecodeStrict([]byte(c.doc))
+		if err != nil {
+			t.Errorf("DecodeStrict(%s): %v", c.doc, err)
+			continue
+		}
+		if got := Ambiguous(v, Split(c.path)); got != c.want {
+			t.Errorf("Ambiguous(%s, %s) = %v, want %v", c.doc, c.path, got, c.want)
+		}
+		if s, ok := Lookup(v, Split(c.path)); c.want && ok {
+			t.Errorf("Lookup(%s, %s) = %q: a value held twice", c.doc, c.path, s)
 		}
 	}
 }

@@ -2,7 +2,7 @@ package jsonptr
 
 import "testing"
 
-// DecodeStrict accepts every document without a key twice in one object.
+// DecodeStrict accepts every single document; keys held twice are marked.
 func TestReviewDecodeStrictLegit(t *testing.T) {
 	for _, s := range []string{
 		`{"a":{"a":{"a":1}},"b":[{"a":1},{"a":2}],"c":"a"}`,
@@ -17,9 +17,14 @@ func TestReviewDecodeStrictLegit(t *testing.T) {
 			t.Errorf("DecodeStrict(%s): %v", s, err)
 		}
 	}
-	for _, s := range []string{`{"a":1,"a":2}`, `{"x":{"b":1,"c":[1],"b":2}}`, `[{"a":1,"a":1}]`, `{"a":1}{"a":2}`, `{"a":{"z":1},"a":2}`} {
-		if _, err := DecodeStrict([]byte(s)); err == nil {
-			t.Errorf("DecodeStrict(%s) accepted", s)
+	if _, err := DecodeStrict([]byte(`{"a":1}{"a":2}`)); err == nil {
+		t.Error("DecodeStrict accepted a second document")
+	}
+	// A key twice in one object is decoded as Twice, which a path meets.
+	for _, c := range [][2]string{{`{"a":1,"a":2}`, "/a"}, {`{"x":{"b":1,"c":[1],"b":2}}`, "/x/b"}, {`[{"a":1,"a":1}]`, "/0/a"}, {`{"a":{"z":1},"a":2}`, "/a/z"}} {
+		v, err := DecodeStrict([]byte(c[0]))
+		if err != nil || !Ambiguous(v, Split(c[1])) {
+			t.Errorf("DecodeStrict(%s): %v; %s not ambiguous", c[0], err, c[1])
 		}
 	}
 }
