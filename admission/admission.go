@@ -45,6 +45,11 @@ type Request struct {
 	// answers carry the reservation's token and order id (an activity
 	// with a required app signature counts as verified too).
 	Verified bool
+	// IPSpent: this request already took its per-IP token (the first
+	// sight of its JWT, a session look-up): the per-IP stage takes no
+	// second one, so a fresh buyer is not charged twice (red-team finding
+	// fp13: buyers behind one address were refused at half the burst).
+	IPSpent bool
 
 	// Session is the buyer's session credential (identity.user.session),
 	// copied out of the request; User stays empty until Identify, asked
@@ -402,7 +407,9 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 			l = l.shadow // what shadow mode reports must not cost real buys
 		}
 		ns := now.UnixNano()
-		if ok, wait := l.ip.AllowAddr(l.client(r.IP), ns); !ok {
+		if r.IPSpent {
+			// Paid at the credential's first sight.
+		} else if ok, wait := l.ip.AllowAddr(l.client(r.IP), ns); !ok {
 			return p.refuse(rLimitIP, wait)
 		}
 		if r.Device != "" {

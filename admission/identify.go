@@ -27,7 +27,8 @@ var _ Identifier = (*identity.Session)(nil)
 // does not know (401 UNAUTHENTICATED) or could not look up in time (503
 // AUTH_UNAVAILABLE), reserving nothing. Cost: a cache read; on a miss one
 // HTTP call to the shop's whoami, shared by every concurrent request of
-// the same session, and one extra per-IP token, so one address cannot spend
+// the same session, paid with the request's per-IP token taken now (before
+// the look-up rather than at the per-IP stage), so one address cannot spend
 // the look-up slots of everyone with made-up cookies faster than per_ip.
 // On success r.User is the shop's user id and r.Verified is true.
 func (p *Pipeline) identify(ctx context.Context, r *Request, now time.Time) (Decision, bool) {
@@ -45,6 +46,7 @@ func (p *Pipeline) identify(ctx context.Context, r *Request, now time.Time) (Dec
 			if ok, wait := l.ip.AllowAddr(l.client(r.IP), now.UnixNano()); !ok {
 				return p.refuse(rLimitIP, wait), true
 			}
+			r.IPSpent = true // the buy's own per-IP stage takes no second
 		}
 		user, err = r.Identify.Identify(ctx, r.Session)
 	}

@@ -80,34 +80,35 @@ func (j *jwtUser) token(ctx *fasthttp.RequestCtx) ([]byte, identity.Reason) {
 }
 
 // identify returns the verified user id, or the refusal's code. A token
-// not verified before costs the buyer's address one per_ip token first
-// (il, when set; RATE_LIMITED with the wait when there is none), as a
-// session look-up does, so one address cannot buy signature checks faster
-// than its rate.
-func (j *jwtUser) identify(ctx *fasthttp.RequestCtx, il IPLimiter, ip netip.Addr, shadow bool) (string, admission.Code, time.Duration) {
+// not verified before takes the request's per_ip token first (il, when
+// set; RATE_LIMITED with the wait when there is none), as a session
+// look-up does, so one address cannot buy signature checks faster than its
+// rate; spent says so, and the buy's per-IP stage then takes no second.
+func (j *jwtUser) identify(ctx *fasthttp.RequestCtx, il IPLimiter, ip netip.Addr, shadow bool) (user string, code admission.Code, wait time.Duration, spent bool) {
 	raw, r := j.token(ctx)
-	user := ""
 	if r == identity.OK {
 		var hit bool
 		if user, hit = j.v.Cached(raw); hit {
-			return user, admission.Admitted, 0
+			return user, admission.Admitted, 0, false
 		}
 		if il != nil {
-			if ok, wait := il.AllowIP(ip, time.Now().UnixNano(), shadow); !ok {
-				return "", admission.RateLimited, wait
+			ok, wait := il.AllowIP(ip, time.Now().UnixNano(), shadow)
+			if !ok {
+				return "", admission.RateLimited, wait, false
 			}
+			spent = true
 		}
 		user, r = j.v.Verify(raw)
 	}
 	switch r {
 	case identity.OK:
-		return user, admission.Admitted, 0
+		return user, admission.Admitted, 0, spent
 	case identity.NoKeys:
 		j.failures[r].Inc()
-		return "", admission.AuthUnavailable, 0
+		return "", admission.AuthUnavailable, 0, false
 	default:
 		j.failures[r].Inc()
-		return "", admission.Unauthenticated, 0
+		return "", admission.Unauthenticated, 0, false
 	}
 }
 

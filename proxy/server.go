@@ -462,11 +462,11 @@ func (s *Server) parseWait(ctx *fasthttp.RequestCtx, st *state, a *config.Activi
 		// The claim was canonicalised and checked once, before the
 		// verified token was cached (userCheck).
 		il, _ := s.decide.(IPLimiter)
-		u, code, wait := st.jwt.identify(ctx, il, clientIP(ctx, st.trusted), a.IsShadow() || a.IsShadowCopy())
+		u, code, wait, spent := st.jwt.identify(ctx, il, clientIP(ctx, st.trusted), a.IsShadow() || a.IsShadowCopy())
 		if code != admission.Admitted {
 			return admission.Request{}, code, wait
 		}
-		req.User, req.Verified = u, true
+		req.User, req.Verified, req.IPSpent = u, true, spent
 	} else if code := st.readBuyer(ctx, &body, &req); code != admission.Admitted {
 		return admission.Request{}, code, 0
 	}
