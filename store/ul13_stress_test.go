@@ -125,16 +125,22 @@ func ul13Scan(t *testing.T, s *store.Store, act string, shards int, limit int64,
 }
 
 func TestUL13StressLimit(t *testing.T) {
-	for _, limit := range []int64{2, 3, 5} {
-		t.Run("limit"+strconv.FormatInt(limit, 10), func(t *testing.T) { ul13Stress(t, limit) })
+	for _, limit := range []int64{2, 5} {
+		t.Run("limit"+strconv.FormatInt(limit, 10), func(t *testing.T) { ul13Stress(t, limit, false) })
+		t.Run("burst"+strconv.FormatInt(limit, 10), func(t *testing.T) { ul13Stress(t, limit, true) })
 	}
 }
 
-func ul13Stress(t *testing.T, limit int64) {
+func ul13Stress(t *testing.T, limit int64, burst bool) {
 	srv := redistest.Start(t)
 	s := openStore(t, redisConfig([]string{srv.Addr}, false))
 	now := time.Now()
 	act := "act_ul13s" + strconv.FormatInt(limit, 10)
+	workers, per := 12, 150
+	if burst {
+		act += "b"
+		workers, per = 40, 45
+	}
 	a := &config.Activity{
 		ID: act, Start: now.Add(-time.Minute), End: now.Add(time.Hour),
 		SKUs:   []config.SKU{{ID: "s1", Stock: 24}, {ID: "s2", Stock: 16}, {ID: "s3", Stock: 12}},
@@ -190,14 +196,16 @@ func ul13Stress(t *testing.T, limit int64) {
 	}()
 
 	var wg sync.WaitGroup
-	for w := 0; w < 12; w++ {
+	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
 			rng := rand.New(rand.NewSource(int64(w) + limit*100))
-			for i := 0; i < 150; i++ {
+			for i := 0; i < per; i++ {
 				ops.Add(1)
-				time.Sleep(time.Duration(rng.Intn(1500)) * time.Microsecond)
+				if !burst {
+					time.Sleep(time.Duration(rng.Intn(1500)) * time.Microsecond)
+				}
 				user := users[rng.Intn(len(users))]
 				start := time.Now()
 				if rng.Intn(10) == 0 {
@@ -216,13 +224,21 @@ func ul13Stress(t *testing.T, limit int64) {
 					case lua.Pending, lua.Purchased:
 						atLimit.Add(1)
 						l.checkNamed(start, store.ReserveResult{Code: br.Code, Token: br.Token}, "bundle")
+						if br.Token == (store.Token{}) {
+							l.fail("bundle at-limit answer %v to %s names none", br.Code, user)
+						} else if rv, ok, err := s.Lookup(context.Background(), br.Token, a.Shards); err == nil && (!ok || rv.User != user) {
+							l.fail("bundle at-limit answer to %s names %v: found %v, user %q", user, br.Token, ok, rv.User)
+						}
 					}
 					continue
 				}
 				sku := a.SKUs[rng.Intn(len(a.SKUs))]
+				if burst && rng.Intn(3) > 0 {
+					sku = a.SKUs[0]
+				}
 				q := store.ReserveRequest{Activity: act, SKU: sku.ID, User: user, Qty: 1 + rng.Int63n(a.MaxQty), Limit: limit,
 					Shards: a.Shards, NowMs: time.Now().UnixMilli(), ExpireAt: exp, Stock: sku.Stock}
-				withRid := rng.Intn(3) == 0
+				withRid := rng.Intn(3) == 0 && !(burst && rng.Intn(3) > 0)
 				if withRid {
 					q.RequestID = fmt.Sprintf("rid-%d-%d", w, i)
 				}
@@ -253,6 +269,14 @@ func ul13Stress(t *testing.T, limit int64) {
 				case lua.Pending, lua.Purchased:
 					atLimit.Add(1)
 					l.checkNamed(start, res, "reserve")
+					if res.Token != (store.Token{}) {
+						rv, ok, err := s.Lookup(context.Background(), res.Token, a.Shards)
+						if err == nil && (!ok || rv.User != user) {
+							l.fail("at-limit answer to %s names %v: found %v, user %q", user, res.Token, ok, rv.User)
+						}
+					} else if !withRid {
+						l.fail("at-limit answer %v to %s names none", res.Code, user)
+					}
 					if res.Token != (store.Token{}) && rng.Intn(3) == 0 {
 						code, err := s.Release(context.Background(), res.Token, a.Shards, "refund", time.Now().UnixMilli(), res.Code == lua.Pending)
 						if err == nil && code == lua.OK {
@@ -269,6 +293,8 @@ func ul13Stress(t *testing.T, limit int64) {
 	time.Sleep(300 * time.Millisecond) // aborts of timed-out calls, last reconciler passes
 	close(stop)
 	bg.Wait()
+	bc, bb := s.ReserveBatchStats()
+	t.Logf("batches %d buyers %d", bc, bb)
 	t.Logf("limit %d: ops %d ok %d at-limit %d empty %d timeouts %d moves %d", limit, ops.Load(), oks.Load(), atLimit.Load(), empty.Load(), timeouts.Load(), moves.Load())
 	replayReleased.Range(func(k, _ any) bool {
 		if _, ok := l.releasedAt[k.(store.Token)]; !ok {
