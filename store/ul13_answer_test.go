@@ -74,3 +74,66 @@ func TestUL13BeyondListedPending(t *testing.T) {
 		t.Fatalf("PENDING names %v, want one of the 8 held", r.Token)
 	}
 }
+
+// TestUL13QueueHeld: queue mode, limit 3. Queued reservations count and are
+// named (PENDING) at the limit; a cancelled queued one is never named and
+// its unit can be bought again; once only a confirmed one is held the
+// answer is PURCHASED with it.
+func TestUL13QueueHeld(t *testing.T) {
+	srv := redistest.Start(t)
+	s := openStore(t, redisConfig([]string{srv.Addr}, false))
+	a := newActivity("act_ul13q", 20, 2, 3)
+	a.MaxQty = 3
+	mustPreheat(t, s, a)
+	q := func(qty int64) store.ReserveResult {
+		r := reserveReq(a, "u1", qty)
+		r.Queue = true
+		res, err := s.Reserve(ctx(t), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	var toks []store.Token
+	for i := 0; i < 3; i++ {
+		r := q(1)
+		if r.Code != lua.OK {
+			t.Fatalf("queued buy %d: %v", i, r.Code)
+		}
+		toks = append(toks, r.Token)
+	}
+	if r := q(1); r.Code != lua.Pending || r.Token != toks[2] {
+		t.Fatalf("at the limit: %v %v, want PENDING %v", r.Code, r.Token, toks[2])
+	}
+	for _, tk := range toks[1:] {
+		if code, err := s.Release(ctx(t), tk, a.Shards, "cancel", time.Now().UnixMilli(), false); err != nil || code != lua.OK {
+			t.Fatalf("Release %v = %v, %v", tk, code, err)
+		}
+	}
+	if r := q(3); r.Code != lua.Pending || r.Token != toks[0] {
+		t.Fatalf("qty 3 holding one: %v %v, want PENDING %v", r.Code, r.Token, toks[0])
+	}
+	r2 := q(2)
+	if r2.Code != lua.OK {
+		t.Fatalf("re-buy of 2 released units: %v", r2.Code)
+	}
+	if r := q(1); r.Code != lua.Pending || r.Token != r2.Token {
+		t.Fatalf("at the limit again: %v %v, want PENDING %v", r.Code, r.Token, r2.Token)
+	}
+	if code, err := s.Claim(ctx(t), toks[0], a.Shards, time.Now().UnixMilli(), store.ExpireAt(a)); err != nil || code != lua.OK {
+		t.Fatalf("Claim = %v, %v", code, err)
+	}
+	if code, err := s.Confirm(ctx(t), toks[0], a.Shards, "O-Q"); err != nil || code != lua.OK {
+		t.Fatalf("Confirm = %v, %v", code, err)
+	}
+	if code, err := s.Release(ctx(t), r2.Token, a.Shards, "cancel", time.Now().UnixMilli(), false); err != nil || code != lua.OK {
+		t.Fatalf("Release r2 = %v, %v", code, err)
+	}
+	if r := q(3); r.Code != lua.Purchased || r.Token != toks[0] || r.OrderID != "O-Q" {
+		t.Fatalf("qty 3 holding one confirmed: %v %v %q, want PURCHASED %v O-Q", r.Code, r.Token, r.OrderID, toks[0])
+	}
+	st := status(t, s, a)
+	if !st.OK || st.Initial != st.Remaining+st.Pending+st.Confirmed || st.Confirmed != 1 {
+		t.Fatalf("status %+v", st)
+	}
+}
