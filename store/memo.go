@@ -82,7 +82,7 @@ func (s *Store) memoAnswer(ctx context.Context, c rueidis.Client, sk *ShardKeys,
 		return ReserveResult{}, false
 	}
 	e, ok := m.c.Get(m.key(q.Activity, q.User))
-	if !ok || e.user != q.User || e.act != q.Activity || e.units+q.Qty <= q.Limit {
+	if !ok || e.user != q.User || e.act != q.Activity || e.units < q.Limit {
 		return ReserveResult{}, false
 	}
 	epoch, err := c.DoCache(ctx, c.B().Get().Key(sk.Epoch).Cache(), flagTTL).ToString()
@@ -93,9 +93,14 @@ func (s *Store) memoAnswer(ctx context.Context, c rueidis.Client, sk *ShardKeys,
 }
 
 // remember keeps a PURCHASED answer that came with the buyer's units and
-// their shard's epoch (reserve.lua gives both to a buyer without request id).
+// their shard's epoch (reserve.lua gives both to a buyer without request id),
+// only for a buyer at the limit: below it (a qty 2 refused with one unit
+// held) a later reserve of one unit raises the units without moving the
+// epoch, and the memo would go on naming the old purchase over the new
+// pending one (red-team finding ul13). At the limit only a release changes
+// the answer, and a release moves the epoch.
 func (s *Store) remember(q *ReserveRequest, r *reserveReply, tok Token) {
-	if s.memo == nil || r.epoch == "" {
+	if s.memo == nil || r.epoch == "" || r.units < q.Limit {
 		return
 	}
 	s.memo.c.Set(s.memo.key(q.Activity, q.User), memoEntry{
