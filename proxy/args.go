@@ -158,6 +158,14 @@ func phpArgName(dst, k []byte) []byte {
 	return dst
 }
 
+// formTyped reports whether the request's body is declared a form
+// (urlencoded or multipart), which shops read as one.
+func formTyped(ctx *fasthttp.RequestCtx) bool {
+	ct := ctx.Request.Header.ContentType()
+	return len(ct) >= len(formContentType) && bytes.EqualFold(ct[:len(formContentType)], formContentType) ||
+		len(ct) >= len(multipartForm) && bytes.EqualFold(ct[:len(multipartForm)], multipartForm)
+}
+
 // multipartForm is the Content-Type of a multipart form body.
 var multipartForm = []byte("multipart/form-data")
 

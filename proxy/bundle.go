@@ -72,9 +72,10 @@ func parseItems(ctx *fasthttp.RequestCtx, body *jsonBody, a *config.Activity, re
 		return admission.BadRequest
 	}
 	toks := jsonptr.Split(strings.TrimPrefix(a.BundleRoute.ItemsFrom, "json:"))
-	if len(toks) > 0 && rawArgHas(queryString(ctx), toks[0], true) {
+	if len(toks) > 0 && (rawArgHas(queryString(ctx), toks[0], true) || formTyped(ctx)) {
 		// Rails' params merges the query over the JSON body:
-		// "?items[0][sku]=x" would replace the items judged here.
+		// "?items[0][sku]=x" would replace the items judged here; a
+		// body typed as a form is read as one by the shop.
 		return admission.BadRequest
 	}
 	for _, tok := range toks {

@@ -124,13 +124,23 @@ func (e *extractor) get(ctx *fasthttp.RequestCtx, pathSKU []byte, body *jsonBody
 		if err != nil {
 			return nil, err
 		}
-		if len(e.ptr) > 0 && rawArgHas(queryString(ctx), e.ptr[0], true) {
+		if len(e.ptr) > 0 && (rawArgHas(queryString(ctx), e.ptr[0], true) || formTyped(ctx)) {
 			// Rails' params is the JSON body merged with the query,
-			// the query's field (or its "order[sku]" hash) winning.
+			// the query's field (or its "order[sku]" hash) winning. A
+			// body typed as a form is read as one by the shop
+			// (Laravel, Rails, Express, PHP's $_POST), whatever JSON
+			// the proxy finds in its bytes (red-team finding jd13).
 			return nil, errTwice{}
 		}
 		if s, ok := jsonptr.Lookup(v, e.ptr); ok {
 			return []byte(s), nil
+		}
+		if len(e.ptr) >= 2 && !jsonptr.HasKey(v, e.ptr[0]) && jsonptr.HasKey(v, e.ptr[len(e.ptr)-1]) {
+			// Rails' ParamsWrapper (on for JSON by default) copies a
+			// body's top-level keys under the controller's key when the
+			// body has none: {"qty":5} is params[:order][:qty] for
+			// /order/qty (red-team finding jd13).
+			return nil, errTwice{}
 		}
 		if jsonptr.Ambiguous(v, e.ptr) || jsonptr.FoldedOnly(v, e.ptr) {
 			return nil, errTwice{} // another spelling a shop may read

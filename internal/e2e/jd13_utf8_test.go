@@ -34,7 +34,6 @@ func jd13Lenient(k string) string {
 // 400 — and RFC 8259 JSON is UTF-8. Want: invalid UTF-8 anywhere in a buy's
 // JSON body refused (utf8.Valid in jsonptr.DecodeStrict).
 func TestJD13OverlongUTF8Key(t *testing.T) {
-	t.Skip("finding jd13: a JSON key in overlong UTF-8 (\\xc1\\xb1ty) is another key to the proxy and qty to Jackson < 2.23; see report")
 	p, _ := jd13JSONProxy(t)
 	for i, b := range []string{
 		"{\"sku\":\"cheap\",\"qty\":1,\"\xc1\xb1ty\":5}",

@@ -11,6 +11,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Split turns a pointer ("/a/b~1c") into unescaped tokens (["a", "b/c"]);
@@ -158,9 +159,15 @@ type Twice struct{}
 // document is an error, and every copy of a key held twice in one object,
 // at any depth, is decoded as Twice.
 func DecodeStrict(data []byte) (any, error) {
+	if !utf8.Valid(data) {
+		// encoding/json reads each invalid byte as U+FFFD; a parser
+		// without the overlong check (jackson-core before 2.23) reads
+		// "\xc1\xb1ty" as "qty" (red-team finding jd13). JSON is UTF-8.
+		return nil, errors.New("jsonptr: not valid UTF-8")
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	v, err := strictValue(dec)
+	v, err := strictValue(dec, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -170,11 +177,20 @@ func DecodeStrict(data []byte) (any, error) {
 	return v, nil
 }
 
-// strictValue decodes the next value of dec, marking twice-held keys.
-func strictValue(dec *json.Decoder) (any, error) {
+// MaxDepth bounds how deep DecodeStrict follows nested objects and
+// arrays: a 64 KiB body of 32,768 nested arrays grew a worker's stack to
+// 8 MiB (red-team finding jd13). A buy's body needs a few levels.
+const MaxDepth = 64
+
+// strictValue decodes the next value of dec (at nesting depth),
+// marking twice-held keys.
+func strictValue(dec *json.Decoder, depth int) (any, error) {
 	tok, err := dec.Token()
 	if err != nil {
 		return nil, err
+	}
+	if d, ok := tok.(json.Delim); ok && (d == '{' || d == '[') && depth >= MaxDepth {
+		return nil, fmt.Errorf("jsonptr: nested deeper than %d", MaxDepth)
 	}
 	switch tok {
 	case json.Delim('{'):
@@ -189,7 +205,7 @@ func strictValue(dec *json.Decoder) (any, error) {
 			if !ok {
 				return nil, fmt.Errorf("jsonptr: object key %v is not a string", kt)
 			}
-			val, err := strictValue(dec)
+			val, err := strictValue(dec, depth+1)
 			if err != nil {
 				return nil, err
 			}
@@ -211,7 +227,7 @@ func strictValue(dec *json.Decoder) (any, error) {
 	case json.Delim('['):
 		a := []any{}
 		for dec.More() {
-			val, err := strictValue(dec)
+			val, err := strictValue(dec, depth+1)
 			if err != nil {
 				return nil, err
 			}
