@@ -59,24 +59,29 @@ func Lookup(v any, tokens []string) (string, bool) {
 // JavaScript's Number, {"qty":true} is 1 and null 0).
 func Present(v any, tokens []string) bool {
 	for _, tok := range tokens {
-		switch x := v.(type) {
-		case map[string]any:
-			w, ok := x[tok]
-			if !ok {
-				return false
-			}
-			v = w
-		case []any:
-			i, err := strconv.Atoi(tok)
-			if err != nil || i < 0 || i >= len(x) {
-				return false
-			}
-			v = x[i]
-		default:
+		var ok bool
+		if v, ok = step(v, tok); !ok {
 			return false
 		}
 	}
 	return true
+}
+
+// step follows one token into v: an object's key as spelled or an array's
+// index; ok is false when there is none.
+func step(v any, tok string) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		w, ok := x[tok]
+		return w, ok
+	case []any:
+		i, err := strconv.Atoi(tok)
+		if err != nil || i < 0 || i >= len(x) {
+			return nil, false
+		}
+		return x[i], true
+	}
+	return nil, false
 }
 
 // HasKey reports whether v is an object with the key k, in any letter
@@ -245,33 +250,24 @@ func strictValue(dec *json.Decoder, depth int) (any, error) {
 // at its end or on the way.
 func Ambiguous(v any, tokens []string) bool {
 	for _, tok := range tokens {
-		switch x := v.(type) {
-		case map[string]any:
-			w, ok := x[tok]
-			if !ok {
-				// Another spelling held twice is read by a shop that
-				// folds case: as ambiguous as the spelling itself.
+		w, ok := step(v, tok)
+		if !ok {
+			// Another spelling held twice is read by a shop that folds
+			// case: as ambiguous as the spelling itself.
+			if m, isMap := v.(map[string]any); isMap {
 				f := foldKey(tok)
-				for k, w := range x {
+				for k, w := range m {
 					if _, twice := w.(Twice); twice && foldKey(k) == f {
 						return true
 					}
 				}
-				return false
 			}
-			v = w
-		case []any:
-			i, err := strconv.Atoi(tok)
-			if err != nil || i < 0 || i >= len(x) {
-				return false
-			}
-			v = x[i]
-		default:
 			return false
 		}
-		if _, twice := v.(Twice); twice {
+		if _, twice := w.(Twice); twice {
 			return true
 		}
+		v = w
 	}
 	return false
 }
