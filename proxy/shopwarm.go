@@ -25,12 +25,14 @@ import (
 // dialled again, and one the shop closed or wrote to meanwhile is found by
 // a non-blocking peek and never handed out: a buy is not written on a
 // connection the shop already gave up.
+
 // shopWarmMaxAge bounds a pooled connection's age when handed out (with
 // upstream.idle_timeout, if lower): a shop closes a connection that never
 // carried a request at its header timeout, a few seconds at the shortest
 // (Go's ReadHeaderTimeout is often set to 2-5 s; nginx 60 s).
 const shopWarmMaxAge = 2 * time.Second
 
+// shopConns is the pool of shop connections dialled ahead (see above).
 type shopConns struct {
 	dial   func() (net.Conn, error)
 	maxAge time.Duration
