@@ -632,9 +632,10 @@ func TestRedTeamDoSPipelineFloodUnread(t *testing.T) {
 		conns, reqs, stuck, float64(grew)/(1<<20), g, shop.peak.Load())
 	// Alone this run measures +5.6 MiB (the stuck connections' buffers);
 	// the heap is the whole test process's, and in the package run other
-	// tests' leftovers move it by a few MiB (8.8 MiB once). Every answer
-	// kept for 50 connections × 2,000 requests would be well above 30 MiB.
-	if grew > 12<<20 {
+	// tests' leftovers move it by several MiB (8.8 MiB once, 13.5 once in
+	// .ci/run). Every answer kept for 50 connections × 2,000 requests would
+	// be well above 30 MiB.
+	if grew > 20<<20 {
 		t.Errorf("heap rose %.1f MiB for %d pipelining connections that read nothing", float64(grew)/(1<<20), conns)
 	}
 	if g > 0 {
