@@ -72,7 +72,7 @@ activities:
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-rwWait(cmd) })
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		c, err := net.DialTimeout("tcp", listen, time.Second)
@@ -92,6 +92,22 @@ activities:
 }
 
 var rwNoSettle bool
+
+// rwWaits holds one Wait per serve process: a test body waiting for an
+// exit and its cleanup waiting after the kill must not both call
+// cmd.Wait (the second blocked for good once the first took the output
+// copiers' result: a 15-minute hang in .ci/run).
+var rwWaits sync.Map // *exec.Cmd -> chan error
+
+// rwWait returns a channel that yields cmd's exit once, then is closed.
+func rwWait(cmd *exec.Cmd) <-chan error {
+	ch := make(chan error, 1)
+	if got, loaded := rwWaits.LoadOrStore(cmd, ch); loaded {
+		return got.(chan error)
+	}
+	go func() { ch <- cmd.Wait(); close(ch) }()
+	return ch
+}
 
 func rwFDs(pid int) int {
 	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
@@ -144,8 +160,7 @@ func TestRedTeamWarmFDLimitKillsServe(t *testing.T) {
 			held := rwHold(t, addr, nofile-base-40)
 			t.Logf("%s: %d fds at start, %d buyer connections held, %d fds now", tc.name, base, held, rwFDs(cmd.Process.Pid))
 			time.Sleep(time.Until(start) + 500*time.Millisecond)
-			exited := make(chan error, 1)
-			go func() { exited <- cmd.Wait() }()
+			exited := rwWait(cmd)
 			select {
 			case err := <-exited:
 				t.Fatalf("%s: serve exited around the pre-start warm-up (%v) with %d buyer connections under ulimit -n %d; logs:\n%s",
@@ -203,8 +218,7 @@ func TestRedTeamWarmSIGTERMDuringStartupWarmup(t *testing.T) {
 	t0 := time.Now()
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	t.Logf("warm-up finished before SIGTERM: %v", warmedBefore)
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	exited := rwWait(cmd)
 	select {
 	case err := <-exited:
 		took := time.Since(t0)
