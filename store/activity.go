@@ -131,13 +131,35 @@ func (s *Store) Preheat(ctx context.Context, a *config.Activity, force bool, now
 	errUntil := time.Now().Add(max(2*time.Second, 10*s.timeout))
 	failed := false // a lock call failed: it may still run, after the give-up
 	giveBack := func() {
-		if failed {
-			// Sent on the same connection after the late calls, so Redis
-			// runs it after them: the lock they may take is not left
-			// held for its whole TTL by a preheat that has returned
-			// (red-team finding sb13). Only this holder's lock goes.
-			_ = s.ReleaseLease(context.WithoutCancel(ctx), name, holder)
+		if !failed {
+			return
 		}
+		// Lock calls that failed may still run when Redis answers again
+		// (a stall), taking the lock for a preheat that has returned: it
+		// would stay held for its whole TTL (red-team finding sb13). A
+		// release from here is not enough (it may be dropped with its
+		// own deadline, or run before them on a new connection), so one
+		// goroutine releases until Redis has answered three times, the
+		// last a second after the first, within the lock's TTL. Only
+		// this holder's lock goes: nobody else holds its name.
+		go func() {
+			bg := context.WithoutCancel(ctx)
+			var first time.Time
+			for n, until := 0, time.Now().Add(ttl); n < 3 && time.Now().Before(until); time.Sleep(250 * time.Millisecond) {
+				c, cancel := context.WithTimeout(bg, max(s.timeout, time.Second))
+				err := s.ReleaseLease(c, name, holder)
+				cancel()
+				if err != nil {
+					continue
+				}
+				if n == 0 {
+					first = time.Now()
+				}
+				if n < 2 || time.Since(first) >= time.Second {
+					n++
+				}
+			}
+		}()
 	}
 	for {
 		l, err := s.AcquireLease(ctx, name, holder, ttl)
