@@ -25,16 +25,19 @@ func (f *fx) runBatch(mode string, buyers []batchBuyer) [][]string {
 	for _, b := range buyers {
 		args = append(args, b.user, strconv.Itoa(b.qty), strconv.Itoa(b.limit), b.tok)
 	}
-	arr, err := f.script(lua.ReserveBatch, reserveKeys[:6], args).ToArray()
-	if err != nil {
-		f.t.Fatalf("reservebatch: %v", err)
+	flat := f.text(f.script(lua.ReserveBatch, reserveKeys[:6], args))
+	// Each buyer's reply follows its length.
+	var out [][]string
+	for at := 0; at < len(flat); {
+		k, err := strconv.Atoi(flat[at])
+		if err != nil || k < 1 || at+1+k > len(flat) {
+			f.t.Fatalf("reservebatch: reply %q: no reply of length %q at %d", flat, flat[at], at)
+		}
+		out = append(out, flat[at+1:at+1+k])
+		at += 1 + k
 	}
-	if len(arr) != len(buyers) {
-		f.t.Fatalf("reservebatch: %d replies for %d buyers", len(arr), len(buyers))
-	}
-	out := make([][]string, len(arr))
-	for i, m := range arr {
-		out[i] = f.text(&m)
+	if len(out) != len(buyers) {
+		f.t.Fatalf("reservebatch: %d replies for %d buyers", len(out), len(buyers))
 	}
 	return out
 }
@@ -73,7 +76,7 @@ func (f *fx) dump() string {
 func TestReserveBatchMatchesReserve(t *testing.T) {
 	f := newFx(t)
 	rng := rand.New(rand.NewPCG(10, 27))
-	for trial := range 400 {
+	for trial := range 800 {
 		var setup [][]string
 		if rng.IntN(12) > 0 {
 			r := rng.IntN(7)
@@ -86,16 +89,24 @@ func TestReserveBatchMatchesReserve(t *testing.T) {
 			if rng.IntN(2) == 0 {
 				continue
 			}
-			user, last := "u"+strconv.Itoa(u), "L"+strconv.Itoa(u)
+			user := "u" + strconv.Itoa(u)
 			units := rng.IntN(3)
-			setup = append(setup, []string{"HSET", kUsers, user, strconv.Itoa(units) + "|" + last})
-			switch rng.IntN(4) {
-			case 0:
-				setup = append(setup, []string{"HSET", kRes, last, "p|" + user + "|1|900||"})
-			case 1:
-				setup = append(setup, []string{"HSET", kRes, last, "c|" + user + "|1|900|O-" + last + "|"})
-			case 2:
-				setup = append(setup, []string{"HSET", kRes, last, "x|" + user + "|1|900||timeout|950"})
+			// One held id, or (per_user_limit >= 2) a list of up to three,
+			// the most recent first, each with its own record or none.
+			held := []string{"L" + strconv.Itoa(u)}
+			for k := rng.IntN(3); k > 0; k-- {
+				held = append(held, "M"+strconv.Itoa(u)+"-"+strconv.Itoa(k))
+			}
+			setup = append(setup, []string{"HSET", kUsers, user, strconv.Itoa(units) + "|" + strings.Join(held, "|")})
+			for _, last := range held {
+				switch rng.IntN(4) {
+				case 0:
+					setup = append(setup, []string{"HSET", kRes, last, "p|" + user + "|1|900||"})
+				case 1:
+					setup = append(setup, []string{"HSET", kRes, last, "c|" + user + "|1|900|O-" + last + "|"})
+				case 2:
+					setup = append(setup, []string{"HSET", kRes, last, "x|" + user + "|1|900||timeout|950"})
+				}
 			}
 		}
 		if rng.IntN(3) == 0 {

@@ -188,17 +188,35 @@ func (s *Store) sendBatch(c rueidis.Client, k *SKUKeys, home int, batch []*batch
 		args = append(args, w.args[0], w.args[1], w.args[2], w.args[3])
 	}
 	arr, err := s.reserveBatch.Exec(cctx, c, keys, args).ToArray()
-	if err == nil && len(arr) != len(batch) {
-		err = ErrInvalidResponse
+	var replies [][]rueidis.RedisMessage
+	if err == nil {
+		replies, err = splitReplies(arr, len(batch))
 	}
 	for i, w := range batch {
 		if err != nil {
 			w.err = wrap(err)
-		} else if one, e := arr[i].ToArray(); e != nil {
-			w.err = ErrInvalidResponse
 		} else {
-			w.reply, w.err = parseReserve(one)
+			w.reply, w.err = parseReserve(replies[i])
 		}
 		close(w.done)
 	}
+}
+
+// splitReplies cuts reservebatch.lua's flat reply (each buyer's reply
+// after its length) into n replies; ErrInvalidResponse unless it holds
+// exactly n.
+func splitReplies(arr []rueidis.RedisMessage, n int) ([][]rueidis.RedisMessage, error) {
+	out := make([][]rueidis.RedisMessage, 0, n)
+	for at := 0; at < len(arr); {
+		k, err := arr[at].AsInt64()
+		if err != nil || k < 1 || k > int64(len(arr)-at-1) {
+			return nil, ErrInvalidResponse
+		}
+		out = append(out, arr[at+1:at+1+int(k)])
+		at += 1 + int(k)
+	}
+	if len(out) != n {
+		return nil, ErrInvalidResponse
+	}
+	return out, nil
 }
