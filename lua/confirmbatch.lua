@@ -9,49 +9,34 @@
 -- Returns one code per pair, in order (as confirm.lua's):
 --   1 OK: confirmed now   6 SAME: already confirmed (or named twice)
 --   7 RELEASED: released before; nothing changed   8 UNKNOWN: no such reservation
--- One HMGET for the records, no table per reservation, a state read by its
--- first byte and the confirmed record made from the pending one's
--- "|user|qty|ms|" (issue 10: in Redis's Lua each redis.call, table,
--- tonumber and capture costs about as much as a field read).
-local n = #ARGV / 2
-if n < 1 then return {} end
-local ids = {}
-for k = 1, n do ids[k] = ARGV[2 * k - 1] end
-local recs = redis.call('HMGET', KEYS[2], unpack(ids))
-local byte, match = string.byte, string.match
-local codes, fv, done, seen, nf, nd, units = {}, {}, {}, {}, 0, 0, 0
-local nums = {}
-for k = 1, n do
-  local id = ids[k]
+local codes, fv, ids, seen, n = {}, {}, {}, {}, 0
+for i = 1, #ARGV - 1, 2 do
+  local id = ARGV[i]
   local code = 6
   if not seen[id] then
     seen[id] = true
-    local rec = recs[k]
+    local rec = redis.call('HGET', KEYS[2], id)
     if not rec then
       code = 8
     else
-      local st = byte(rec, 1)
-      if st == 120 then -- x
+      local state, user, qty, ms = string.match(rec, '^(%a)|([^|]*)|(%d+)|(%d*)|')
+      if state == 'x' then
         code = 7
-      elseif st ~= 99 then -- not c: p or q
-        local mid, qs = match(rec, '^%a(|[^|]*|(%d+)|%d*|)')
-        local q = nums[qs]
-        if not q then q = tonumber(qs); nums[qs] = q end
-        units = units + q
-        fv[nf + 1], fv[nf + 2] = id, 'c' .. mid .. ARGV[2 * k] .. '|'
-        nf = nf + 2
-        nd = nd + 1
-        done[nd] = id
+      elseif state ~= 'c' then
+        n = n + tonumber(qty)
+        fv[#fv + 1] = id
+        fv[#fv + 1] = 'c|' .. user .. '|' .. qty .. '|' .. ms .. '|' .. ARGV[i + 1] .. '|'
+        ids[#ids + 1] = id
         code = 1
       end
     end
   end
-  codes[k] = code
+  codes[#codes + 1] = code
 end
-if nd > 0 then
-  redis.call('HINCRBY', KEYS[1], 'p', -units)
-  redis.call('HINCRBY', KEYS[1], 'c', units)
+if #ids > 0 then
+  redis.call('HINCRBY', KEYS[1], 'p', -n)
+  redis.call('HINCRBY', KEYS[1], 'c', n)
   redis.call('HSET', KEYS[2], unpack(fv))
-  redis.call('ZREM', KEYS[3], unpack(done))
+  redis.call('ZREM', KEYS[3], unpack(ids))
 end
 return codes

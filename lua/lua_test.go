@@ -1187,7 +1187,7 @@ func TestScriptSHA(t *testing.T) {
 		{name: "steal", src: lua.Steal, want: "b6856157fe29f93c2b42255f3e61dea17a3005a9"},
 		{name: "confirm", src: lua.Confirm, want: "c3919655a6b88d9c4b1943f5a116b57181b3a33c"},
 		{name: "release", src: lua.Release, want: "ac53d863f9dc25a56ef52f18e3550acb02e803bc"},
-		{name: "confirmbatch", src: lua.ConfirmBatch, want: "cf43d05e26e025a962e6c3ae6f46c61389abe844"},
+		{name: "confirmbatch", src: lua.ConfirmBatch, want: "b1abfda3e760f4a8897c43978f2e65559f390701"},
 		{name: "claim", src: lua.Claim, want: "b0620c8ed6c0c18611fe9d2275d6af9ee4c6523b"},
 		{name: "deposit", src: lua.Deposit, want: "90af21c9259a27ce2fd67f111d5e01d92baa5081"},
 		{name: "abort", src: lua.Abort, want: "30b097040cce394846382debf986de8eda01b9d4"},
