@@ -146,3 +146,62 @@ func TestReserveBatchMatchesReserve(t *testing.T) {
 		}
 	}
 }
+
+// TestReserveBatchMatchesReserveLongLists: the same comparison for buyers
+// who hold many reservations (per_user_limit in the tens): a users list at
+// its 32 names, wins in one batch that push the oldest names out, and
+// at-limit answers read over long lists.
+func TestReserveBatchMatchesReserveLongLists(t *testing.T) {
+	f := newFx(t)
+	rng := rand.New(rand.NewPCG(12, 29))
+	for trial := range 150 {
+		setup := [][]string{stock(20, 100, 3, 2, 0), {"SET", kEpoch, "7"}}
+		for u := range 3 {
+			user := "u" + strconv.Itoa(u)
+			units := 20 + rng.IntN(20)
+			var held []string
+			for k := range min(units, 32) {
+				tok := fmt.Sprintf("H%d-%d", u, k)
+				held = append(held, tok)
+				switch rng.IntN(5) {
+				case 0:
+					setup = append(setup, []string{"HSET", kRes, tok, "p|" + user + "|1|900||"})
+				case 1, 2:
+					setup = append(setup, []string{"HSET", kRes, tok, "c|" + user + "|1|900|O-" + tok + "|"})
+				case 3:
+					setup = append(setup, []string{"HSET", kRes, tok, "x|" + user + "|1|900||timeout|950"})
+				}
+			}
+			setup = append(setup, []string{"HSET", kUsers, user, strconv.Itoa(units) + "|" + strings.Join(held, "|")})
+		}
+		buyers := make([]batchBuyer, 1+rng.IntN(16))
+		for i := range buyers {
+			limit := 20 + rng.IntN(25)
+			buyers[i] = batchBuyer{user: "u" + strconv.Itoa(rng.IntN(4)), qty: 1 + rng.IntN(3), limit: limit, tok: fmt.Sprintf("T%d", i)}
+		}
+		mode := []string{"0", "2"}[rng.IntN(2)]
+
+		f.reset(setup)
+		var want [][]string
+		for _, b := range buyers {
+			want = append(want, f.run(lua.Reserve, reserveKeys[:6],
+				[]string{b.user, strconv.Itoa(b.qty), strconv.Itoa(b.limit), b.tok, "1000", strconv.FormatInt(f.exp, 10), mode}))
+		}
+		wantState := f.dump()
+
+		f.reset(setup)
+		got := f.runBatch(mode, buyers)
+		gotState := f.dump()
+		for i := range buyers {
+			if !slices.Equal(got[i], want[i]) {
+				t.Errorf("trial %d, buyer %d %+v: batch replied %q, one call each %q", trial, i, buyers[i], got[i], want[i])
+			}
+		}
+		if gotState != wantState {
+			t.Errorf("trial %d: after the batch\n%s\nafter one call each\n%s\nbuyers %+v", trial, gotState, wantState, buyers)
+		}
+		if t.Failed() {
+			return
+		}
+	}
+}
