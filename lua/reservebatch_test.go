@@ -67,6 +67,36 @@ func (f *fx) dump() string {
 	return b.String()
 }
 
+// matchesReserve runs buyers on setup both ways — reservebatch.lua once,
+// and reserve.lua's short call once per buyer in order — and reports every
+// reply and the keys afterwards that differ; false when any did.
+func (f *fx) matchesReserve(trial int, setup [][]string, mode string, buyers []batchBuyer) bool {
+	f.t.Helper()
+	f.reset(setup)
+	var want [][]string
+	for _, b := range buyers {
+		want = append(want, f.run(lua.Reserve, reserveKeys[:6],
+			[]string{b.user, strconv.Itoa(b.qty), strconv.Itoa(b.limit), b.tok, "1000", strconv.FormatInt(f.exp, 10), mode}))
+	}
+	wantState := f.dump()
+
+	f.reset(setup)
+	got := f.runBatch(mode, buyers)
+	gotState := f.dump()
+	ok := true
+	for i := range buyers {
+		if !slices.Equal(got[i], want[i]) {
+			f.t.Errorf("trial %d, buyer %d %+v: batch replied %q, one call each %q\nsetup %q\nbuyers %+v", trial, i, buyers[i], got[i], want[i], setup, buyers)
+			ok = false
+		}
+	}
+	if gotState != wantState {
+		f.t.Errorf("trial %d: after the batch\n%s\nafter one call each\n%s\nsetup %q\nbuyers %+v", trial, gotState, wantState, setup, buyers)
+		ok = false
+	}
+	return ok
+}
+
 // TestReserveBatchMatchesReserve: reservebatch.lua decides a batch exactly
 // as reserve.lua's short call decides the same buyers one after another —
 // every reply and every key afterwards — over random shards (not preheated,
@@ -122,26 +152,7 @@ func TestReserveBatchMatchesReserve(t *testing.T) {
 		}
 		mode := []string{"0", "2"}[rng.IntN(2)]
 
-		f.reset(setup)
-		var want [][]string
-		for _, b := range buyers {
-			want = append(want, f.run(lua.Reserve, reserveKeys[:6],
-				[]string{b.user, strconv.Itoa(b.qty), strconv.Itoa(b.limit), b.tok, "1000", strconv.FormatInt(f.exp, 10), mode}))
-		}
-		wantState := f.dump()
-
-		f.reset(setup)
-		got := f.runBatch(mode, buyers)
-		gotState := f.dump()
-		for i := range buyers {
-			if !slices.Equal(got[i], want[i]) {
-				t.Errorf("trial %d, buyer %d %+v: batch replied %q, one call each %q\nsetup %q\nbuyers %+v", trial, i, buyers[i], got[i], want[i], setup, buyers)
-			}
-		}
-		if gotState != wantState {
-			t.Errorf("trial %d: after the batch\n%s\nafter one call each\n%s\nsetup %q\nbuyers %+v", trial, gotState, wantState, setup, buyers)
-		}
-		if t.Failed() {
+		if !f.matchesReserve(trial, setup, mode, buyers) {
 			return
 		}
 	}
@@ -181,26 +192,7 @@ func TestReserveBatchMatchesReserveLongLists(t *testing.T) {
 		}
 		mode := []string{"0", "2"}[rng.IntN(2)]
 
-		f.reset(setup)
-		var want [][]string
-		for _, b := range buyers {
-			want = append(want, f.run(lua.Reserve, reserveKeys[:6],
-				[]string{b.user, strconv.Itoa(b.qty), strconv.Itoa(b.limit), b.tok, "1000", strconv.FormatInt(f.exp, 10), mode}))
-		}
-		wantState := f.dump()
-
-		f.reset(setup)
-		got := f.runBatch(mode, buyers)
-		gotState := f.dump()
-		for i := range buyers {
-			if !slices.Equal(got[i], want[i]) {
-				t.Errorf("trial %d, buyer %d %+v: batch replied %q, one call each %q", trial, i, buyers[i], got[i], want[i])
-			}
-		}
-		if gotState != wantState {
-			t.Errorf("trial %d: after the batch\n%s\nafter one call each\n%s\nbuyers %+v", trial, gotState, wantState, buyers)
-		}
-		if t.Failed() {
+		if !f.matchesReserve(trial, setup, mode, buyers) {
 			return
 		}
 	}

@@ -257,22 +257,8 @@ func TestUL12BatchMatchesReserveWithLists(t *testing.T) {
 			buyers[i] = batchBuyer{user: "u" + strconv.Itoa(rng.IntN(5)), qty: 1 + rng.IntN(limit), limit: limit, tok: fmt.Sprintf("T%d", i)}
 		}
 		mode := []string{"0", "2"}[rng.IntN(2)]
-		f.reset(setup)
-		var want [][]string
-		for _, b := range buyers {
-			want = append(want, f.run(lua.Reserve, reserveKeys[:6],
-				[]string{b.user, strconv.Itoa(b.qty), strconv.Itoa(b.limit), b.tok, "1000", strconv.FormatInt(f.exp, 10), mode}))
-		}
-		wantState := f.dump()
-		f.reset(setup)
-		got := f.runBatch(mode, buyers)
-		if gotState := f.dump(); gotState != wantState {
-			t.Fatalf("trial %d: after the batch\n%s\nafter one call each\n%s\nsetup %q\nbuyers %+v", trial, gotState, wantState, setup, buyers)
-		}
-		for i := range buyers {
-			if !slices.Equal(got[i], want[i]) {
-				t.Fatalf("trial %d, buyer %d %+v: batch %q, one call each %q\nsetup %q", trial, i, buyers[i], got[i], want[i], setup)
-			}
+		if !f.matchesReserve(trial, setup, mode, buyers) {
+			return
 		}
 	}
 }
