@@ -1183,7 +1183,7 @@ func TestScriptSHA(t *testing.T) {
 		want string
 	}{
 		{name: "reserve", src: lua.Reserve, want: "dd54f9e773e65ef1e82109ce3eaa42cffbea9654"},
-		{name: "reservebatch", src: lua.ReserveBatch, want: "c517f3b2a5281becac74f2225687d968460b38a7"},
+		{name: "reservebatch", src: lua.ReserveBatch, want: "58259cd131dc9144feade228d1e12b3ed53acb4a"},
 		{name: "steal", src: lua.Steal, want: "b6856157fe29f93c2b42255f3e61dea17a3005a9"},
 		{name: "confirm", src: lua.Confirm, want: "c3919655a6b88d9c4b1943f5a116b57181b3a33c"},
 		{name: "release", src: lua.Release, want: "ac53d863f9dc25a56ef52f18e3550acb02e803bc"},

@@ -88,8 +88,9 @@ local resFV, pendArgs, nw, taken, newUsers = {}, {}, 0, 0, 0
 -- (reserve.lua sets the expiry when such a winner leaves users with one field)
 local firsts = {}
 -- later: buyers at their limit whose answer needs their records (below):
--- buyer index (LI), where its token ids start in all (LS), how many (LC)
-local LI, LS, LC, nl, all, na = {}, {}, {}, 0, {}, 0
+-- buyer index (LI), where its token ids start in all (LS), how many (LC),
+-- units held (LU)
+local LI, LS, LC, LU, nl, all, na = {}, {}, {}, {}, 0, {}, 0
 for i = 1, n do
   local user, tok, qty = users[i], ARGV[4 * i + 3], Q[i]
   local j = first[user]
@@ -98,8 +99,7 @@ for i = 1, n do
       RC[i], RA[i] = 3, F[j]
     else
       nl = nl + 1
-      LI[nl], LS[nl] = i, na + 1
-      RX[i] = U[j]
+      LI[nl], LS[nl], LU[nl] = i, na + 1, U[j]
       local l = T[j]
       if l ~= '' then
         if find(l, '|', 1, true) then
@@ -192,18 +192,15 @@ if nl > 0 then
       end
       if st ~= 120 and not found then found = at end -- not x
     end
-    if RC[i] == 3 then
-      RX[i] = nil
-    elseif not found then
-      RA[i], RB[i], RX[i] = '', '', nil -- as reserve.lua: never a released one
-    else
+    if RC[i] == 4 and not found then
+      RA[i], RB[i] = '', '' -- as reserve.lua: never a released one
+    elseif RC[i] == 4 then
       local rec = recs[found]
       RA[i], RB[i] = all[found], ''
       if rec then RB[i] = string.match(rec, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)') or '' end
       if rec and byte(rec, 1) == 99 and memo then -- c: the long form
         epoch = epoch or redis.call('GET', KEYS[6]) or ''
-      else
-        RX[i] = nil
+        RX[i] = LU[k]
       end
     end
   end
