@@ -10,6 +10,8 @@
 # STOCKB=0 gives the floor: every buyer answered from memory); YAML_B adds top-level config
 # keys to proxy B; CLIENT_NICE runs the load generator at that nice level (both sides). The
 # last line prints the median ratio of each proxy's p99.9 to the bare handler's of the same run.
+# Each run also shows the machine's CPU over it (all processes, /proc/stat: generator, server,
+# Redis, shop, kernel), and the last line its median ratio: what the run cost on the shared cores.
 # PROFILE=DIR writes a CPU profile of each proxy over all the runs (DIR/A.pprof, DIR/B.pprof;
 # compare them with `go tool pprof -top -diff_base DIR/B.pprof BIN DIR/A.pprof`).
 
@@ -33,13 +35,17 @@ for i in $(seq 100); do redis-cli -p "$rp" ping >/dev/null 2>&1 && break; sleep 
 for u in "http://127.0.0.1:$pa/_seckill/time" "http://127.0.0.1:$pb/_seckill/time" "http://127.0.0.1:$bp/"; do
   for i in $(seq 100); do curl -s -o /dev/null "$u" && break; sleep 0.05; done; done
 pcpu() { awk -v t="$(getconf CLK_TCK)" '{ printf "%.3f", ($14 + $15) / t }' "/proc/$1/stat"; }
+# the machine's busy CPU seconds so far (all cores: generator, server, Redis, shop, kernel)
+mcpu() { awk -v t="$(getconf CLK_TCK)" '/^cpu / { printf "%.3f", ($2 + $3 + $4 + $7 + $8) / t }' /proc/stat; }
 one() { # url act pid
   [ "$2" != - ] && "$A/seckill-proxy" preheat -c "$w/${2#k}.yaml" --activity "$2" --force >/dev/null 2>&1
   local c0; c0=$(pcpu "$3")
+  local m0; m0=$(mcpu)
   nice -n "${CLIENT_NICE:-0}" "$A/seckill-bench" run --preset 1000users --activity "${2/-/x}" --sku s --target "$1" --user-prefix "p$RANDOM-" --quiet --json "$w/o.json" >/dev/null 2>&1 || true
   local c1; c1=$(pcpu "$3")
+  local m1; m1=$(mcpu)
   python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("%.1f" % r["latency"]["p999_ms"], end=" ")' "$w/o.json"
-  awk -v a="$c0" -v b="$c1" 'BEGIN{printf "%.0fms", (b-a)*1000}'
+  awk -v a="$c0" -v b="$c1" -v m0="$m0" -v m1="$m1" 'BEGIN{printf "%.0fms %.0fms", (b-a)*1000, (m1-m0)*1000}'
 }
 if [ -n "${PROFILE:-}" ]; then # long enough for every run (a run takes ~4.5 s); stopped below
   mkdir -p "$PROFILE"
@@ -49,7 +55,7 @@ if [ -n "${PROFILE:-}" ]; then # long enough for every run (a run takes ~4.5 s);
   done
   sleep 0.2
 fi
-echo "run | bare p99.9 cpu | A p99.9 cpu | B p99.9 cpu"
+echo "run | bare p99.9 cpu machine | A p99.9 cpu machine | B p99.9 cpu machine"
 for r in $(seq "$runs"); do
   declare -A out
   order=(bare A B); case $((r % 3)) in 1) order=(A B bare);; 2) order=(B bare A);; esac
@@ -65,5 +71,7 @@ awk -F'|' '
     for (i = 2; i <= n; i++) { v = x[i]; for (j = i - 1; j >= 1 && x[j] > v; j--) x[j + 1] = x[j]; x[j + 1] = v }
     return (n % 2) ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2
   }
-  { split($2, b, " "); split($3, a, " "); split($4, c, " "); n++; ra[n] = a[1] / b[1]; rb[n] = c[1] / b[1] }
-  END { printf "median p99.9 ratio to bare: A %.2f, B %.2f\n", med(ra, n), med(rb, n) }' "$w/rows"
+  { split($2, b, " "); split($3, a, " "); split($4, c, " "); n++; ra[n] = a[1] / b[1]; rb[n] = c[1] / b[1]
+    ma[n] = a[3] / b[3]; mb[n] = c[3] / b[3] }
+  END { printf "median p99.9 ratio to bare: A %.2f, B %.2f\n", med(ra, n), med(rb, n)
+        printf "median machine-CPU ratio to bare (the run: generator, server, Redis, shop, kernel): A %.2f, B %.2f\n", med(ma, n), med(mb, n) }' "$w/rows"
