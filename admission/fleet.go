@@ -157,6 +157,35 @@ func (p *Pipeline) newLimiters(l config.Limits, shadows bool) *limiters {
 	return ls
 }
 
+// carryLimiters is newLimiters for a reload: a limiter whose key (the
+// per-IP prefixes) and on/off state are unchanged keeps its buckets, only
+// its rate and burst change (Limiter.SetRate), so a reload that changes
+// one limit does not hand every client a full burst of the others
+// (red-team rr14). cur may be nil.
+func (p *Pipeline) carryLimiters(cur *limiters, l config.Limits, shadows bool) *limiters {
+	next := p.newLimiters(l, shadows)
+	if cur == nil || cur.cfg.IPv4Prefix != l.IPv4Prefix || cur.cfg.IPv6Prefix != l.IPv6Prefix {
+		return next
+	}
+	carry := func(dst **Limiter, src *Limiter) {
+		if *dst != nil && src != nil {
+			*dst = src
+		}
+	}
+	from := func(dst, src *limiters) {
+		carry(&dst.ip, src.ip)
+		carry(&dst.public, src.public)
+		carry(&dst.device, src.device)
+		carry(&dst.user, src.user)
+	}
+	from(next, cur)
+	if next.shadow != next && cur.shadow != cur {
+		from(next.shadow, cur.shadow)
+	}
+	next.share(p.shareOf(l))
+	return next
+}
+
 // share sets every limiter to 1/n of its configured rate and burst (burst
 // at least one token). Keys keep their state (Limiter.SetRate).
 func (ls *limiters) share(n int) {

@@ -223,7 +223,7 @@ func (p *Pipeline) Apply(cfg *config.Config) {
 		shadows = shadows || cfg.Activities[i].IsShadow()
 	}
 	if cur := p.limits.Load(); cur == nil || cur.cfg != l || (cur.shadow != cur) != shadows {
-		p.limits.Store(p.newLimiters(l, shadows))
+		p.limits.Store(p.carryLimiters(cur, l, shadows))
 	}
 	p.limMu.Unlock()
 	p.fair.max.Store(int64(cfg.Server.FairStartMaxHeld))
@@ -242,6 +242,22 @@ func (p *Pipeline) Apply(cfg *config.Config) {
 		p.stateFor(c).used.Store(time.Now().Unix())
 	}
 	p.byID.Store(&byID)
+	// The states of the activities this config replaced go now: each
+	// reload parses new *config.Activity values, and a replaced one's
+	// state was refreshed on every pass until unused for 600 s (red-team
+	// rr14: one dead state per reload). A buy still in flight with the old
+	// activity keeps its *actState; one that asks again gets a new one.
+	p.actsMu.Lock()
+	if old := p.acts.Load(); old != nil {
+		next := make(map[*config.Activity]*actState, len(byID))
+		for k, v := range *old {
+			if byID[k.ID] == k {
+				next[k] = v
+			}
+		}
+		p.acts.Store(&next)
+	}
+	p.actsMu.Unlock()
 }
 
 // limiters are the three local limiters of one config.

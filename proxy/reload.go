@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/seckill-proxy/seckill-proxy/config"
@@ -174,4 +175,75 @@ func routeKey(method, path string, caseSensitive bool) string {
 		return method + " " + path
 	}
 	return method + " " + strings.ToLower(path) + " any case"
+}
+
+// sendFloor remembers, after a reload that shortened upstream.timeout (or
+// overflow_wait), the pending_timeout the winners sent under the replaced
+// config may still need, until they are done at the shop.
+type sendFloor struct {
+	mu    sync.Mutex
+	need  time.Duration
+	until time.Time
+}
+
+// replaced records the swap from prev to next at now.
+func (f *sendFloor) replaced(prev, next config.Upstream, now time.Time) {
+	need := config.MinPendingTimeout(prev)
+	if need <= config.MinPendingTimeout(next) {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if now.After(f.until) {
+		f.need = 0
+	}
+	f.need = max(f.need, need)
+	if u := now.Add(prev.Timeout + prev.OverflowWait + config.PendingMargin); u.After(f.until) {
+		f.until = u
+	}
+}
+
+// at is the pending_timeout still needed at now (0: none beyond the
+// running config's).
+func (f *sendFloor) at(now time.Time) time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if now.Before(f.until) {
+		return f.need
+	}
+	return 0
+}
+
+// keepsSendsSettleable refuses a reload (Apply) that lowers a running
+// sale's pending_timeout below what the winners already at the shop need:
+// they were sent with the running config's upstream.timeout (and
+// overflow_wait), and the reconciler settles a reservation by the new
+// pending_timeout. Lowering upstream.timeout and pending_timeout together
+// (a slow shop, 20s/60s → 1s/4s, both valid) let a repairing pass ask
+// verify about a winner the shop was still working on, release it (absent)
+// and sell the unit again: two orders for one unit (red-team rr14). So
+// pending_timeout must stay at least 2 × the running upstream.timeout (+
+// overflow_wait) + PendingMargin, and after a reload that shortened those,
+// the replaced config's until its sends are done; lower upstream.timeout
+// first, and pending_timeout by a later reload.
+func (s *Server) keepsSendsSettleable(prev, next *config.Config, now time.Time) error {
+	need := max(config.MinPendingTimeout(prev.Upstream), s.sends.at(now))
+	var errs []error
+	for i := range next.Activities {
+		a := &next.Activities[i]
+		if a.IsShadow() || a.PendingTimeout >= need || !now.Before(a.End.Add(a.PendingTimeout).Add(need)) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), runningSaleTimeout)
+		f, err := s.book.Flags(ctx, a.ID)
+		cancel()
+		if err == nil && !f.Ready {
+			continue // never preheated: nothing at the shop
+		}
+		errs = append(errs, fmt.Errorf("activity %q: pending_timeout %s is below %s, what winners already sent with the running upstream.timeout %s need "+
+			"(2 × upstream.timeout + upstream.overflow_wait + %s): the reconciler could release a winner the shop is still working on, and sell its unit again. "+
+			"Lower upstream.timeout first, then pending_timeout by a later reload; the running config stays",
+			a.ID, a.PendingTimeout, need, prev.Upstream.Timeout, config.PendingMargin))
+	}
+	return errors.Join(errs...)
 }

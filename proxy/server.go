@@ -71,6 +71,9 @@ type Server struct {
 	draining atomic.Bool // Drain: a graceful stop has begun (drain.go)
 	// shadow records shadow-mode decisions (shadow.go).
 	shadow shadowLog
+	// sends is the pending_timeout that winners sent under a replaced
+	// upstream config may still need, until when (reload.go).
+	sends sendFloor
 }
 
 // state is everything derived from one config, swapped whole on reload.
@@ -150,6 +153,9 @@ func (s *Server) Apply(cfg *config.Config) error {
 		if err := s.keepsRunningSales(prev.cfg, cfg); err != nil {
 			return err
 		}
+		if err := s.keepsSendsSettleable(prev.cfg, cfg, time.Now()); err != nil {
+			return err
+		}
 	}
 	up, err := newUpstream(cfg.Upstream, signingKeys(cfg))
 	if err != nil {
@@ -199,6 +205,7 @@ func (s *Server) Apply(cfg *config.Config) error {
 	}
 	st.budgets = s.budgetsFor(cfg)
 	if old := s.cur.Swap(st); old != nil {
+		s.sends.replaced(old.cfg.Upstream, cfg.Upstream, time.Now())
 		old.upstream.closeIdleLater()
 		if old.session != nil && old.session != st.session {
 			old.session.closeLater()

@@ -65,7 +65,14 @@ func cmdServe(c *cli) error {
 	// (it ended serve at once, with no drain: red-team finding).
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
+	defer func() {
+		// A SIGHUP while serve stops (a config tool reloading during a
+		// deploy) is ignored until the process exits: restored to its
+		// default it would kill serve before the deferred closes drain
+		// the retry queue, exiting "signal: hangup" (red-team rr14).
+		signal.Ignore(syscall.SIGHUP)
+		signal.Stop(sigs)
+	}()
 	ln, err := listenPublic(cfg.Listen)
 	if err != nil {
 		return fail(exitFailed, "serve: listen %s: %v", cfg.Listen, err)
