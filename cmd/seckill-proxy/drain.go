@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"os"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -71,10 +70,7 @@ func gracefulStop(srv *proxy.Server, queue queueStopper, adminSrv *http.Server, 
 			select {
 			case <-t.C:
 				break wait
-			case s := <-sigs:
-				if s == syscall.SIGHUP {
-					continue // no reload while stopping
-				}
+			case s := <-sigs: // SIGTERM or SIGINT (SIGHUP has its own channel: no reload while stopping)
 				t.Stop()
 				log.Info("second signal: drain delay cut short", zap.Stringer("signal", s))
 				break wait

@@ -200,11 +200,17 @@ activities:
 	select {
 	case exitErr = <-exited:
 	case <-time.After(20 * time.Second):
-		t.Fatal("serve did not exit within 20 s of SIGTERM")
+		// Not Fatal: the buyers and the SIGHUP loop still run and report.
+		t.Error("serve did not exit within 20 s of SIGTERM (a SIGTERM lost behind a pending SIGHUP?)")
+		_ = cmd.Process.Kill()
+		exitErr = <-exited
 	}
 	stopHUP.Store(true)
 	<-hupDone
 	wg.Wait()
+	if t.Failed() {
+		return
+	}
 	logMu.Lock()
 	out := logs.String()
 	logMu.Unlock()
@@ -280,3 +286,90 @@ activities:
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestRR14SIGTERMNotLostInSIGHUPStorm: SIGHUPs sent back to back (a
+// config tool in a loop) must not swallow the SIGTERM that comes among
+// them. With one signal channel of one slot, a SIGTERM arriving while a
+// SIGHUP waited there (the loop busy reloading) was dropped by the
+// runtime, and serve never stopped.
+func TestRR14SIGTERMNotLostInSIGHUPStorm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and runs serve")
+	}
+	rs := redistest.Start(t)
+	sh := newSlowShop(t, 0)
+	os.Setenv(lifeSecretEnv, "s3cret")
+	now := time.Now()
+	listen := "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t))
+	adminAddr := "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t))
+	cfgPath := filepath.Join(t.TempDir(), "seckill.yaml")
+	y := fmt.Sprintf(`listen: %q
+admin: { listen: %q }
+upstream: { url: %q, timeout: 3s, signing_secret_env: %s }
+server: { drain_delay: 100ms, shutdown_timeout: 5s }
+redis: { addrs: [%q], timeout: 1s }
+activities:
+  - id: sact
+    start: %s
+    end: %s
+    skus: [{ id: "sku1", stock: 10 }]
+`, listen, adminAddr, sh.srv.URL, lifeSecretEnv, rs.Addr,
+		now.Add(-time.Minute).Format(time.RFC3339), now.Add(time.Hour).Format(time.RFC3339))
+	// A long file (an operator's commented blocklist, say) makes each
+	// reload take milliseconds, so the loop is busy reloading whenever
+	// the SIGTERM comes, with the next SIGHUP waiting.
+	y += strings.Repeat("# a comment line, as long files have them, to make the reload take its time\n", 60000)
+	if err := os.WriteFile(cfgPath, []byte(y), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := buildBinary(t)
+	for round := 0; round < 3; round++ {
+		cmd := exec.Command(bin, "serve", "-c", cfgPath)
+		cmd.Env = os.Environ()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if resp, err := http.Get("http://" + listen + "/_seckill/time"); err == nil {
+				resp.Body.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				_ = cmd.Process.Kill()
+				t.Fatalf("serve did not come up")
+			}
+		}
+		var stop atomic.Bool
+		stormDone := make(chan struct{})
+		go func() {
+			defer close(stormDone)
+			for !stop.Load() {
+				if cmd.Process.Signal(syscall.SIGHUP) != nil {
+					return
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+		}()
+		time.Sleep(300 * time.Millisecond)
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("round %d: serve exited with %v, want 0", round, err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("round %d: serve did not stop within 15 s of a SIGTERM sent among SIGHUPs", round)
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		stop.Store(true)
+		<-stormDone
+		if t.Failed() {
+			return
+		}
+	}
+}

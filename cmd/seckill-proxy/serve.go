@@ -63,14 +63,22 @@ func cmdServe(c *cli) error {
 	// Signals are taken from before the listener opens: a SIGTERM in the
 	// moments before the loop below waits in sigs and is a graceful stop
 	// (it ended serve at once, with no drain: red-team finding).
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
+	// SIGHUP has its own channel: the runtime drops a signal whose channel
+	// is full, and with one channel a SIGTERM arriving while a SIGHUP
+	// waited in it was lost, so serve never stopped (a config tool
+	// reloading every few ms; red-team rr14). Reloads may coalesce; stops
+	// may not.
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer func() {
 		// A SIGHUP while serve stops (a config tool reloading during a
 		// deploy) is ignored until the process exits: restored to its
 		// default it would kill serve before the deferred closes drain
 		// the retry queue, exiting "signal: hangup" (red-team rr14).
 		signal.Ignore(syscall.SIGHUP)
+		signal.Stop(hups)
 		signal.Stop(sigs)
 	}()
 	ln, err := listenPublic(cfg.Listen)
@@ -168,11 +176,9 @@ func cmdServe(c *cli) error {
 			return fail(exitFailed, "serve: %v", err)
 		case <-changed:
 			reload("file changed")
+		case <-hups:
+			reload("SIGHUP")
 		case sig := <-sigs:
-			if sig == syscall.SIGHUP {
-				reload("SIGHUP")
-				continue
-			}
 			// Nothing is admitted from here on: buys held by fair_start are
 			// answered 503 BUSY now (never let on early), the fleet roll
 			// call is left at once (the others' shares grow), background
