@@ -49,14 +49,32 @@ var countedPool = sync.Pool{New: func() any { return new(countedConn) }}
 func (t buyTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (bool, error) {
 	deadline := time.Now().Add(t.timeout)
 	cc, err := hc.AcquireConn(t.timeout, req.ConnectionClose())
+	// An idle connection the shop closed (its keep-alive shorter than
+	// idle_timeout, maybe with a 408) or wrote to unasked (bytes its last
+	// answer's framing did not cover) is never written to: the buy would be
+	// judged by the close or by those bytes, an unknown outcome (or a 4xx)
+	// for a request the shop never read, or a verdict that is not its own.
+	// Closed, and the next one taken (or dialled), as the warm pool does
+	// (shopwarm.go). The deadline is set first: a pooled connection keeps
+	// its last request's, passed, and a peek past it never runs.
+	for tries := 0; err == nil; tries++ {
+		if err = cc.Conn().SetDeadline(deadline); err != nil {
+			hc.CloseConn(cc)
+			return false, notSentError{err}
+		}
+		if !connStale(cc.Conn()) {
+			break
+		}
+		hc.CloseConn(cc)
+		if tries == maxStaleConns {
+			return false, notSentError{errStaleConns}
+		}
+		cc, err = hc.AcquireConn(t.timeout, req.ConnectionClose())
+	}
 	if err != nil {
 		return false, notSentError{err}
 	}
 	conn := cc.Conn()
-	if err := conn.SetDeadline(deadline); err != nil {
-		hc.CloseConn(cc)
-		return false, notSentError{err}
-	}
 	cw := countedPool.Get().(*countedConn)
 	cw.Conn, cw.n = conn, 0
 	bw := hc.AcquireWriter(cw)
@@ -83,6 +101,10 @@ func (t buyTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, 
 	}
 	br := hc.AcquireReader(conn)
 	err = resp.ReadLimitBody(br, hc.MaxResponseBodySize)
+	// Bytes after the answer's end (a 204's body, a Content-Length
+	// shorter than the body) are not the next answer: the connection is
+	// not pooled.
+	extra := br.Buffered() > 0
 	hc.ReleaseReader(br)
 	if err != nil {
 		hc.CloseConn(cc)
@@ -96,13 +118,19 @@ func (t buyTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, 
 		hc.CloseConn(cc)
 		return false, errSwitchedProtocols
 	}
-	if req.ConnectionClose() || resp.ConnectionClose() {
+	if extra || req.ConnectionClose() || resp.ConnectionClose() {
 		hc.CloseConn(cc)
 	} else {
 		hc.ReleaseConn(cc)
 	}
 	return false, nil
 }
+
+// maxStaleConns bounds the stale idle connections one buy closes before it
+// gives up unsent (a definite no).
+const maxStaleConns = 16
+
+var errStaleConns = errors.New("every connection to the shop was closed or written to by the shop while idle")
 
 // errSwitchedProtocols is a buy answered 101 Switching Protocols: sent, its
 // outcome unknown.

@@ -661,14 +661,21 @@ func orderID(resp *fasthttp.Response, from string) string {
 				return ""
 			}
 			var err error
-			if body, err = resp.BodyUncompressed(); err != nil || len(body) > 1<<20 {
+			// Decoded with the bound, not checked after: 60 KiB of gzip
+			// decode to 60 MiB (brotli, zstd: far more), built whole first.
+			if body, err = resp.BodyUncompressedWithLimit(1 << 20); err != nil || len(body) > 1<<20 {
 				return ""
 			}
 		}
-		return findOrderID(body, name)
+		// A byte order mark before the document (ASP.NET's and many
+		// Windows encoders' UTF-8): JSON parsers may ignore it (RFC 8259
+		// §8.1), and with it the id was never found.
+		return findOrderID(bytes.TrimPrefix(body, utf8BOM), name)
 	}
 	return ""
 }
+
+var utf8BOM = []byte("\xef\xbb\xbf")
 
 // pass forwards an ordinary request to the shop as it is.
 func (s *Server) pass(ctx *fasthttp.RequestCtx, st *state) {

@@ -757,6 +757,15 @@ func (aq *actQueue) forward(ctx context.Context, tok store.Token, res store.Rese
 		return 0, "", err
 	}
 	defer func() { _ = resp.Body.Close() }() // read (capped) below; a close error changes nothing
+	if resp.StatusCode < 200 {
+		// A final status below 200: a 101 (the shop switched protocols for
+		// a request that asked for none) or one below 100. What the shop
+		// did with the buy is unknown, as sync mode judges it
+		// (proxy/buytransport.go); never a definite no, with or without
+		// verify.url.
+		aq.q.m.UpstreamLatency.WithLabelValues("queue_failed").Observe(time.Since(t0).Seconds())
+		return 0, "", fmt.Errorf("the shop answered %d: the buy's outcome is unknown", resp.StatusCode)
+	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	outcome := "queue_ok"
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
@@ -933,7 +942,8 @@ func orderIDOf(h http.Header, body []byte, from string) string {
 	case "header":
 		return h.Get(name)
 	case "json":
-		id, _ := jsonptr.Find(body, name)
+		// A leading byte order mark is not part of the document (RFC 8259 §8.1).
+		id, _ := jsonptr.Find(bytes.TrimPrefix(body, []byte("\xef\xbb\xbf")), name)
 		return id
 	}
 	return ""
