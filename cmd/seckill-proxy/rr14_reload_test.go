@@ -21,7 +21,7 @@ import (
 )
 
 // TestRR14SIGHUPStormPauseResumeAndSIGTERM: the real binary under a spike
-// (1,200 buyers, two tries each, a third with X-Request-Id) while its file
+// (600 buyers, two tries each, a third with X-Request-Id) while its file
 // is rewritten and SIGHUP sent every 5 ms (limits, messages, admission
 // rate, per_user_limit 1/2, upstream timeout, and a broken file every
 // fifth time), the activity paused and resumed by the CLI meanwhile, then
@@ -34,7 +34,7 @@ func TestRR14SIGHUPStormPauseResumeAndSIGTERM(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs serve")
 	}
-	const stock = 400
+	const stock = 200
 	rs := redistest.Start(t)
 	sh := newSlowShop(t, 100*time.Millisecond)
 	os.Setenv(lifeSecretEnv, "s3cret")
@@ -143,9 +143,9 @@ activities:
 	var answers []ans
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	const users = 1200
+	const users = 600
 	hc := &http.Client{Timeout: 20 * time.Second}
-	for w := 0; w < 48; w++ {
+	for w := 0; w < 24; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -318,12 +318,12 @@ activities:
 	// A long file (an operator's commented blocklist, say) makes each
 	// reload take milliseconds, so the loop is busy reloading whenever
 	// the SIGTERM comes, with the next SIGHUP waiting.
-	y += strings.Repeat("# a comment line, as long files have them, to make the reload take its time\n", 60000)
+	y += strings.Repeat("# a comment line, as long files have them, to make the reload take its time\n", 12000)
 	if err := os.WriteFile(cfgPath, []byte(y), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	bin := buildBinary(t)
-	for round := 0; round < 3; round++ {
+	for round := 0; round < 2; round++ {
 		cmd := exec.Command(bin, "serve", "-c", cfgPath)
 		cmd.Env = os.Environ()
 		if err := cmd.Start(); err != nil {
