@@ -111,6 +111,14 @@ func TestRB12FairStartManyTicketsPerBuyer(t *testing.T) {
 		}
 		for d := 500 * time.Millisecond; d <= 1005*time.Millisecond; d += 5 * time.Millisecond {
 			clock.at(st, d)
+			// The pen's sleeper reads the injected clock at most every
+			// 5 ms (fairSleepMax): without this wait the loop could step on
+			// before it released this step's buyers, and several steps'
+			// buys then raced together, a scalper's five copies five
+			// tickets among them (the test's own race: the buyers' moments
+			// are one per buyer; 8 scalpers among the first 40 moments, 13
+			// winners, in one traced failing run).
+			time.Sleep(15 * time.Millisecond)
 			e2e.Eventually(t, 30*time.Second, "released buys answered", func() bool { return count() == total-held() })
 		}
 		wg.Wait()
