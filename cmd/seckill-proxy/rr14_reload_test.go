@@ -136,8 +136,8 @@ activities:
 
 	type ans struct {
 		user, code, token string
-		status           int
-		err              error
+		status            int
+		err               error
 	}
 	var mu sync.Mutex
 	var answers []ans

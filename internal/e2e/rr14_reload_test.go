@@ -190,9 +190,9 @@ func TestRR14SpikeUnderReloadChurn(t *testing.T) {
 		case 6:
 			v.MaxInflight = 40
 		case 7:
-			v.Extra, v.ExtraFairStart, v.ExtraStartIn = true, "500ms", 20 * time.Minute
+			v.Extra, v.ExtraFairStart, v.ExtraStartIn = true, "500ms", 20*time.Minute
 		case 8:
-			v.Extra, v.ExtraFairStart, v.ExtraStartIn = true, "1s", 30 * time.Minute
+			v.Extra, v.ExtraFairStart, v.ExtraStartIn = true, "1s", 30*time.Minute
 		case 9:
 			v.Shadow, v.ShadowHeaders = true, i%2 == 1
 		case 10:
