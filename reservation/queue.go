@@ -768,7 +768,7 @@ func (aq *actQueue) forward(ctx context.Context, tok store.Token, res store.Rese
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	outcome := "queue_ok"
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+	if resp.StatusCode > 299 { // below 200 returned above
 		outcome = "queue_refused"
 	}
 	aq.q.m.UpstreamLatency.WithLabelValues(outcome).Observe(time.Since(t0).Seconds())
