@@ -24,6 +24,12 @@ import (
 // gracefully (SIGTERM): /readyz answers 503 with it.
 var ErrDraining = errors.New("draining: shutting down, not taking buys")
 
+// Unready is a readiness error that is not Redis's: /readyz shows it as
+// it is (e.g. "clock: this host's clock is 4s behind Redis ...").
+type Unready string
+
+func (u Unready) Error() string { return string(u) }
+
 // Checker reports whether the process is ready to take buys.
 type Checker interface {
 	Ping(ctx context.Context) error
@@ -49,7 +55,8 @@ func New(m *metrics.Metrics, ready Checker, token string, log *zap.Logger) *Serv
 		defer cancel()
 		if err := ready.Ping(ctx); err != nil {
 			msg := "redis: " + err.Error()
-			if errors.Is(err, ErrDraining) {
+			var u Unready
+			if errors.Is(err, ErrDraining) || errors.As(err, &u) {
 				msg = err.Error()
 			}
 			http.Error(w, msg, http.StatusServiceUnavailable)

@@ -154,6 +154,8 @@ type Pipeline struct {
 	memo *ristretto.Cache[string, Decision]
 	// fair holds buys in fair_start windows (fairstart.go).
 	fair *fairPen
+	// clock is the clock guard (clock.go, server.max_clock_skew).
+	clock clockGuard
 }
 
 // Option tunes a Pipeline.
@@ -182,6 +184,7 @@ func New(s Store, m *metrics.Metrics, log *zap.Logger, now func() time.Time, opt
 	p := &Pipeline{store: s, now: now, m: m, log: log, scriptObs: m.ScriptLatency.WithLabelValues("reserve"),
 		limiterKeys: 1 << 17, refreshEvery: RefreshEvery, fleetEvery: FleetBeatEvery, fleetStale: FleetStale}
 	p.fleetN.Store(1)
+	p.clock.host, p.clock.every = time.Now, ClockCheckEvery
 	p.fair = newFairPen(now, m.FairHeld, m.FairReleases)
 	p.ts, _ = s.(TrafficStore)
 	p.dur = newDurableCheck(s, m)
@@ -254,6 +257,7 @@ const (
 	rFairGone
 	rFairDrain
 	rNotDurable
+	rClockSkew
 	numRefusals
 )
 
@@ -295,6 +299,9 @@ var refusalKinds = [numRefusals]struct {
 	// A winner the replicas did not acknowledge in time, released
 	// (redis.durable_winners on_timeout: refuse).
 	rNotDurable: {StoreUnavailable, "redis", "not_durable", false},
+	// This host's clock is further from Redis's than server.max_clock_skew
+	// (clock.go): its window and reservation stamps are not trusted.
+	rClockSkew: {StoreUnavailable, "clock", "skew", true},
 }
 
 type refusalCounters struct {
@@ -305,6 +312,9 @@ type refusalCounters struct {
 // Redis command timeout per Redis call.
 func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 	a := r.Activity
+	if p.clock.problem.Load() != nil {
+		return p.refuse(rClockSkew, retryAfterDefault)
+	}
 	now := p.now()
 	// 1. Window and whitelist: config only.
 	if now.Before(a.Start) {

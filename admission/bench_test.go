@@ -1,6 +1,8 @@
 package admission_test
 
 import (
+	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -13,9 +15,12 @@ import (
 //
 //	go test -run XXX -bench 'Refused' -benchmem ./admission/
 
-func soldOutInstance(b *testing.B) (*instance, *config.Config) {
+func soldOutInstance(b *testing.B, limits ...config.Limits) (*instance, *config.Config) {
 	srv := redistest.Start(b)
 	cfg := realConfig(b, 1, 1)
+	if len(limits) > 0 {
+		cfg.Limits = limits[0]
+	}
 	a := &cfg.Activities[0]
 	in := startInstance(b, redisCfg([]string{srv.Addr}, false), cfg, time.Now)
 	preheat(b, in.st, a)
@@ -100,6 +105,31 @@ func BenchmarkRefusedHandler(b *testing.B) {
 			return h.run(&c) == 410
 		})
 		run(b, h, 410)
+	})
+	// A first wave's buyer: new to every limiter, the memo and the
+	// request-id locks (user, device, request id and address all new), with
+	// the limits on as the bench scripts set them.
+	b.Run("SOLD_OUT_NEW_BUYER", func(b *testing.B) {
+		hi := config.Rate{Rate: 1e6, Burst: 1e6}
+		in, cfg := soldOutInstance(b, config.Limits{PerIP: hi, PerDevice: hi, PerUser: hi})
+		h := newHandler(b, cfg, in.st, time.Now)
+		go h.pipe.Run(bg(b))
+		var c buyCtx
+		eventually(b, 2*time.Second, "snapshot", func() bool {
+			c.prepare("/buy/act/sku1", "w", "203.0.113.9")
+			return h.run(&c) == 410
+		})
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			n := strconv.Itoa(i)
+			c.prepare("/buy/act/sku1", "user-"+n, fmt.Sprintf("10.%d.%d.%d", byte(i>>16), byte(i>>8), byte(i)))
+			c.ctx.Request.Header.Set("X-Device-Id", "dev-"+n)
+			c.ctx.Request.Header.Set("X-Request-Id", "rid-"+n)
+			if got := h.run(&c); got != 410 {
+				b.Fatalf("status %d, want 410: %s", got, c.ctx.Response.Body())
+			}
+		}
 	})
 	b.Run("RATE_LIMITED", func(b *testing.B) {
 		start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

@@ -227,6 +227,9 @@ func (p *Pipeline) Apply(cfg *config.Config) {
 	}
 	p.limMu.Unlock()
 	p.fair.max.Store(int64(cfg.Server.FairStartMaxHeld))
+	if p.clock.max.Store(int64(cfg.Server.MaxClockSkew)); cfg.Server.MaxClockSkew <= 0 {
+		p.setClockProblem("") // turned off by a reload: at once
+	}
 	if keys := cfg.SigningKeys(); len(keys) > 0 {
 		p.fair.setKey(keys[0].Secret())
 	} else {
@@ -327,6 +330,11 @@ func (p *Pipeline) Run(ctx context.Context) {
 		done := make(chan struct{})
 		go func() { defer close(done); p.runFleet(ctx, fs) }()
 		defer func() { <-done }() // left the roll call before Run returns
+	}
+	if cs, ok := p.store.(ClockStore); ok {
+		done := make(chan struct{})
+		go func() { defer close(done); p.runClock(ctx, cs) }()
+		defer func() { <-done }()
 	}
 	if p.ts == nil {
 		<-ctx.Done()

@@ -85,7 +85,7 @@ func TestParseDefaults(t *testing.T) {
 			MinInflight:      1,
 		},
 		Server: Server{MaxConns: DefaultServerMaxConns, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second,
-			DrainDelay: DefaultDrainDelay, ShutdownTimeout: 11 * time.Second, FairStartMaxHeld: DefaultFairStartMaxHeld, WarmWorkers: DefaultWarmWorkers},
+			DrainDelay: DefaultDrainDelay, MaxClockSkew: DefaultMaxClockSkew, ShutdownTimeout: 11 * time.Second, FairStartMaxHeld: DefaultFairStartMaxHeld, WarmWorkers: DefaultWarmWorkers},
 		Redis: Redis{
 			Addrs:       []string{"127.0.0.1:6379"},
 			Timeout:     200 * time.Millisecond,
@@ -225,7 +225,7 @@ activities:
 			PassTimeout: 9 * time.Second, IdleTimeout: 2 * time.Second, WarmConns: 7, ReplayMaxBytes: 0, ReleaseStatuses: []string{"4xx", "502", "3xx"},
 			Overflow: OverflowQueue, MinInflight: 1},
 		Server: Server{MaxConns: 100, MaxConnsPerIP: 4, ReadTimeout: 5 * time.Second, WriteTimeout: 6 * time.Second, IdleTimeout: 7 * time.Second,
-			DrainDelay: DefaultDrainDelay, ShutdownTimeout: 8 * time.Second, FairStartMaxHeld: DefaultFairStartMaxHeld, WarmWorkers: 100},
+			DrainDelay: DefaultDrainDelay, MaxClockSkew: DefaultMaxClockSkew, ShutdownTimeout: 8 * time.Second, FairStartMaxHeld: DefaultFairStartMaxHeld, WarmWorkers: 100},
 		Redis: Redis{
 			Addrs:       []string{"r1:6379", "r2:6379"},
 			Cluster:     true, // implied by two addresses

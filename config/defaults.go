@@ -104,6 +104,7 @@ func (c *Config) setDefaults(m *meta) {
 	setOnce(m, &c.Server.WriteTimeout, 30*time.Second)
 	setOnce(m, &c.Server.IdleTimeout, 90*time.Second)
 	setOnce(m, &c.Server.DrainDelay, DefaultDrainDelay)
+	setOnce(m, &c.Server.MaxClockSkew, DefaultMaxClockSkew)
 	setOnce(m, &c.Server.ShutdownTimeout, 2*min(c.Upstream.Timeout, MaxUpstreamTimeout)+5*time.Second)
 	setOnce(m, &c.Server.FairStartMaxHeld, DefaultFairStartMaxHeld)
 	setOnce(m, &c.Server.WarmWorkers, max(0, min(DefaultWarmWorkers, c.Server.MaxConns)))
@@ -219,6 +220,10 @@ func setRate(m *meta, r *Rate, rate float64, burst int) {
 // DefaultDrainDelay is server.drain_delay's default: a balancer probing
 // readiness every second has seen the instance go unready by then.
 const DefaultDrainDelay = time.Second
+
+// DefaultMaxClockSkew is server.max_clock_skew's default: far above what
+// NTP keeps (milliseconds), far below the margins pending_timeout leaves.
+const DefaultMaxClockSkew = time.Second
 
 // DefaultBuyerMemo is redis.buyer_memo's default: at most ~40 MiB per
 // instance for buyers remembered at their limit.

@@ -169,6 +169,13 @@ type Server struct {
 	// Retry-After, so balancers take it out before it stops accepting
 	// (default 1s; 0..5m).
 	DrainDelay time.Duration `yaml:"drain_delay"`
+	// MaxClockSkew is how far this host's clock may be from Redis's TIME
+	// before the instance stops taking buys (STORE_UNAVAILABLE, /readyz
+	// 503) and its reconciler and queue workers stop settling: windows and
+	// reservation ages are judged by each instance's own clock, so one
+	// instance's wrong clock opens a sale early or has a fresh winner
+	// released as stale (default 1s; 0 turns the check off; at most 1m).
+	MaxClockSkew time.Duration `yaml:"max_clock_skew"`
 	// ShutdownTimeout bounds the wait, after the drain delay, for buys in
 	// flight at the shop and their confirms (default 2 × upstream.timeout
 	// + 5s; at least upstream.timeout). What is cut off stays pending for

@@ -190,6 +190,9 @@ func (v *validator) upstream(c *Config) {
 	if v.ok(&sv.MaxConnsPerIP) && sv.MaxConnsPerIP < 0 {
 		v.errorf(v.m.line(&sv.MaxConnsPerIP, &c.Server), "server.max_conns_per_ip must be 0 (no bound) or more, got %d", sv.MaxConnsPerIP)
 	}
+	if v.ok(&sv.MaxClockSkew) && (sv.MaxClockSkew < 0 || sv.MaxClockSkew > time.Minute) {
+		v.errorf(v.m.line(&sv.MaxClockSkew, &c.Server), "server.max_clock_skew must be between 0s (no check) and 1m, got %s", sv.MaxClockSkew)
+	}
 	if v.ok(&sv.DrainDelay) && (sv.DrainDelay < 0 || sv.DrainDelay > 5*time.Minute) {
 		v.errorf(v.m.line(&sv.DrainDelay, &c.Server), "server.drain_delay must be between 0s and 5m, got %s", sv.DrainDelay)
 	}

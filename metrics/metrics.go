@@ -86,6 +86,12 @@ type Metrics struct {
 	// taken: a queue worker had claimed it first, deferred: a redelivered
 	// entry left for its next delivery).
 	DurableWinners *prometheus.CounterVec
+	// ClockOffset is Redis's TIME less this host's clock, in seconds, at
+	// the last check (the node furthest off; server.max_clock_skew).
+	ClockOffset prometheus.Gauge
+	// ClockSkewed is 1 while this host's clock is further from Redis's
+	// than server.max_clock_skew: the instance takes no buys.
+	ClockSkewed prometheus.Gauge
 	// Gauges are read from Redis by a background collector (gauges.go).
 	Gauges *Gauges
 }
@@ -177,6 +183,13 @@ func New() *Metrics {
 		Name: "seckill_fair_start_releases_total", Help: "Held fair_start buys let on, by outcome (released, gone: the buyer had disconnected).",
 	}, []string{"outcome"})
 	r.MustRegister(m.FairHeld, m.FairReleases)
+	m.ClockOffset = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "seckill_clock_offset_seconds", Help: "Redis TIME less this host's clock at the last check (the node furthest off).",
+	})
+	m.ClockSkewed = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "seckill_clock_skewed", Help: "1 while this host's clock is further from Redis's than server.max_clock_skew: no buys taken.",
+	})
+	r.MustRegister(m.ClockOffset, m.ClockSkewed)
 	m.FleetInstances.Set(1)
 	r.MustRegister(m.AuthFailures, m.FleetInstances, m.RedisRetries, m.Outcomes, m.Rejections, m.BuyLatency, m.ScriptLatency, m.UpstreamLatency,
 		m.Settlements, m.RedisSaved, m.StockMoves, m.Passthrough, m.QueueBacklog, m.ReconcileAlerts,

@@ -262,25 +262,14 @@ func (r *run) clock(ctx context.Context, n *node) {
 	name := "clock " + n.addr
 	cctx, cancel := r.ctx(ctx)
 	defer cancel()
-	t0 := r.opt.Now()
-	arr, err := n.c.Do(cctx, n.c.B().Time().Build()).AsStrSlice()
-	t1 := r.opt.Now()
-	if err != nil || len(arr) != 2 {
+	offset, rtt, err := store.MeasureClock(cctx, n.c, r.opt.Now)
+	if err != nil {
 		r.warn(name, fmt.Sprintf("TIME failed: %v", err), "allow TIME to the ACL user")
 		return
 	}
-	sec, err1 := strconv.ParseInt(arr[0], 10, 64)
-	usec, err2 := strconv.ParseInt(arr[1], 10, 64)
-	if err1 != nil || err2 != nil {
-		r.warn(name, "TIME answered "+strings.Join(arr, " "), "allow TIME to the ACL user")
-		return
-	}
-	redisT := time.Unix(sec, usec*1000)
-	rtt := t1.Sub(t0)
-	offset := redisT.Sub(t0.Add(rtt / 2))
-	least := max(offset.Abs()-rtt/2, 0)
+	least := store.NodeClock{Offset: offset, RTT: rtt}.Least()
 	detail := fmt.Sprintf("Redis is %s %s this host (round trip %s)", roundDur(offset.Abs()), aheadBehind(offset), roundDur(rtt))
-	fix := "sync both clocks with NTP (chronyc tracking / timedatectl): windows are judged by the proxy's clock, reservation ages by Redis'"
+	fix := "sync both clocks with NTP (chronyc tracking / timedatectl): windows and reservation ages are judged by the proxies' clocks, shared budgets by Redis'; serve refuses buys past server.max_clock_skew"
 	switch {
 	case least > ClockFail:
 		r.fail(name, detail+", more than "+ClockFail.String(), fix)

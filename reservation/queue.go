@@ -44,6 +44,11 @@ type QueueOptions struct {
 	// Inflight is the instance's in-flight budgets (upstream.max_inflight),
 	// shared with its sync winners: a worker sends only with a slot.
 	Inflight *inflight.Fleet
+	// Hold, when it says something, holds the workers as a pause does: no
+	// entry is claimed or sent (serve: this host's clock is further from
+	// Redis's than server.max_clock_skew, so "too late to send" cannot be
+	// judged here).
+	Hold func() string
 }
 
 // Queue runs the queue-mode workers of one serve instance: for every
@@ -508,9 +513,12 @@ func (aq *actQueue) run(readCtx, sendCtx context.Context) {
 }
 
 // paused reports whether the activity's kill switch is on (a client-side
-// cached read of its flags); on Redis trouble it is not (the calls that
-// follow meet the same trouble).
+// cached read of its flags), or the workers are held (QueueOptions.Hold);
+// on Redis trouble it is not (the calls that follow meet the same trouble).
 func (aq *actQueue) paused(ctx context.Context) bool {
+	if h := aq.q.opt.Hold; h != nil && h() != "" {
+		return true
+	}
 	f, err := aq.q.st.Flags(ctx, aq.a.ID)
 	return err == nil && f.Paused
 }

@@ -44,6 +44,9 @@ var (
 	// ErrLeaseLost means the lease was taken over during a pass (this
 	// holder was paused or cut off); the pass stopped repairing.
 	ErrLeaseLost = errors.New("reconciler lease lost during the pass")
+	// ErrClockSkewed means this host's clock is not trusted (server.
+	// max_clock_skew): a repairing pass did not run.
+	ErrClockSkewed = errors.New("this host's clock is not trusted: no repair")
 )
 
 // LeaseName is the Redis lease one repairing reconciler holds at a time.
@@ -135,6 +138,9 @@ type Reconciler struct {
 	leaseWait time.Duration
 	// exceptionsMax bounds each activity's exceptions stream.
 	exceptionsMax int
+	// clock says why this host's clock is not trusted ("" when it is):
+	// a repairing Run refuses then (WithClockCheck).
+	clock func() string
 }
 
 // NewReconciler builds a Reconciler. Its lease holder name is unique to
@@ -154,6 +160,15 @@ func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastR
 // entries (reconcile.exceptions_max).
 func (r *Reconciler) WithExceptionsMax(n int) *Reconciler {
 	r.exceptionsMax = n
+	return r
+}
+
+// WithClockCheck makes a repairing Run refuse (ErrClockSkewed) while
+// problem says something: ages judged by a wrong clock release winners the
+// shop is still taking, or keep stale ones (server.max_clock_skew; serve
+// passes its clock guard's verdict).
+func (r *Reconciler) WithClockCheck(problem func() string) *Reconciler {
+	r.clock = problem
 	return r
 }
 
@@ -177,6 +192,11 @@ const stalePage = 500
 // carries the lease's fencing token.
 func (r *Reconciler) Run(ctx context.Context, acts []*config.Activity, repair bool, now time.Time) (Report, error) {
 	rep := Report{Repair: repair}
+	if repair && r.clock != nil {
+		if p := r.clock(); p != "" {
+			return rep, fmt.Errorf("%w: %s", ErrClockSkewed, p)
+		}
+	}
 	if repair {
 		l, err := r.acquire(ctx)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/seckill-proxy/seckill-proxy/admin"
+	"github.com/seckill-proxy/seckill-proxy/admission"
 	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/seckill-proxy/seckill-proxy/proxy"
 )
@@ -18,11 +19,15 @@ import (
 type readiness struct {
 	redis admin.Checker
 	srv   *proxy.Server
+	pipe  *admission.Pipeline
 }
 
 func (r readiness) Ping(ctx context.Context) error {
 	if r.srv.Draining() {
 		return admin.ErrDraining
+	}
+	if p := r.pipe.ClockProblem(); p != "" {
+		return admin.Unready("clock: " + p)
 	}
 	return r.redis.Ping(ctx)
 }

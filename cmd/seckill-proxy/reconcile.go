@@ -13,6 +13,7 @@ import (
 	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/seckill-proxy/seckill-proxy/metrics"
 	"github.com/seckill-proxy/seckill-proxy/reservation"
+	"github.com/seckill-proxy/seckill-proxy/store"
 )
 
 // reconcileEvery is how often serve's background reconciler runs.
@@ -31,7 +32,9 @@ func backgroundReconciler(ctx context.Context, rec *reservation.Reconciler, cfg 
 		}
 		acts, _ := activities(cfg(), "")
 		rep, err := rec.Run(ctx, acts, true, time.Now())
-		if errors.Is(err, reservation.ErrLeaseHeld) || ctx.Err() != nil {
+		// A clock the guard does not trust (it logs why): another
+		// instance reconciles meanwhile.
+		if errors.Is(err, reservation.ErrLeaseHeld) || errors.Is(err, reservation.ErrClockSkewed) || ctx.Err() != nil {
 			continue
 		}
 		if err != nil {
@@ -87,6 +90,16 @@ func cmdReconcile(c *cli) error {
 	}
 	if *exceptions || *export != "" {
 		return listExceptions(c, st, acts, *asJSON, *export != "", *out)
+	}
+	if *repair && cfg.Server.MaxClockSkew > 0 {
+		// Ages are judged by this host's clock: a wrong one releases
+		// winners the shop is still taking (server.max_clock_skew).
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		nodes, _ := st.Clocks(cctx, time.Now)
+		cancel()
+		if _, _, problem := store.JudgeClocks(nodes, cfg.Server.MaxClockSkew); problem != "" {
+			return fail(exitFailed, "reconcile --repair: %s: reservation ages would be misjudged; fix the clock (NTP) or run it from another host", problem)
+		}
 	}
 	// A repairing run waits for a serve instance's background pass to
 	// finish: two reconcilers never repair at once.

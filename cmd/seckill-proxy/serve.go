@@ -81,11 +81,19 @@ func cmdServe(c *cli) error {
 		signal.Stop(hups)
 		signal.Stop(sigs)
 	}()
+	// The clock is compared with Redis's before the listener opens: an
+	// instance started with a wrong clock takes no buy (server.max_clock_skew).
+	cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Second)
+	pipe.CheckClock(cctx, st)
+	ccancel()
+	if p := pipe.ClockProblem(); p != "" {
+		log.Error("starting with a clock Redis disagrees with", zap.String("problem", p))
+	}
 	ln, err := listenPublic(cfg.Listen)
 	if err != nil {
 		return fail(exitFailed, "serve: listen %s: %v", cfg.Listen, err)
 	}
-	adm := admin.New(m, readiness{st, srv}, cfg.AdminToken(), log.Named("admin"))
+	adm := admin.New(m, readiness{st, srv, pipe}, cfg.AdminToken(), log.Named("admin"))
 	aln, err := net.Listen("tcp", cfg.Admin.Listen)
 	if err != nil {
 		_ = ln.Close() // the admin listen error is the one to report
@@ -108,7 +116,7 @@ func cmdServe(c *cli) error {
 	// The listener's workers made ready before the first wave (server.warm_workers).
 	go srv.RunWarmups(ctx, ln.Addr().String())
 	go func() { errc <- adminSrv.Serve(aln) }()
-	go backgroundReconciler(ctx, rec, current, log)
+	go backgroundReconciler(ctx, rec.WithClockCheck(pipe.ClockProblem), current, log)
 	// Redis-side gauges of /metrics (per node, per SKU): read once a
 	// second here, never per scrape.
 	go collector.New(st, m, current, log.Named("collector")).Run(ctx, collector.MinInterval)
@@ -116,7 +124,7 @@ func cmdServe(c *cli) error {
 	// the streams between them, a Redis bucket shares queue.rate.
 	// Their sends take slots of the same in-flight budgets as the sync
 	// winners (upstream.max_inflight).
-	queue := reservation.NewQueue(st, m, log.Named("queue"), reservation.QueueOptions{Inflight: srv.Inflight()})
+	queue := reservation.NewQueue(st, m, log.Named("queue"), reservation.QueueOptions{Inflight: srv.Inflight(), Hold: pipe.ClockProblem})
 	queue.Start(cfg)
 	defer queue.Stop()
 	// Scheduled preheats (preheat_at): every instance follows the

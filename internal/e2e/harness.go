@@ -85,6 +85,13 @@ func StartProxy(t testing.TB, cfg *config.Config) *Proxy {
 // activity window, fair_start holds, rate limits): a test may move it.
 func StartProxyClock(t testing.TB, cfg *config.Config, now func() time.Time) *Proxy {
 	t.Helper()
+	return StartProxyWith(t, cfg, now)
+}
+
+// StartProxyWith is StartProxyClock with admission options (a skewed host
+// clock for the clock guard, its check period).
+func StartProxyWith(t testing.TB, cfg *config.Config, now func() time.Time, opts ...admission.Option) *Proxy {
+	t.Helper()
 	log := zap.NewNop()
 	st, err := store.Open(cfg.Redis, log)
 	if err != nil {
@@ -92,7 +99,7 @@ func StartProxyClock(t testing.TB, cfg *config.Config, now func() time.Time) *Pr
 	}
 	m := metrics.New()
 	// Wired as serve wires it: local limits applied, snapshots refreshed.
-	pipe := admission.New(st, m, log, now)
+	pipe := admission.New(st, m, log, now, opts...)
 	pipe.Apply(cfg)
 	runCtx, stopRun := context.WithCancel(context.Background())
 	ran := make(chan struct{})

@@ -10,12 +10,13 @@ import (
 
 // StartQueue runs p's queue workers as serve does: for queue-mode
 // activities and sync ones that spill into the queue (upstream.overflow:
-// queue), sending with slots of p's in-flight budgets. They stop when the
+// queue), sending with slots of p's in-flight budgets, held while p's clock
+// guard does not trust the clock. They stop when the
 // test ends, before p does.
 func (p *Proxy) StartQueue(t testing.TB) *reservation.Queue {
 	t.Helper()
 	q := reservation.NewQueue(p.Store, p.Metrics, zap.NewNop(), reservation.QueueOptions{
-		Consumer: "e2e-" + p.Addr, Inflight: p.Server.Inflight(),
+		Consumer: "e2e-" + p.Addr, Inflight: p.Server.Inflight(), Hold: p.Pipeline.ClockProblem,
 	})
 	q.Start(p.Cfg)
 	t.Cleanup(q.Stop)
