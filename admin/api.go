@@ -178,8 +178,13 @@ func (api *API) release(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, "malformed token: "+err.Error())
 		return
 	}
-	if api.Config().Activity(tok.Activity) == nil {
+	a := api.Config().Activity(tok.Activity)
+	if a == nil {
 		writeErr(w, http.StatusNotFound, "no such reservation")
+		return
+	}
+	force, ok := boolParam(w, r, "force")
+	if !ok {
 		return
 	}
 	reason := r.URL.Query().Get("reason")
@@ -191,7 +196,12 @@ func (api *API) release(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	code, err := api.Store.Release(r.Context(), tok, f.Shards, reason, time.Now().UnixMilli(), false)
+	code, err := api.Store.OperatorRelease(r.Context(), tok, f.Shards, reason, time.Now(), config.MinPendingTimeout(api.Config().Upstream), force)
+	var inFlight *store.InFlightError
+	if errors.As(err, &inFlight) {
+		writeErr(w, http.StatusConflict, "refused: "+err.Error()+" (force=1)")
+		return
+	}
 	if err != nil {
 		writeErr(w, http.StatusServiceUnavailable, err.Error())
 		return
@@ -199,6 +209,8 @@ func (api *API) release(w http.ResponseWriter, r *http.Request) {
 	switch code {
 	case lua.OK:
 		writeJSON(w, http.StatusOK, map[string]string{"token": raw, "result": "released"})
+	case lua.Restamped:
+		writeErr(w, http.StatusConflict, "refused: the reservation was sent to the shop meanwhile (a queue worker took it); try again once the shop has answered")
 	case lua.Same:
 		writeJSON(w, http.StatusOK, map[string]string{"token": raw, "result": "already released"})
 	case lua.Unknown:

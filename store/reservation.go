@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -190,6 +191,52 @@ func parseReplay(s string) (*Replay, bool) {
 // (already released), Unknown, Confirmed, Broken.
 func (s *Store) Release(ctx context.Context, t Token, shards int, reason string, nowMs int64, pendingOnly bool) (lua.Code, error) {
 	return s.releaseAs(ctx, t, shards, reason, nowMs, pendingOnly, 0, nil)
+}
+
+// InFlightError refuses an operator's release of a pending reservation
+// whose buy the shop may still be taking: it would take the order after
+// the unit went back on sale.
+type InFlightError struct {
+	// Age is how long ago the buy was sent; Window how long after its send
+	// the shop may still take it (config.MinPendingTimeout).
+	Age, Window time.Duration
+}
+
+func (e *InFlightError) Error() string {
+	return fmt.Sprintf("the reservation is pending: its buy was sent %s ago and the shop may still take the order up to %s after the send (2 x upstream.timeout + 2s, plus overflow_wait), so releasing it now could sell the unit twice; try again in %s, or once the buyer has an answer",
+		e.Age.Round(time.Millisecond), e.Window, (e.Window - e.Age).Round(100*time.Millisecond))
+}
+
+// OperatorRelease is the release of `seckill-proxy release` and POST
+// /admin/release (a cancel, an unpaid order, a refund, a buy the shop
+// never took): a confirmed or queued reservation, or a pending one sent
+// more than inFlight ago, is released; a pending one sent more recently
+// is refused with *InFlightError unless force. The release is conditional on the record read: a queued
+// reservation a worker claims and sends meanwhile, or a pending one sent
+// again, is left alone (lua.Restamped).
+func (s *Store) OperatorRelease(ctx context.Context, t Token, shards int, reason string, now time.Time, inFlight time.Duration, force bool) (lua.Code, error) {
+	if force {
+		return s.releaseAs(ctx, t, shards, reason, now.UnixMilli(), false, 0, nil)
+	}
+	res, ok, err := s.Lookup(ctx, t, shards)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return lua.Unknown, nil
+	}
+	var stamp int64
+	switch res.State {
+	case StatePending:
+		if age := now.Sub(time.UnixMilli(res.CreatedMs)); age < inFlight {
+			return 0, &InFlightError{Age: age, Window: inFlight}
+		}
+		stamp = res.CreatedMs
+	case StateQueued:
+		// A worker's claim re-stamps it with the send time: then left alone.
+		stamp = res.CreatedMs
+	}
+	return s.releaseAs(ctx, t, shards, reason, now.UnixMilli(), false, stamp, nil)
 }
 
 // ReleaseSent is a pending-only Release of the send stamped sentMs (the

@@ -297,7 +297,9 @@ func TestReleaseFlagsAfterToken(t *testing.T) {
 	if err != nil || r.Code != lua.OK {
 		t.Fatalf("reserve: %v %v", r.Code, err)
 	}
-	want(t, 0, "released (unpaid)", "release", r.Token.String(), "-c", cfgPath, "--reason", "unpaid")
+	// A pending reservation this fresh may be at the shop right now.
+	want(t, 1, "release: refused: the reservation is pending", "release", r.Token.String(), "-c", cfgPath, "--reason", "unpaid")
+	want(t, 0, "released (unpaid)", "release", r.Token.String(), "-c", cfgPath, "--reason", "unpaid", "--force")
 	if res, _, _ := st.Lookup(context.Background(), r.Token, 4); res.Reason != "unpaid" {
 		t.Fatalf("record: %+v", res)
 	}

@@ -148,8 +148,9 @@ func switchCmd(c *cli, paused bool) error {
 }
 
 func cmdRelease(c *cli) error {
-	fs := c.flags("-c FILE TOKEN [--reason R]")
+	fs := c.flags("-c FILE TOKEN [--reason R] [--force]")
 	reason := fs.String("reason", "manual", "why: cancel, unpaid, refund, ...")
+	force := fs.Bool("force", false, "also a pending reservation whose buy the shop may still be taking (sent less than 2 x upstream.timeout + 2s ago)")
 	c.takesArgs = true
 	if err := c.parse(); err != nil {
 		return err
@@ -166,7 +167,8 @@ func cmdRelease(c *cli) error {
 		return err
 	}
 	defer st.Close()
-	if cfg.Activity(tok.Activity) == nil {
+	a := cfg.Activity(tok.Activity)
+	if a == nil {
 		return fail(exitFailed, "release: activity %q of the token is not in %s", tok.Activity, cfg.Path)
 	}
 	ctx := context.Background()
@@ -174,13 +176,19 @@ func cmdRelease(c *cli) error {
 	if err != nil {
 		return fail(exitFailed, "release: %v", err)
 	}
-	code, err := st.Release(ctx, tok, f.Shards, *reason, time.Now().UnixMilli(), false)
+	code, err := st.OperatorRelease(ctx, tok, f.Shards, *reason, time.Now(), config.MinPendingTimeout(cfg.Upstream), *force)
+	var inFlight *store.InFlightError
+	if errors.As(err, &inFlight) {
+		return fail(exitFailed, "release: refused: %v (--force)", err)
+	}
 	if err != nil {
 		return fail(exitFailed, "release: %v", err)
 	}
 	switch code {
 	case lua.OK:
 		fmt.Fprintf(c.stdout, "%s: released (%s)\n", c.positional[0], *reason)
+	case lua.Restamped:
+		return fail(exitFailed, "release: refused: the reservation was sent to the shop meanwhile (a queue worker took it); try again once the shop has answered")
 	case lua.Same:
 		fmt.Fprintf(c.stdout, "%s: already released; nothing changed\n", c.positional[0])
 	case lua.Unknown:
