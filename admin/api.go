@@ -196,12 +196,7 @@ func (api *API) release(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	code, err := api.Store.OperatorRelease(r.Context(), tok, f.Shards, reason, time.Now(), config.MinPendingTimeout(api.Config().Upstream), force)
-	var inFlight *store.InFlightError
-	if errors.As(err, &inFlight) {
-		writeErr(w, http.StatusConflict, "refused: "+err.Error()+" (force=1)")
-		return
-	}
+	code, _, err := api.Store.OperatorRelease(r.Context(), tok, f.Shards, reason, config.MinPendingTimeout(api.Config().Upstream), force)
 	if err != nil {
 		writeErr(w, http.StatusServiceUnavailable, err.Error())
 		return
@@ -209,6 +204,8 @@ func (api *API) release(w http.ResponseWriter, r *http.Request) {
 	switch code {
 	case lua.OK:
 		writeJSON(w, http.StatusOK, map[string]string{"token": raw, "result": "released"})
+	case lua.Confirmed:
+		writeErr(w, http.StatusConflict, "not released: the shop took the order meanwhile (confirmed); release it again to cancel it, once the order is cancelled at the shop")
 	case lua.Restamped:
 		writeErr(w, http.StatusConflict, "refused: the reservation was sent to the shop meanwhile (a queue worker took it); try again once the shop has answered")
 	case lua.Same:

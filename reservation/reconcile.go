@@ -326,6 +326,7 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 		skuIDs = append(skuIDs, k.ID)
 	}
 	skuIDs = append(skuIDs, store.BundleSKU)
+	vt := &verifyTrust{skus: skuIDs}
 	for _, skuID := range skuIDs {
 		err := r.st.StalePending(ctx, a.ID, skuID, f.Shards, cutoff, stalePage, func(stale []store.Reservation) error {
 			for _, res := range stale {
@@ -339,7 +340,7 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 					renewed = time.Now()
 				}
 				seen++
-				fd, err := r.settle(ctx, a, f.Shards, res, fence, now)
+				fd, err := r.settle(ctx, a, f.Shards, res, fence, now, vt)
 				if err != nil {
 					return err
 				}
@@ -365,6 +366,9 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 		if err != nil {
 			return ar, err
 		}
+	}
+	if vt.problem != "" {
+		r.alert(&ar, "verify_untrusted", vt.problem)
 	}
 	// Sync-mode winners may wait in the queue too (upstream.overflow:
 	// queue), so every activity's queue is looked at.
@@ -626,7 +630,7 @@ const detailReleasedWithOrder = "order exists but the reservation was released"
 
 // settle asks the shop about one stale reservation and, with a fence
 // (repair), acts on a definite answer.
-func (r *Reconciler) settle(ctx context.Context, a *config.Activity, shards int, res store.Reservation, fence *store.Fence, now time.Time) (Finding, error) {
+func (r *Reconciler) settle(ctx context.Context, a *config.Activity, shards int, res store.Reservation, fence *store.Fence, now time.Time, vt *verifyTrust) (Finding, error) {
 	f := Finding{Token: res.Token.String(), User: res.User, Qty: res.Qty, AgeMs: now.UnixMilli() - res.CreatedMs, Action: "left"}
 	if res.State == store.StateQueued {
 		// Never in the pending index (claim.lua adds it when sent); were one
@@ -639,6 +643,12 @@ func (r *Reconciler) settle(ctx context.Context, a *config.Activity, shards int,
 		return f, nil
 	}
 	f.Verdict, f.OrderID, f.Detail = verifyOrder(ctx, r.http, a.Verify.URL, f.Token)
+	if f.Verdict == OrderAbsent {
+		if p := r.trustVerify(ctx, a, shards, vt); p != "" {
+			f.Verdict, f.Detail = Unverified, "verify.url said absent, but is not trusted: "+p
+			return f, nil
+		}
+	}
 	if fence == nil {
 		switch f.Verdict {
 		case OrderExists:
@@ -672,6 +682,42 @@ func (r *Reconciler) settle(ctx context.Context, a *config.Activity, shards int,
 		return f, ErrLeaseLost
 	}
 	return f, nil
+}
+
+// verifyTrust is one pass's check of an activity's verify.url against a
+// reservation the shop confirmed, made once, at the first "absent".
+type verifyTrust struct {
+	skus    []string // the activity's SKUs (and store.BundleSKU)
+	checked bool
+	problem string // "" when verify may be taken at its word
+}
+
+// trustVerify says why the activity's verify.url may not be taken at its
+// word that an order is absent ("" when it may). A 404 for every token
+// (a wrong path: the shop's router answers it) would release every stale
+// reservation, the ones the shop holds orders for too, and sell their
+// units again (red-team finding, TestVC15...). So verify is first asked
+// about a reservation the shop confirmed: it must answer 200. With no
+// confirmed reservation to ask about, it is taken at its word.
+func (r *Reconciler) trustVerify(ctx context.Context, a *config.Activity, shards int, vt *verifyTrust) string {
+	if vt.checked {
+		return vt.problem
+	}
+	vt.checked = true
+	res, ok, err := r.st.SampleConfirmed(ctx, a.ID, vt.skus, shards)
+	switch {
+	case err != nil:
+		vt.problem = "a confirmed reservation to check verify.url against could not be read (" + err.Error() + "): nothing is released on its word this pass"
+	case ok:
+		switch v, _, detail := verifyOrder(ctx, r.http, a.Verify.URL, res.Token.String()); v {
+		case OrderExists:
+		case OrderAbsent:
+			vt.problem = fmt.Sprintf("verify.url answered 404 for %s, a reservation the shop confirmed (order %q): it cannot be trusted to say an order is absent (a wrong path or host in verify.url?); nothing is released on its word until it answers 200 for a confirmed order", res.Token, res.OrderID)
+		default:
+			vt.problem = fmt.Sprintf("verify.url did not answer for %s, a reservation the shop confirmed (%s): nothing is released on its word this pass", res.Token, detail)
+		}
+	}
+	return vt.problem
 }
 
 func actionOf(done string, code lua.Code, err error) (string, string) {

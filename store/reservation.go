@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -116,6 +115,58 @@ func (s *Store) Lookup(ctx context.Context, t Token, shards int) (Reservation, b
 	return r, true, nil
 }
 
+// sampleConfirmed is how many records one HRANDFIELD reads per shard.
+const sampleConfirmed = 32
+
+// SampleConfirmed finds a confirmed reservation of act (the first found in
+// a random sample of each SKU shard's records), for a check of the shop's
+// verify endpoint against an order it is known to hold. ok is false when
+// the samples held none.
+func (s *Store) SampleConfirmed(ctx context.Context, act string, skus []string, shards int) (res Reservation, ok bool, err error) {
+	c, err := s.Client()
+	if err != nil {
+		return Reservation{}, false, err
+	}
+	for _, sku := range skus {
+		for shard := range shards {
+			k, err := s.shardKeys(ctx, act, sku, shards, shard)
+			if err != nil {
+				return Reservation{}, false, err
+			}
+			cctx, cancel := s.ctx(ctx)
+			arr, err := c.Do(cctx, c.B().Hrandfield().Key(k.Res).Count(sampleConfirmed).Withvalues().Build()).ToArray()
+			cancel()
+			if err != nil && !rueidis.IsRedisNil(err) {
+				return Reservation{}, false, wrap(err)
+			}
+			var pairs [][2]string
+			for i := 0; i < len(arr); i++ {
+				if kv, err := arr[i].AsStrSlice(); err == nil && len(kv) == 2 { // RESP3: [field, value]
+					pairs = append(pairs, [2]string{kv[0], kv[1]})
+				} else if i+1 < len(arr) { // RESP2: field, value, ...
+					f, _ := arr[i].ToString()
+					v, _ := arr[i+1].ToString()
+					pairs = append(pairs, [2]string{f, v})
+					i++
+				}
+			}
+			for _, kv := range pairs {
+				if !strings.HasPrefix(kv[1], "c|") {
+					continue
+				}
+				fsku, id, found := strings.Cut(kv[0], ":")
+				if !found {
+					continue
+				}
+				if r, ok := parseRecord(Token{Activity: act, SKU: fsku, Shard: shard, ID: id}, kv[1]); ok && r.State == StateConfirmed {
+					return r, true, nil
+				}
+			}
+		}
+	}
+	return Reservation{}, false, nil
+}
+
 // Confirm turns a pending reservation into a confirmed one, recording the
 // shop's order id. Replies: OK, Same (already confirmed), Released (it was
 // released before: the shop holds an order for released stock, alert),
@@ -193,50 +244,52 @@ func (s *Store) Release(ctx context.Context, t Token, shards int, reason string,
 	return s.releaseAs(ctx, t, shards, reason, nowMs, pendingOnly, 0, nil)
 }
 
-// InFlightError refuses an operator's release of a pending reservation
-// whose buy the shop may still be taking: it would take the order after
-// the unit went back on sale.
-type InFlightError struct {
-	// Age is how long ago the buy was sent; Window how long after its send
-	// the shop may still take it (config.MinPendingTimeout).
-	Age, Window time.Duration
-}
-
-func (e *InFlightError) Error() string {
-	return fmt.Sprintf("the reservation is pending: its buy was sent %s ago and the shop may still take the order up to %s after the send (2 x upstream.timeout + 2s, plus overflow_wait), so releasing it now could sell the unit twice; try again in %s, or once the buyer has an answer",
-		e.Age.Round(time.Millisecond), e.Window, (e.Window - e.Age).Round(100*time.Millisecond))
-}
-
 // OperatorRelease is the release of `seckill-proxy release` and POST
 // /admin/release (a cancel, an unpaid order, a refund, a buy the shop
-// never took): a confirmed or queued reservation, or a pending one sent
-// more than inFlight ago, is released; a pending one sent more recently
-// is refused with *InFlightError unless force. The release is conditional on the record read: a queued
-// reservation a worker claims and sends meanwhile, or a pending one sent
-// again, is left alone (lua.Restamped).
-func (s *Store) OperatorRelease(ctx context.Context, t Token, shards int, reason string, now time.Time, inFlight time.Duration, force bool) (lua.Code, error) {
+// never took). A confirmed or queued reservation is released at once. A
+// pending one whose buy the shop may still be taking (sent less than
+// inFlight ago) is released only once that window has passed, and only if
+// it is still pending from the same send: released at once, the shop could
+// take the order after the unit was sold again (red-team finding,
+// TestOR15...). If the shop's answer confirmed it meanwhile the reply is
+// lua.Confirmed and nothing changed. force releases at once, whatever the
+// state. The release is conditional on the record read (release.lua's send
+// stamp): a queued reservation a worker claims and sends meanwhile is left
+// alone (lua.Restamped). waited is how long it waited for the window.
+func (s *Store) OperatorRelease(ctx context.Context, t Token, shards int, reason string, inFlight time.Duration, force bool) (code lua.Code, waited time.Duration, err error) {
 	if force {
-		return s.releaseAs(ctx, t, shards, reason, now.UnixMilli(), false, 0, nil)
+		code, err = s.releaseAs(ctx, t, shards, reason, time.Now().UnixMilli(), false, 0, nil)
+		return code, 0, err
 	}
 	res, ok, err := s.Lookup(ctx, t, shards)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if !ok {
-		return lua.Unknown, nil
+		return lua.Unknown, 0, nil
 	}
-	var stamp int64
+	pendingOnly, stamp := false, int64(0)
 	switch res.State {
 	case StatePending:
-		if age := now.Sub(time.UnixMilli(res.CreatedMs)); age < inFlight {
-			return 0, &InFlightError{Age: age, Window: inFlight}
+		if wait := time.Until(time.UnixMilli(res.CreatedMs).Add(inFlight)); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return 0, 0, ctx.Err()
+			case <-t.C:
+			}
+			waited = wait
 		}
-		stamp = res.CreatedMs
+		// Still pending from the same send, or nothing: a confirm that
+		// landed meanwhile (the shop took the order) is left alone.
+		pendingOnly, stamp = true, res.CreatedMs
 	case StateQueued:
 		// A worker's claim re-stamps it with the send time: then left alone.
 		stamp = res.CreatedMs
 	}
-	return s.releaseAs(ctx, t, shards, reason, now.UnixMilli(), false, stamp, nil)
+	code, err = s.releaseAs(ctx, t, shards, reason, time.Now().UnixMilli(), pendingOnly, stamp, nil)
+	return code, waited, err
 }
 
 // ReleaseSent is a pending-only Release of the send stamped sentMs (the

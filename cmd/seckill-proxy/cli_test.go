@@ -297,9 +297,17 @@ func TestReleaseFlagsAfterToken(t *testing.T) {
 	if err != nil || r.Code != lua.OK {
 		t.Fatalf("reserve: %v %v", r.Code, err)
 	}
-	// A pending reservation this fresh may be at the shop right now.
-	want(t, 1, "release: refused: the reservation is pending", "release", r.Token.String(), "-c", cfgPath, "--reason", "unpaid")
-	want(t, 0, "released (unpaid)", "release", r.Token.String(), "-c", cfgPath, "--reason", "unpaid", "--force")
+	// Pending and just made: the release waits until the shop could no
+	// longer take its buy (2 x upstream.timeout + 2s), unless --force.
+	r2, err := st.Reserve(context.Background(), store.ReserveRequest{Activity: "kact", SKU: "sku1", User: "u2", Qty: 1, Limit: 1,
+		Shards: 4, NowMs: time.Now().UnixMilli(), ExpireAt: store.ExpireAt(&cfg.Activities[0])})
+	if err != nil || r2.Code != lua.OK {
+		t.Fatalf("reserve: %v %v", r2.Code, err)
+	}
+	if _, errs := want(t, 0, "released (unpaid)", "release", r2.Token.String(), "-c", cfgPath, "--force", "--reason", "unpaid"); errs != "" {
+		t.Errorf("--force waited: %q", errs)
+	}
+	want(t, 0, "pending: waited", "release", r.Token.String(), "-c", cfgPath, "--reason", "unpaid")
 	if res, _, _ := st.Lookup(context.Background(), r.Token, 4); res.Reason != "unpaid" {
 		t.Fatalf("record: %+v", res)
 	}

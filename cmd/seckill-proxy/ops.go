@@ -150,7 +150,7 @@ func switchCmd(c *cli, paused bool) error {
 func cmdRelease(c *cli) error {
 	fs := c.flags("-c FILE TOKEN [--reason R] [--force]")
 	reason := fs.String("reason", "manual", "why: cancel, unpaid, refund, ...")
-	force := fs.Bool("force", false, "also a pending reservation whose buy the shop may still be taking (sent less than 2 x upstream.timeout + 2s ago)")
+	force := fs.Bool("force", false, "release a pending reservation at once, without waiting until the shop can no longer take its buy (2 x upstream.timeout + 2s after the send)")
 	c.takesArgs = true
 	if err := c.parse(); err != nil {
 		return err
@@ -176,17 +176,18 @@ func cmdRelease(c *cli) error {
 	if err != nil {
 		return fail(exitFailed, "release: %v", err)
 	}
-	code, err := st.OperatorRelease(ctx, tok, f.Shards, *reason, time.Now(), config.MinPendingTimeout(cfg.Upstream), *force)
-	var inFlight *store.InFlightError
-	if errors.As(err, &inFlight) {
-		return fail(exitFailed, "release: refused: %v (--force)", err)
-	}
+	code, waited, err := st.OperatorRelease(ctx, tok, f.Shards, *reason, config.MinPendingTimeout(cfg.Upstream), *force)
 	if err != nil {
 		return fail(exitFailed, "release: %v", err)
+	}
+	if waited > 0 {
+		fmt.Fprintf(c.stderr, "%s: pending: waited %s, until the shop could no longer take its buy (2 x upstream.timeout + 2s after the send)\n", c.positional[0], waited.Round(100*time.Millisecond))
 	}
 	switch code {
 	case lua.OK:
 		fmt.Fprintf(c.stdout, "%s: released (%s)\n", c.positional[0], *reason)
+	case lua.Confirmed:
+		return fail(exitFailed, "release: not released: the shop took the order meanwhile (confirmed); release it again to cancel it, once the order is cancelled at the shop")
 	case lua.Restamped:
 		return fail(exitFailed, "release: refused: the reservation was sent to the shop meanwhile (a queue worker took it); try again once the shop has answered")
 	case lua.Same:
