@@ -27,6 +27,7 @@ import (
 type Store interface {
 	Flags(ctx context.Context, act string) (store.Flags, error)
 	Reserve(ctx context.Context, q store.ReserveRequest) (store.ReserveResult, error)
+	Repeat(ctx context.Context, q store.ReserveRequest) (store.ReserveResult, bool, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -321,6 +322,9 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 		return p.refuse(rNotStarted, 0)
 	}
 	if !now.Before(a.End) {
+		if d, ok := p.repeatAfterEnd(ctx, r, now); ok {
+			return d
+		}
 		return p.refuse(rEnded, 0)
 	}
 	var sku *config.SKU
@@ -661,6 +665,49 @@ func (p *Pipeline) reserve(ctx context.Context, r *Request, sku *config.SKU, fla
 		p.memo.SetWithTTL(memoKey(a.ID, r.User, r.RequestID), d, 1, memoTTL)
 	}
 	return d
+}
+
+// repeatAfterEnd answers a repeat of a request (same user, same request
+// id) sent within store.RequestIDTTL of the end by the reservation its
+// first copy got, as a repeat inside the window is answered (SPEC §4: the
+// same outcome within 5 minutes): PENDING, the shop's kept answer,
+// ALREADY_PURCHASED or UPSTREAM_FAILED. A winner whose answer was lost in
+// the sale's last second was told ENDED when it asked again, and one whose
+// buy was still at the shop too (red-team finding re15). Nothing is
+// reserved; a request id that names no reservation is refused ENDED (ok
+// false), as is any buy after that. A session identity is looked up only
+// for buys that may reserve: its repeats after the end are ENDED.
+func (p *Pipeline) repeatAfterEnd(ctx context.Context, r *Request, now time.Time) (Decision, bool) {
+	a := r.Activity
+	if r.RequestID == "" || r.Items != nil || r.User == "" || !now.Before(a.End.Add(store.RequestIDTTL)) || a.SKU(r.SKU) == nil {
+		return Decision{}, false
+	}
+	flags, _, err := p.flagsFor(ctx, p.stateFor(a))
+	if err != nil || !flags.Ready || flags.Shards <= 0 {
+		return Decision{}, false // nothing was ever held here to answer by
+	}
+	res, found, err := p.store.Repeat(ctx, store.ReserveRequest{Activity: a.ID, SKU: r.SKU, User: r.User,
+		RequestID: r.RequestID, Shards: flags.Shards})
+	if err != nil {
+		// It may be a winner's repeat: "unavailable, try again", not a
+		// final ENDED it cannot take back.
+		return p.storeDown(err), true
+	}
+	if !found {
+		return Decision{}, false
+	}
+	d := Decision{Token: res.Token, OrderID: res.OrderID, Shards: flags.Shards, Replay: res.Replay, Stamp: now}
+	switch res.Code {
+	case lua.Pending:
+		d.Code = Pending
+	case lua.Purchased:
+		d.Code = AlreadyPurchased
+	case lua.Released:
+		d.Code = UpstreamFailed
+	default:
+		return Decision{}, false
+	}
+	return d, true
 }
 
 func (p *Pipeline) refuse(r refusal, retry time.Duration) Decision {

@@ -38,6 +38,10 @@ func (f *fakeStore) Reserve(_ context.Context, q store.ReserveRequest) (store.Re
 	return store.ReserveResult{Code: lua.OK, Token: store.Token{Activity: q.Activity, SKU: q.SKU, ID: "t"}}, nil
 }
 
+func (f *fakeStore) Repeat(context.Context, store.ReserveRequest) (store.ReserveResult, bool, error) {
+	return store.ReserveResult{}, false, nil
+}
+
 func newFake() *fakeStore { return &fakeStore{flags: store.Flags{Ready: true, Shards: 1}} }
 
 // testConfig is one open activity with one SKU; limits as given.

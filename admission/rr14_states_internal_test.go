@@ -25,6 +25,9 @@ func (s *rr14Store) Flags(context.Context, string) (store.Flags, error) {
 func (s *rr14Store) Reserve(context.Context, store.ReserveRequest) (store.ReserveResult, error) {
 	return store.ReserveResult{Code: lua.Empty}, nil
 }
+func (s *rr14Store) Repeat(context.Context, store.ReserveRequest) (store.ReserveResult, bool, error) {
+	return store.ReserveResult{}, false, nil
+}
 
 // TestRR14ReloadsDoNotPileUpActivityStates: admission keys its per-activity
 // state (flag snapshot, sold-out marks, admission lease) by the
