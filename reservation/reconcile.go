@@ -303,6 +303,13 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 		if err := r.renew(ctx, fenceToken); err != nil {
 			return ar, err
 		}
+		// The keys live until the running file's end + key_ttl_after_end:
+		// a reload or restart that moved either later, with no preheat
+		// after it, left them expiring by the preheat's file, before a
+		// reservation pending at the new end could be settled here.
+		if err := r.st.KeepKeysFor(ctx, a); err != nil {
+			return ar, err
+		}
 		fence = &store.Fence{Token: fenceToken, ExpireAt: store.ExpireAt(a)}
 		if err := r.st.FenceShards(ctx, a, f.Shards, *fence); err != nil {
 			return ar, leaseErr(err)

@@ -1051,22 +1051,66 @@ func (s *Store) settleMoves(ctx context.Context, a *config.Activity, age time.Du
 // extendExpiry moves every key of the activity (its shards placed as
 // place says) to expire at ExpireAt(a) when that is later than its
 // current expiry (PEXPIREAT GT: never sooner).
+//
+// The meta goes last: KeepKeysFor reads its expiry as "every key moved".
 func (s *Store) extendExpiry(ctx context.Context, c rueidis.Client, a *config.Activity, place string) error {
 	exp := ExpireAt(a)
-	cmds := rueidis.Commands{c.B().Pexpireat().Key(s.MetaKey(a.ID)).MillisecondsTimestamp(exp).Gt().Build()}
+	var cmds rueidis.Commands
 	for _, sku := range a.SKUs {
 		for _, sk := range s.keys.getPlaced(a.ID, sku.ID, a.Shards, place).Shards {
-			for _, key := range []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves, sk.Fence, sk.Epoch} {
+			for _, key := range []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves, sk.Fence, sk.Epoch, sk.RidBits} {
 				cmds = append(cmds, c.B().Pexpireat().Key(key).MillisecondsTimestamp(exp).Gt().Build())
 			}
 		}
 	}
+	cmds = append(cmds, c.B().Pexpireat().Key(s.MetaKey(a.ID)).MillisecondsTimestamp(exp).Gt().Build())
 	for _, r := range c.DoMulti(ctx, cmds...) {
 		if err := r.Error(); err != nil {
 			return wrap(err)
 		}
 	}
 	return nil
+}
+
+// KeepKeysFor moves the keys of a's preheated stock (as its meta says it
+// was loaded: shards, placement, SKUs) to expire no sooner than
+// ExpireAt(a), and the recorded sale's end no sooner than a's, as a plain
+// preheat of unchanged stock does. A reload or restart that moved `end` or
+// key_ttl_after_end later left them expiring by the file of the preheat:
+// before a reservation pending at the new end could be settled, or in the
+// middle of the longer sale (red-team finding re15: the stock, the
+// reservations and the buyers' holdings gone, status "not preheated").
+// Never sooner (PEXPIREAT GT); an activity not preheated is left alone.
+// One PTTL when nothing is to move.
+func (s *Store) KeepKeysFor(ctx context.Context, a *config.Activity) error {
+	c, err := s.Client()
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, max(10*s.timeout, 2*time.Second))
+	defer cancel()
+	exp := ExpireAt(a)
+	ttl, err := c.Do(cctx, c.B().Pttl().Key(s.MetaKey(a.ID)).Build()).AsInt64()
+	if err != nil {
+		return wrap(err)
+	}
+	if ttl == -2 || (ttl >= 0 && time.Now().UnixMilli()+ttl >= exp) {
+		return nil // no meta, or every key already lives that long
+	}
+	meta, err := c.Do(cctx, c.B().Hgetall().Key(s.MetaKey(a.ID)).Build()).AsStrMap()
+	if err != nil {
+		return wrap(err)
+	}
+	shards, _ := strconv.Atoi(meta["shards"])
+	if meta["ready"] != "1" || shards <= 0 {
+		return nil
+	}
+	held := *a
+	held.Shards, held.SKUs = shards, metaSKUs(meta)
+	if err := s.extendExpiry(cctx, c, &held, meta[placeField]); err != nil {
+		return err
+	}
+	return s.recordSale(cctx, c, a, meta, exp)
 }
 
 // SettingsWarnings checks the Redis settings a sale depends on, on every
