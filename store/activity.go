@@ -218,6 +218,48 @@ func ended(a *config.Activity, now time.Time) error {
 	return nil
 }
 
+// soldBeforeError is ErrRunning for a preheat whose stock Redis holds for
+// an earlier sale of the same id (see earlierSale).
+type soldBeforeError struct{ msg string }
+
+func (e *soldBeforeError) Error() string { return e.msg }
+
+func (e *soldBeforeError) Is(target error) bool { return target == ErrRunning }
+
+// earlierSale refuses a plain preheat of unchanged stock when a's window
+// starts at or after the end the meta records and that sale sold units: a
+// new sale reusing the id of one that ended, whose keys live on for
+// key_ttl_after_end. Answered "unchanged", it opened on the old stock —
+// SOLD_OUT for everyone, the old buyers at their limit — with status OK
+// (red-team finding re15); a different stock was already refused. A
+// preheat of the same sale (its start before its recorded end: run again,
+// `end` extended) is not affected.
+func (s *Store) earlierSale(ctx context.Context, a *config.Activity, meta map[string]string) error {
+	end := atoi(meta[metaSaleEnd])
+	if end <= 0 || a.Start.UnixMilli() < end {
+		return nil
+	}
+	held := *a
+	held.SKUs = metaSKUs(meta)
+	st, err := s.Status(ctx, &held)
+	if err != nil {
+		return err
+	}
+	var sold, pending, remaining, initial int64
+	for _, k := range st.SKUs {
+		sold += k.Confirmed + k.Released
+		pending += k.Pending
+		remaining += k.Remaining
+		initial += k.Initial
+	}
+	if sold+pending == 0 {
+		return nil
+	}
+	return &soldBeforeError{msg: fmt.Sprintf("%v: %s holds the stock of a sale of that id that ended at %s (%d of %d units left, %d pending, %d confirmed or released), and this file's window starts at %s, after it: preheated as is, the new sale would open on that stock with its buyers at their limit. "+
+		"Settle the old sale first (reconcile --repair, then status: nothing pending), then preheat --force to load the new stock; or give the new sale another id",
+		ErrRunning, a.ID, time.UnixMilli(end).UTC().Format(time.RFC3339), remaining, initial, pending, sold, a.Start.UTC().Format(time.RFC3339))}
+}
+
 // metaLoading is the meta field a preheat sets (to its generation), with
 // ready=0, before it touches a shard, and removes when it sets ready=1: a
 // meta that has it is a preheat that never finished (a crash, a timeout,
@@ -259,6 +301,9 @@ func (s *Store) PreheatLocked(ctx context.Context, a *config.Activity, force boo
 		// Forced means "start over": even with the stock unchanged, the
 		// reservations go (a rehearsal before the sale, a bench re-run).
 		if sameStock(meta, a) && !force {
+			if err := s.earlierSale(ctx, a, meta); err != nil {
+				return 0, err
+			}
 			// The window may have moved (an `end` extended after preheat):
 			// keys must never expire before end + key_ttl_after_end.
 			// The placement stays too: an activity preheated before
