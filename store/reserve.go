@@ -882,7 +882,14 @@ func (s *Store) Repeat(ctx context.Context, q ReserveRequest) (res ReserveResult
 	sk := k.Shards[home]
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
-	arr, err := repeatScript.Exec(cctx, c, []string{ridKey(sk, q.User, q.RequestID), sk.Res}, nil).ToArray()
+	rid := ridKey(sk, q.User, q.RequestID)
+	// A request id the shard's bitset never saw (client-side cached memory)
+	// has no record: answered here, so a crowd of fresh ids after the end
+	// costs Redis nothing (they come before the rate limits).
+	if seen, known := s.ridSeen(cctx, c, sk.RidBits, fnv32(rid)); known && !seen {
+		return ReserveResult{}, false, nil
+	}
+	arr, err := repeatScript.Exec(cctx, c, []string{rid, sk.Res}, nil).ToArray()
 	if err != nil {
 		return ReserveResult{}, false, wrap(err)
 	}

@@ -2,6 +2,8 @@ package e2e_test
 
 import (
 	"bytes"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -89,4 +91,51 @@ func TestRE15RepeatJustAfterEndGetsItsOutcome(t *testing.T) {
 		t.Errorf("shop orders = %d, want 2", n)
 	}
 	p.WantStock(t, "re15", 8, 0, 2)
+}
+
+// After the end, requests carrying fresh request ids (a crowd still
+// clicking, a bot with a new id each time) are answered ENDED from the
+// request-id bitset in client-side cached memory: the repeat look-up costs
+// Redis no script, as they come before the rate limits.
+func TestRE15FreshIDsAfterEndCostRedisNothing(t *testing.T) {
+	clk := &re15Clock{}
+	r := e2e.StartRedis(t)
+	shop := e2e.StartShop(t)
+	cfg := e2e.Options{Redis: r.Addrs, ShopURL: shop.URL, Activities: []e2e.Activity{
+		{ID: "re15", Stock: 10, Shards: 1, End: time.Now().Add(time.Hour)},
+	}}.Config(t)
+	p := e2e.StartProxyClock(t, cfg, clk.now)
+	p.Preheat(t, "re15")
+	first := re15Buy(p, "alice", "r-alice")
+	if first.Code != "WIN" {
+		t.Fatalf("first buy = %d %s", first.Status, first.Code)
+	}
+	clk.set(time.Hour + time.Second)
+	// The first look-up after the end reads the bitset into the cache.
+	if b := re15Buy(p, "warm", "r-warm"); b.Code != "ENDED" {
+		t.Fatalf("fresh id after end = %d %s", b.Status, b.Code)
+	}
+	calls := func() int64 {
+		var n int64
+		for _, f := range []string{"cmdstat_evalsha", "cmdstat_evalsha_ro", "cmdstat_eval", "cmdstat_get"} {
+			v := r.Node.Info("commandstats", f)
+			if i := strings.Index(v, "calls="); i >= 0 {
+				c, _ := strconv.ParseInt(strings.SplitN(v[i+6:], ",", 2)[0], 10, 64)
+				n += c
+			}
+		}
+		return n
+	}
+	before := calls()
+	for i := range 200 {
+		if b := re15Buy(p, "u"+strconv.Itoa(i), "fresh-"+strconv.Itoa(i)); b.Code != "ENDED" {
+			t.Fatalf("fresh id %d after end = %d %s", i, b.Status, b.Code)
+		}
+	}
+	if got := calls() - before; got > 10 {
+		t.Errorf("200 fresh request ids after the end cost Redis %d script/GET calls; the cached bitset answers them", got)
+	}
+	if again := re15Buy(p, "alice", "r-alice"); again.Status != first.Status || again.Token() != first.Token() {
+		t.Errorf("alice's repeat after end = %d %s token %q, want her win's %d, token %q", again.Status, again.Code, again.Token(), first.Status, first.Token())
+	}
 }
