@@ -5,6 +5,7 @@ package preheat
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -197,7 +198,11 @@ func (s *Scheduler) step(ctx context.Context, cfg *config.Config, a *config.Acti
 		s.failed(a, st, now, "read", err)
 		return
 	}
-	if rec.Ready {
+	// Stock an earlier sale of the same id left (its keys live on for
+	// key_ttl_after_end) is not this sale's: the preheat below decides
+	// (red-team finding re15: taken as loaded, the new sale opened on the
+	// old, sold-out stock with the old buyers at their limit).
+	if rec.Ready && !rec.ForEarlierSale(a) {
 		s.sawReady(a, st, now, rec)
 		return
 	}
@@ -234,7 +239,7 @@ func (s *Scheduler) step(ctx context.Context, cfg *config.Config, a *config.Acti
 		s.failed(a, st, now, "read", err)
 		return
 	}
-	if rec.Ready {
+	if rec.Ready && !rec.ForEarlierSale(a) {
 		s.sawReady(a, st, now, rec)
 		return
 	}
@@ -288,6 +293,12 @@ func (s *Scheduler) failed(a *config.Activity, st *actState, now time.Time, what
 	st.backoff = min(max(2*st.backoff, minBackoff), maxBackoff)
 	st.next = now.Add(st.backoff)
 	s.runs.WithLabelValues(a.ID, OutcomeError).Inc()
+	if errors.Is(err, store.ErrRunning) {
+		// Not Redis trouble: a person must decide (the error says what).
+		s.log.Error("scheduled preheat refused; retrying", zap.String("activity", a.ID), zap.String("step", what),
+			zap.Duration("retry_in", st.backoff), zap.Error(err))
+		return
+	}
 	s.log.Warn("scheduled preheat failed; retrying", zap.String("activity", a.ID), zap.String("step", what),
 		zap.Duration("retry_in", st.backoff), zap.Error(err))
 }

@@ -358,3 +358,48 @@ func TestScheduledPreheatSkips(t *testing.T) {
 		}
 	}
 }
+
+// Last week's sale of the same id sold its stock and ended; its keys live
+// on for key_ttl_after_end. This week's file (same id, SKU and stock) has
+// preheat_at: the scheduler took the old meta's ready=1 as "already
+// preheated", and the new sale would open on the old, sold-out stock with
+// the old buyers at their limit. It now asks the preheat, which refuses
+// (what to do in the error), and never counts the stock as loaded.
+func TestScheduledPreheatNotFooledByAnEarlierSaleOfTheID(t *testing.T) {
+	srv := redistest.Start(t)
+	now := time.Now()
+	old := testConfig(t, srv.Addr, now.Add(-2*time.Hour), now.Add(-time.Hour), "")
+	check := openStore(t, old)
+	ctx := context.Background()
+	oldAct := &old.Activities[0]
+	if _, err := check.Preheat(ctx, oldAct, false, now.Add(-3*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	r, err := check.Reserve(ctx, store.ReserveRequest{Activity: "pact", SKU: "sku1", User: "u1", Qty: 1, Limit: 1,
+		Shards: oldAct.Shards, NowMs: now.Add(-90 * time.Minute).UnixMilli(), ExpireAt: store.ExpireAt(oldAct)})
+	if err != nil || r.Code != lua.OK {
+		t.Fatalf("reserve: %v %v", r.Code, err)
+	}
+	if c, err := check.Confirm(ctx, r.Token, oldAct.Shards, "O-1"); err != nil || c != lua.OK {
+		t.Fatalf("confirm: %v %v", c, err)
+	}
+
+	next := testConfig(t, srv.Addr, now.Add(time.Minute), now.Add(time.Hour), "-5m")
+	if !record(t, check).ForEarlierSale(&next.Activities[0]) {
+		t.Fatalf("record %+v not seen as an earlier sale's", record(t, check))
+	}
+	c := &clock{t: now}
+	s := instance(t, next, c, "week2")
+	ss := []*Scheduler{s}
+	s.pass(ctx)
+	if n := count(ss, OutcomeError); n != 1 || count(ss, "unchanged") != 0 || count(ss, "created") != 0 {
+		t.Fatalf("errors %d unchanged %d created %d: the earlier sale's stock was taken as this sale's", n, count(ss, "unchanged"), count(ss, "created"))
+	}
+	st, err := check.Status(ctx, &next.Activities[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := st.SKUs[0]; k.Confirmed != 1 || k.Remaining != 9 {
+		t.Errorf("the earlier sale's stock was touched: %+v", k)
+	}
+}

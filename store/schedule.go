@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"time"
+
+	"github.com/seckill-proxy/seckill-proxy/config"
 )
 
 // PreheatRecord is what the meta hash says about an activity's preheat.
@@ -18,6 +20,18 @@ type PreheatRecord struct {
 	// Loading: not ready because a preheat is writing the stock, or
 	// stopped midway (the next preheat finishes it); not stock lost.
 	Loading bool
+	// SaleEnd is the end of the sale the stock was loaded for (the latest
+	// `end` a preheat recorded); zero when none is recorded.
+	SaleEnd time.Time
+}
+
+// ForEarlierSale reports whether the stock loaded is an earlier sale's of
+// the same id: a's window starts at or after the recorded sale's end (a
+// new sale reusing the id, the old keys living on for key_ttl_after_end).
+// Such stock is not a's: a preheat decides (store.ErrRunning when the
+// earlier sale sold units, what to do in its message).
+func (r PreheatRecord) ForEarlierSale(a *config.Activity) bool {
+	return r.Ready && !r.SaleEnd.IsZero() && !a.Start.Before(r.SaleEnd)
 }
 
 // metaScheduledBy is the meta hash field a scheduled preheat leaves. A
@@ -35,11 +49,11 @@ func (s *Store) PreheatRecord(ctx context.Context, act string) (PreheatRecord, e
 	}
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
-	m, err := c.Do(cctx, c.B().Hmget().Key(s.MetaKey(act)).Field("ready", "ver", metaScheduledBy, metaLoading).Build()).ToArray()
+	m, err := c.Do(cctx, c.B().Hmget().Key(s.MetaKey(act)).Field("ready", "ver", metaScheduledBy, metaLoading, metaSaleEnd).Build()).ToArray()
 	if err != nil {
 		return PreheatRecord{}, wrap(err)
 	}
-	var v [4]string
+	var v [5]string
 	for i := range m {
 		if i < len(v) {
 			v[i], _ = m[i].ToString()
@@ -48,6 +62,9 @@ func (s *Store) PreheatRecord(ctx context.Context, act string) (PreheatRecord, e
 	r := PreheatRecord{Ready: v[0] == "1", ScheduledBy: v[2], Loading: v[0] != "1" && v[3] != ""}
 	if ms, err := strconv.ParseInt(v[1], 10, 64); err == nil && r.Ready {
 		r.At = time.UnixMilli(ms)
+	}
+	if ms, err := strconv.ParseInt(v[4], 10, 64); err == nil && ms > 0 {
+		r.SaleEnd = time.UnixMilli(ms)
 	}
 	return r, nil
 }
