@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -262,9 +263,18 @@ func deref(p *int64) any {
 func TestStalePendingPagesPastUnsettleable(t *testing.T) {
 	a := newActivity("page", 0, 1)
 	a.SKUs = []config.SKU{{ID: "skuA", Stock: 1200}, {ID: "skuB", Stock: 1}}
+	// The shop holds b's order (and knows of no other token: a 200 for a
+	// token never issued would make verify untrusted, TestRV15...).
+	var bTok atomic.Value
+	bTok.Store("")
 	verify := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.Contains(r.URL.Query().Get("token"), ".skuA.") {
+		tok := r.URL.Query().Get("token")
+		if strings.Contains(tok, ".skuA.") {
 			http.Error(w, "down", http.StatusInternalServerError)
+			return
+		}
+		if tok != bTok.Load().(string) {
+			http.NotFound(w, r)
 			return
 		}
 		_, _ = w.Write([]byte(`{"order_id":"O-B"}`))
@@ -285,6 +295,7 @@ func TestStalePendingPagesPastUnsettleable(t *testing.T) {
 	if err != nil || b.Code != lua.OK {
 		t.Fatalf("reserve: %v %v", b.Code, err)
 	}
+	bTok.Store(b.Token.String())
 	rec, _ := newReconciler(st)
 	rep, err := rec.Run(tctx(t), []*config.Activity{a}, true, time.Now())
 	if err != nil {

@@ -7,6 +7,8 @@ package reservation
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -377,6 +379,9 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 	if vt.problem != "" {
 		r.alert(&ar, "verify_untrusted", vt.problem)
 	}
+	if vt.existsProblem != "" {
+		r.alert(&ar, "verify_untrusted", vt.existsProblem)
+	}
 	// Sync-mode winners may wait in the queue too (upstream.overflow:
 	// queue), so every activity's queue is looked at.
 	if len(a.SKUs) > 0 {
@@ -656,6 +661,12 @@ func (r *Reconciler) settle(ctx context.Context, a *config.Activity, shards int,
 			return f, nil
 		}
 	}
+	if f.Verdict == OrderExists {
+		if p := r.trustExists(ctx, a, res.Token, vt); p != "" {
+			f.Verdict, f.Detail = Unverified, "verify.url said exists, but is not trusted: "+p
+			return f, nil
+		}
+	}
 	if fence == nil {
 		switch f.Verdict {
 		case OrderExists:
@@ -696,7 +707,11 @@ func (r *Reconciler) settle(ctx context.Context, a *config.Activity, shards int,
 type verifyTrust struct {
 	skus    []string // the activity's SKUs (and store.BundleSKU)
 	checked bool
-	problem string // "" when verify may be taken at its word
+	problem string // "" when verify may be taken at its word that an order is absent
+	// existsChecked and existsProblem are the same for its word that an
+	// order exists, checked at the first "exists" (trustExists).
+	existsChecked bool
+	existsProblem string
 }
 
 // trustVerify says why the activity's verify.url may not be taken at its
@@ -725,6 +740,41 @@ func (r *Reconciler) trustVerify(ctx context.Context, a *config.Activity, shards
 		}
 	}
 	return vt.problem
+}
+
+// trustExists says why the activity's verify.url may not be taken at its
+// word that an order exists ("" when it may). A 200 for every token (a
+// catch-all route, a login or index page served 200, a health page at a
+// guessed path) confirmed reservations the shop never took: their units
+// were never sold, their buyers told they bought, and without
+// verify.count_url nothing said so (red-team finding, TestRV15...). So
+// verify is first asked about a token no buyer was ever given, shaped as
+// tok is (a shop that checks the form still looks it up): it must answer
+// 404. preflight checks the same before the sale; this holds for a
+// verify.url changed since, or a shop deployed since.
+func (r *Reconciler) trustExists(ctx context.Context, a *config.Activity, tok store.Token, vt *verifyTrust) string {
+	if vt.existsChecked {
+		return vt.existsProblem
+	}
+	vt.existsChecked = true
+	made := madeUpToken(tok)
+	switch v, _, detail := verifyOrder(ctx, r.http, a.Verify.URL, made); v {
+	case OrderAbsent:
+	case OrderExists:
+		vt.existsProblem = fmt.Sprintf("verify.url answered 200 for %s, a token no buyer was ever given: it cannot be trusted to say an order exists (a catch-all route, a login page, a wrong path in verify.url?); nothing is confirmed on its word until it answers 404 for an unknown token", made)
+	default:
+		vt.existsProblem = fmt.Sprintf("verify.url did not answer for %s, a token no buyer was ever given (%s): nothing is confirmed on its word this pass", made, detail)
+	}
+	return vt.existsProblem
+}
+
+// madeUpToken is a token shaped as tok (its activity, SKU and shard) whose
+// 128-bit id is fresh: never issued.
+func madeUpToken(tok store.Token) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	tok.ID = base64.RawURLEncoding.EncodeToString(b[:])
+	return tok.String()
 }
 
 func actionOf(done string, code lua.Code, err error) (string, string) {
