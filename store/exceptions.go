@@ -152,3 +152,76 @@ func exceptionOf(act string, en rueidis.XRangeEntry) Exception {
 	}
 	return e
 }
+
+// verifyReleasedKey is the activity's sorted set of reservations the
+// reconciler released on verify's 404 (token, scored by the release's ms):
+// later passes ask verify about them again, since a verify read from a
+// replica that lags the shop's primary (or before the shop's insert
+// commits) says 404 for an order the shop holds. Same hash tag as the
+// exceptions stream.
+func (s *Store) verifyReleasedKey(act string) string {
+	return s.prefix + ":{" + act + "}:verify_released"
+}
+
+// NoteVerifyReleased remembers that tok was released on verify's 404 at
+// atMs, until the activity's keys expire (expireAtMs) or it is forgotten.
+func (s *Store) NoteVerifyReleased(ctx context.Context, tok Token, atMs, expireAtMs int64) error {
+	c, err := s.Client()
+	if err != nil {
+		return err
+	}
+	k := s.verifyReleasedKey(tok.Activity)
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	for _, r := range c.DoMulti(cctx,
+		c.B().Zadd().Key(k).ScoreMember().ScoreMember(float64(atMs), tok.String()).Build(),
+		c.B().Pexpireat().Key(k).MillisecondsTimestamp(expireAtMs).Build()) {
+		if err := r.Error(); err != nil {
+			return wrap(err)
+		}
+	}
+	return nil
+}
+
+// VerifyReleased returns at most n of the activity's reservations released
+// on verify's 404 in [sinceMs, beforeMs), newest first; with forget, those
+// released before sinceMs are dropped first (past the horizon in which a
+// lagging verify is expected to catch up).
+func (s *Store) VerifyReleased(ctx context.Context, act string, sinceMs, beforeMs int64, n int, forget bool) ([]Token, error) {
+	c, err := s.Client()
+	if err != nil {
+		return nil, err
+	}
+	k := s.verifyReleasedKey(act)
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	if forget {
+		if err := c.Do(cctx, c.B().Zremrangebyscore().Key(k).Min("-inf").Max("("+strconv.FormatInt(sinceMs, 10)).Build()).Error(); err != nil {
+			return nil, wrap(err)
+		}
+	}
+	members, err := c.Do(cctx, c.B().Zrevrangebyscore().Key(k).Max("("+strconv.FormatInt(beforeMs, 10)).Min(strconv.FormatInt(sinceMs, 10)).
+		Limit(0, int64(n)).Build()).AsStrSlice()
+	if err != nil {
+		return nil, wrap(err)
+	}
+	out := make([]Token, 0, len(members))
+	for _, m := range members {
+		if t, err := ParseToken(m); err == nil {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// ForgetVerifyReleased stops asking verify about tok again (its order was
+// found and alerted, or its record is gone).
+func (s *Store) ForgetVerifyReleased(ctx context.Context, tok Token) error {
+	c, err := s.Client()
+	if err != nil {
+		return err
+	}
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	return wrap(c.Do(cctx, c.B().Zrem().Key(s.verifyReleasedKey(tok.Activity)).Member(tok.String()).Build()).Error())
+}

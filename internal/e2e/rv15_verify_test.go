@@ -2,9 +2,11 @@ package e2e_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -87,5 +89,84 @@ func TestRV15VerifyThatAnswers200ForEverythingConfirmsNothing(t *testing.T) {
 				t.Errorf("verify broken: b left pending (%+v) and an alert naming verify.url: %v", st, ar.Alerts)
 			}
 		})
+	}
+}
+
+// verify.url served by a replica that lags the shop's primary (or a shop
+// whose insert commits after its verify read): b's buy was taken, its
+// balancer answered 504, and the reconciler's first look got 404 for b. It
+// released b and the unit sold again to c: three orders for two units. A
+// later pass, when verify says 200 for b, found nothing: a released
+// reservation is never asked about again, so order_for_released (README:
+// "released reservation the shop holds an order for") was never raised and
+// the report stayed clean. The reconciler now asks verify again, on later
+// passes, about reservations it released on verify's 404 (for
+// pending_timeout after the release) and alerts order_for_released.
+func TestRV15VerifyLagReleaseThenOrderIsAlerted(t *testing.T) {
+	r := e2e.StartRedis(t)
+	shop := e2e.StartShop(t)
+	var mu sync.Mutex
+	lagging := map[string]bool{} // users whose orders the replica has not seen yet
+	verify := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		o, ok := shop.Orders()[req.URL.Query().Get("token")]
+		mu.Lock()
+		lag := ok && lagging[o.User]
+		mu.Unlock()
+		if !ok || lag {
+			http.Error(w, "no such order", http.StatusNotFound)
+			return
+		}
+		_, _ = fmt.Fprintf(w, `{"order_id":%q}`, o.OrderID)
+	}))
+	t.Cleanup(verify.Close)
+	cfg := e2e.Options{Redis: r.Addrs, ShopURL: shop.URL,
+		Activities: []e2e.Activity{{ID: "rv15b", SKUs: []config.SKU{{ID: e2e.SKU, Stock: 2}}, Shards: 1}}}.Config(t)
+	cfg.Activities[0].Verify.URL = verify.URL + "/internal/orders?token={token}"
+	p := e2e.StartProxy(t, cfg)
+	p.Preheat(t, "rv15b")
+	if b := e2e.Buy(p.Addr, "rv15b", "a"); b.Code != "WIN" {
+		t.Fatalf("a: %d %s", b.Status, b.Code)
+	}
+	mu.Lock()
+	lagging["b"] = true
+	mu.Unlock()
+	shop.AnswerAfterOrder("b", http.StatusGatewayTimeout)
+	bResp := e2e.Buy(p.Addr, "rv15b", "b")
+	if bResp.Status != 504 {
+		t.Fatalf("b: %d %s", bResp.Status, bResp.Code)
+	}
+	bTok := bResp.Token()
+	first := rv15Repair(t, p, "rv15b")
+	if len(first.Stale) != 1 || first.Stale[0].Action != "released" {
+		t.Fatalf("first pass: b released on the lagging 404: %+v", first.Stale)
+	}
+	// The unit is on sale again; c takes it.
+	if c := e2e.Buy(p.Addr, "rv15b", "c"); c.Code != "WIN" {
+		t.Fatalf("c: %d %s", c.Status, c.Code)
+	}
+	// The replica catches up.
+	mu.Lock()
+	lagging["b"] = false
+	mu.Unlock()
+	second := rv15Repair(t, p, "rv15b")
+	orders := shop.Orders()
+	st := p.SKUStatus(t, "rv15b")
+	t.Logf("shop orders %d; Redis %+v", len(orders), st)
+	if int64(len(orders)) <= st.Initial {
+		t.Fatalf("setup: expected the shop to hold more orders than stock, got %d", len(orders))
+	}
+	alerts := strings.Join(second.Alerts, "\n")
+	if !strings.Contains(alerts, bTok) {
+		t.Errorf("the shop holds %d orders for %d units (b's order %s for a released reservation), and the next pass alerts nothing about %s: %v",
+			len(orders), st.Initial, orders[bTok].OrderID, bTok, second.Alerts)
+	}
+	var found bool
+	for _, e := range second.Exceptions {
+		if e.Kind == "order_for_released" && e.Token == bTok {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no order_for_released exception for %s: %+v", bTok, second.Exceptions)
 	}
 }
