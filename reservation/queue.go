@@ -623,7 +623,11 @@ func (aq *actQueue) handle(readCtx, ctx context.Context, j job) {
 	}
 	if claim == lua.Same && a.Verify.URL != "" {
 		// The shop may have seen it from the worker that died: ask first.
-		if v, oid, _ := verifyOrder(ctx, aq.client, a.Verify.URL, j.e.Token); v == OrderExists {
+		// A 200 is believed only from a verify that answers 404 for a token
+		// never issued: a catch-all route's or a login page's 200 confirmed
+		// a buy the shop never took (red-team finding, TestRV15Queue...).
+		// Otherwise it is sent again, which the shop dedups by token.
+		if v, oid, _ := verifyOrder(ctx, aq.client, a.Verify.URL, j.e.Token); v == OrderExists && aq.verifyTrusted(ctx, a, tok) {
 			if aq.settle(ctx, "confirm", func(c context.Context) (lua.Code, error) { return st.Confirm(c, tok, j.shards, oid) }) {
 				ack()
 			}
@@ -687,6 +691,18 @@ func (aq *actQueue) handle(readCtx, ctx context.Context, j job) {
 		aq.q.m.Settlements.WithLabelValues("queue_unknown", "PENDING").Inc()
 	}
 	ack()
+}
+
+// verifyTrusted reports whether the activity's verify.url may be believed
+// when it says an order exists: it answers 404 for a token shaped as tok
+// that no buyer was ever given. An untrusted one is logged.
+func (aq *actQueue) verifyTrusted(ctx context.Context, a *config.Activity, tok store.Token) bool {
+	if p := unknownTokenProblem(ctx, aq.client, a.Verify.URL, tok); p != "" {
+		aq.q.log.Error("queue: takeover not confirmed on verify's word; sent again", zap.String("activity", a.ID),
+			zap.String("token", tok.String()), zap.String("problem", p))
+		return false
+	}
+	return true
 }
 
 // settle runs one transition, retried briefly on Redis trouble; it reports

@@ -825,15 +825,23 @@ func (r *Reconciler) trustExists(ctx context.Context, a *config.Activity, tok st
 		return vt.existsProblem
 	}
 	vt.existsChecked = true
-	made := madeUpToken(tok)
-	switch v, _, detail := verifyOrder(ctx, r.http, a.Verify.URL, made); v {
-	case OrderAbsent:
-	case OrderExists:
-		vt.existsProblem = fmt.Sprintf("verify.url answered 200 for %s, a token no buyer was ever given: it cannot be trusted to say an order exists (a catch-all route, a login page, a wrong path in verify.url?); nothing is confirmed on its word until it answers 404 for an unknown token", made)
-	default:
-		vt.existsProblem = fmt.Sprintf("verify.url did not answer for %s, a token no buyer was ever given (%s): nothing is confirmed on its word this pass", made, detail)
-	}
+	vt.existsProblem = unknownTokenProblem(ctx, r.http, a.Verify.URL, tok)
 	return vt.existsProblem
+}
+
+// unknownTokenProblem asks verify (tmpl) about a token shaped as tok that
+// no buyer was ever given, and says why its 200s may not be believed (""
+// when it answers 404, as it must).
+func unknownTokenProblem(ctx context.Context, client *http.Client, tmpl string, tok store.Token) string {
+	made := madeUpToken(tok)
+	switch v, _, detail := verifyOrder(ctx, client, tmpl, made); v {
+	case OrderAbsent:
+		return ""
+	case OrderExists:
+		return fmt.Sprintf("verify.url answered 200 for %s, a token no buyer was ever given: it cannot be trusted to say an order exists (a catch-all route, a login page, a wrong path in verify.url?); nothing is confirmed on its word until it answers 404 for an unknown token", made)
+	default:
+		return fmt.Sprintf("verify.url did not answer for %s, a token no buyer was ever given (%s): nothing is confirmed on its word this time", made, detail)
+	}
 }
 
 // madeUpToken is a token shaped as tok (its activity, SKU and shard) whose
