@@ -48,16 +48,28 @@ func TestRV15VerifyThatAnswers200ForEverythingConfirmsNothing(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		broken bool
-	}{{"verify right", false}, {"verify 200 for everything", true}} {
+		// envelope: the shop's API answers HTTP 200 to everything, its
+		// verdict in the body ({"code":404,...}), as many shop APIs do.
+		envelope bool
+	}{{"verify right", false, false}, {"verify 200 for everything", true, false}, {"verify 200 with the error in the body", true, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := e2e.StartRedis(t)
 			shop := e2e.StartShop(t)
 			cfg := e2e.Options{Redis: r.Addrs, ShopURL: shop.URL,
 				Activities: []e2e.Activity{{ID: "rv15a", SKUs: []config.SKU{{ID: e2e.SKU, Stock: 2}}, Shards: 1}}}.Config(t)
 			if tc.broken {
-				catchAll := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-					w.Header().Set("Content-Type", "text/html")
-					_, _ = w.Write([]byte("<html><body>Please log in</body></html>"))
+				catchAll := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+					if !tc.envelope {
+						w.Header().Set("Content-Type", "text/html")
+						_, _ = w.Write([]byte("<html><body>Please log in</body></html>"))
+						return
+					}
+					w.Header().Set("Content-Type", "application/json")
+					if o, ok := shop.Orders()[req.URL.Query().Get("token")]; ok {
+						_, _ = fmt.Fprintf(w, `{"code":0,"order_id":%q}`, o.OrderID)
+						return
+					}
+					_, _ = w.Write([]byte(`{"code":404,"msg":"订单不存在","order_id":null}`))
 				}))
 				t.Cleanup(catchAll.Close)
 				cfg.Activities[0].Verify.URL = catchAll.URL + "/internal/order?token={token}"
