@@ -57,6 +57,16 @@ func TestRV15QueueTakeoverTrustsACatchAllVerify(t *testing.T) {
 			qa := rqQueue(t, pa, "A", 1500*time.Millisecond)
 			e2e.Eventually(t, 3*time.Second, "A's worker at the shop", func() bool { return shop.SeenBuy("k") })
 			qa.Kill()
+			// The shop sees the cut connection and drops the buy (no order)
+			// before it is let go.
+			e2e.Eventually(t, 3*time.Second, "the shop drops A's buy", func() bool {
+				for _, b := range shop.Buys() {
+					if b.User == "k" && b.Status == 0 {
+						return true
+					}
+				}
+				return false
+			})
 			release()
 			rqQueue(t, pb, "B", 1500*time.Millisecond)
 			last := rqAwaitSettled(pb.Addr, []string{tok}, 7*time.Second)
