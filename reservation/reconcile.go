@@ -56,7 +56,7 @@ const LeaseName = "reconciler"
 
 // leaseTTL bounds how long a crashed holder blocks others; a pass renews
 // it as it goes.
-const leaseTTL = 2 * time.Minute
+var leaseTTL = 2 * time.Minute // a var only so a test can shorten it
 
 // Grace is how long after an activity's end differences within tolerance
 // are only noted; after it, any difference alerts.
@@ -377,7 +377,7 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 		}
 	}
 	if a.Verify.URL != "" {
-		if err := r.recheckReleased(ctx, &ar, a, f.Shards, repair, fenceToken, now, vt); err != nil {
+		if err := r.recheckReleased(ctx, &ar, a, f.Shards, repair, fenceToken, now, vt, &renewed); err != nil {
 			return ar, err
 		}
 	}
@@ -399,6 +399,16 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 	}
 	for _, k := range st.SKUs {
 		sr := SKUReport{SKUStatus: k, Unsettled: unsettled[k.ID], Tolerance: Tolerance(k.Initial)}
+		if repair && time.Since(renewed) > leaseTTL/4 {
+			// Renewed by the clock here too: count_url may take seconds a
+			// SKU, and a sale of many SKUs outlasted the lease; the next
+			// activity's renew then found it gone and every pass stopped
+			// there (red-team finding, TestRV15SlowCountURL...).
+			if err := r.renew(ctx, fenceToken); err != nil {
+				return ar, err
+			}
+			renewed = time.Now()
+		}
 		if a.Verify.CountURL != "" && k.Preheated {
 			n, err := r.shopCount(ctx, a.Verify.CountURL, a.ID, k.ID)
 			if err != nil {
@@ -733,20 +743,19 @@ const recheckPage = 100
 // and recorded, and it is not asked about again. Found by nothing before:
 // a released reservation is in no pending index (red-team finding,
 // TestRV15VerifyLag...).
-func (r *Reconciler) recheckReleased(ctx context.Context, ar *ActivityReport, a *config.Activity, shards int, repair bool, fenceToken int64, now time.Time, vt *verifyTrust) error {
+func (r *Reconciler) recheckReleased(ctx context.Context, ar *ActivityReport, a *config.Activity, shards int, repair bool, fenceToken int64, now time.Time, vt *verifyTrust, renewed *time.Time) error {
 	horizon := max(releasedRecheck, a.PendingTimeout)
 	toks, err := r.st.VerifyReleased(ctx, a.ID, now.Add(-horizon).UnixMilli(), now.UnixMilli(), recheckPage, repair)
 	if err != nil {
 		ar.Notes = append(ar.Notes, fmt.Sprintf("reservations released on verify's 404: not asked about again: %v", err))
 		return nil
 	}
-	renewed := time.Now()
 	for _, tok := range toks {
-		if repair && time.Since(renewed) > leaseTTL/4 {
+		if repair && time.Since(*renewed) > leaseTTL/4 {
 			if err := r.renew(ctx, fenceToken); err != nil {
 				return err
 			}
-			renewed = time.Now()
+			*renewed = time.Now()
 		}
 		v, oid, detail := verifyOrder(ctx, r.http, a.Verify.URL, tok.String())
 		if v == Unverified {
