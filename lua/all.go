@@ -10,6 +10,7 @@ func All() map[string]string {
 		"reserve":        Reserve,
 		"reservebatch":   ReserveBatch,
 		"steal":          Steal,
+		"repeat":         Repeat,
 		"confirm":        Confirm,
 		"confirmbatch":   ConfirmBatch,
 		"release":        Release,

@@ -16,6 +16,12 @@ var Reserve string
 //go:embed reservebatch.lua
 var ReserveBatch string
 
+// Repeat answers a repeated request id by its reservation, reserving
+// nothing (see repeat.lua).
+//
+//go:embed repeat.lua
+var Repeat string
+
 // Steal moves units from a donor shard towards a dry home shard (see steal.lua).
 //
 //go:embed steal.lua

@@ -835,30 +835,9 @@ func netDialer(timeout time.Duration) (d net.Dialer) {
 	return d
 }
 
-// repeatScript answers a repeated request id as reserve.lua's repeat branch
-// does, and reserves nothing: KEYS[1] the request id's record, KEYS[2] the
-// home shard's res hash. {3, token id} pending or queued, {4, token id,
-// order id[, replay]} confirmed, {7, token id} released (the request's own
-// reservation); {0} when there is no record, or it names another request's
-// reservation that was given back (reserve.lua decides those afresh).
-var repeatScript = rueidis.NewLuaScript(`local seen = redis.call('GET', KEYS[1])
-if not seen then return {0} end
-local last = string.sub(seen, (string.find(seen, '|', 1, true) or 0) + 1)
-local replay = ''
-local sep = string.find(last, '|', 1, true)
-if sep then
-  last, replay = string.sub(last, 1, sep - 1), string.sub(last, sep + 1)
-end
-local rec = redis.call('HGET', KEYS[2], last)
-local st = rec and string.sub(rec, 1, 1) or 'p'
-if st == 'p' or st == 'q' then return {3, last} end
-if st == 'x' then
-  if string.sub(seen, 1, 2) ~= '3|' then return {7, last} end
-  return {0}
-end
-local oid = string.match(rec, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)') or ''
-if replay ~= '' then return {4, last, oid, replay} end
-return {4, last, oid}`)
+// repeatScript answers a repeated request id as reserve.lua's repeat
+// branch does, reserving nothing (see repeat.lua).
+var repeatScript = rueidis.NewLuaScript(lua.Repeat)
 
 // Repeat answers a repeat of a request (q.User, q.RequestID) by the
 // reservation its first copy got, as Reserve would, without ever
