@@ -638,14 +638,8 @@ func (p *Pipeline) reserve(ctx context.Context, r *Request, sku *config.SKU, fla
 		}
 	case lua.Empty:
 		d.Code = SoldOut
-	case lua.Pending:
-		d.Code = Pending
-	case lua.Purchased:
-		d.Code = AlreadyPurchased
-	case lua.Released:
-		// A repeated request id whose reservation was given back: the
-		// shop refused it (or it was cancelled); nothing is held.
-		d.Code = UpstreamFailed
+	case lua.Pending, lua.Purchased, lua.Released:
+		d.Code, _ = repeatCode(res.Code)
 	case lua.NotReady:
 		d.Code, d.RetryAfter = NotReady, retryAfterDefault
 	case lua.Backlog:
@@ -697,17 +691,27 @@ func (p *Pipeline) repeatAfterEnd(ctx context.Context, r *Request, now time.Time
 		return Decision{}, false
 	}
 	d := Decision{Token: res.Token, OrderID: res.OrderID, Shards: flags.Shards, Replay: res.Replay, Stamp: now}
-	switch res.Code {
-	case lua.Pending:
-		d.Code = Pending
-	case lua.Purchased:
-		d.Code = AlreadyPurchased
-	case lua.Released:
-		d.Code = UpstreamFailed
-	default:
+	var ok bool
+	if d.Code, ok = repeatCode(res.Code); !ok {
 		return Decision{}, false
 	}
 	return d, true
+}
+
+// repeatCode is the answer to a repeat (a buyer at their limit, or a
+// repeated request id) by the state of the reservation it names.
+func repeatCode(c lua.Code) (Code, bool) {
+	switch c {
+	case lua.Pending:
+		return Pending, true
+	case lua.Purchased:
+		return AlreadyPurchased, true
+	case lua.Released:
+		// A repeated request id whose reservation was given back: the
+		// shop refused it (or it was cancelled); nothing is held.
+		return UpstreamFailed, true
+	}
+	return 0, false
 }
 
 func (p *Pipeline) refuse(r refusal, retry time.Duration) Decision {
