@@ -376,10 +376,13 @@ func (s *Store) worthSending(deadline time.Time) bool {
 func buyerKey(act, user string) string { return act + "\x00" + user }
 
 // mayHaveRun reports whether a call that failed may still reach Redis and
-// run: anything but a connection that could not even be made.
+// run: anything but a connection that could not even be made, or a call
+// Redis refused before it wrote anything (Refused: memory full, a failed
+// RDB save, ...), which has nothing to settle and, retried while the
+// refusal lasts, would fill the retrier with one abort per refused buyer.
 func mayHaveRun(err error) bool {
 	var op *net.OpError
-	return !errors.As(err, &op) || op.Op != "dial"
+	return (!errors.As(err, &op) || op.Op != "dial") && !Refused(err)
 }
 
 // abortReason is the release reason of a reservation whose reserve call

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,13 +64,40 @@ const (
 
 // Retryable reports whether a failed call is worth repeating as it is:
 // Redis did not answer (ErrUnavailable), or answered that it cannot serve
-// yet (loading a dataset, a cluster slot moving or down).
+// yet (loading a dataset, a cluster slot moving or down, a write refused:
+// Refused).
 func Retryable(err error) bool {
 	if errors.Is(err, ErrUnavailable) {
 		return true
 	}
 	if re, ok := rueidis.IsRedisErr(err); ok {
-		return re.IsTryAgain() || re.IsLoading() || re.IsClusterDown()
+		return re.IsTryAgain() || re.IsLoading() || re.IsClusterDown() || Refused(err)
+	}
+	return false
+}
+
+// Refused reports whether err is the answer of a Redis that is up but takes
+// no writes for now: memory full (maxmemory with noeviction), a failed RDB
+// save (stop-writes-on-bgsave-error), too few replicas
+// (min-replicas-to-write), a master demoted to replica, another client's
+// script past busy-reply-threshold, a replica cut off from its master.
+// Each refuses a command before it runs, and a script at its first write
+// (Redis 7 checks a script without a shebang until it writes; these
+// scripts do not catch errors of their writes): nothing was written, and
+// the same call goes through once the operator clears the condition. A
+// confirm or release refused so was dropped as a failure: the shop's order
+// stayed pending, or a refused buy's unit held, until the reconciler — and
+// for ever without verify.url (red-team finding rw15).
+func Refused(err error) bool {
+	re, ok := rueidis.IsRedisErr(err)
+	if !ok {
+		return false
+	}
+	// The first word is the error's code ("BUSYGROUP" is another error).
+	code, _, _ := strings.Cut(re.Error(), " ")
+	switch code {
+	case "OOM", "MISCONF", "NOREPLICAS", "READONLY", "BUSY", "MASTERDOWN":
+		return true
 	}
 	return false
 }

@@ -147,6 +147,17 @@ func (s *Shop) Hang(user string) (release func()) {
 	}
 }
 
+// HangThen is Hang, the held buys then answered status instead of an
+// order (a slow shop that refuses in the end).
+func (s *Shop) HangThen(user string, status int) (release func()) {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	s.rules[user] = rule{hang: ch, status: status}
+	s.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
+}
+
 // Cut makes the shop read every buy of user and then close the connection
 // without answering: the order's fate is unknown to the proxy.
 func (s *Shop) Cut(user string) {
