@@ -32,11 +32,12 @@ test: redis
 # The concurrent packages again under the race detector (needs cgo and a C compiler).
 # -short: real-time measurements, multi-process and cluster runs already ran in
 # the plain pass above; under the detector's slowdown they measure nothing.
-# The red-team suites (RedTeam*, RT10*, RT11*, the eleventh round's *12, the twelfth's *13: edge cases of one request or
+# The red-team suites (RedTeam*, RT10*, RT11*, the eleventh round's *12, the twelfth's *13, the fifteenth's
+# write refusals and operator releases (RW15, OR15: seconds of waiting each): edge cases of one request or
 # one fault each, ~45% of the package's time under the detector) and the
 # heap measures ran in the plain pass too; the spikes and faults that drive
 # the concurrent paths run here.
-RACE_SKIP := RedTeam|RT1[01]|R[ABC]12|RS12|PD12|PX12|SD12|IF12|UL12|FP13|SB13|JD13|UL13|GrowNoMemory|BoundsProxyMemory
+RACE_SKIP := RedTeam|RT1[01]|R[ABC]12|RS12|PD12|PX12|SD12|IF12|UL12|FP13|SB13|JD13|UL13|RW15|OR15|GrowNoMemory|BoundsProxyMemory
 race: redis
 	CGO_ENABLED=1 $(GO) test -race -short -count=1 -timeout 15m -skip '$(RACE_SKIP)' ./admission/ ./store/ ./proxy/ ./reservation/ ./internal/e2e/ ./admin/ ./cmd/seckill-proxy/ ./inflight/ ./preheat/ ./collector/
 
