@@ -7,8 +7,6 @@ package reservation
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -342,11 +340,10 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 				// Renewed every 100 reservations, and by the clock: verify
 				// calls of up to 5 s each would otherwise outlast the lease
 				// within 100 (the pass then stops, "lease lost").
-				if repair && seen > 0 && (seen%100 == 0 || time.Since(renewed) > leaseTTL/4) {
-					if err := r.renew(ctx, fenceToken); err != nil {
+				if repair && seen > 0 {
+					if err := r.renewDue(ctx, fenceToken, &renewed, seen%100 == 0); err != nil {
 						return err
 					}
-					renewed = time.Now()
 				}
 				seen++
 				fd, err := r.settle(ctx, a, f.Shards, res, fence, now, vt)
@@ -399,15 +396,14 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 	}
 	for _, k := range st.SKUs {
 		sr := SKUReport{SKUStatus: k, Unsettled: unsettled[k.ID], Tolerance: Tolerance(k.Initial)}
-		if repair && time.Since(renewed) > leaseTTL/4 {
+		if repair {
 			// Renewed by the clock here too: count_url may take seconds a
 			// SKU, and a sale of many SKUs outlasted the lease; the next
 			// activity's renew then found it gone and every pass stopped
 			// there (red-team finding, TestRV15SlowCountURL...).
-			if err := r.renew(ctx, fenceToken); err != nil {
+			if err := r.renewDue(ctx, fenceToken, &renewed, false); err != nil {
 				return ar, err
 			}
-			renewed = time.Now()
 		}
 		if a.Verify.CountURL != "" && k.Preheated {
 			n, err := r.shopCount(ctx, a.Verify.CountURL, a.ID, k.ID)
@@ -725,6 +721,19 @@ func (r *Reconciler) settle(ctx context.Context, a *config.Activity, shards int,
 	return f, nil
 }
 
+// renewDue renews a repairing pass's lease when a quarter of its TTL has
+// passed since *renewed (or now, with now set), and notes when.
+func (r *Reconciler) renewDue(ctx context.Context, fenceToken int64, renewed *time.Time, now bool) error {
+	if !now && time.Since(*renewed) <= leaseTTL/4 {
+		return nil
+	}
+	if err := r.renew(ctx, fenceToken); err != nil {
+		return err
+	}
+	*renewed = time.Now()
+	return nil
+}
+
 // releasedRecheck is the least time after a release on verify's 404 during
 // which later passes ask verify about it again (the activity's
 // pending_timeout when longer): ~15 of serve's passes, far beyond a
@@ -751,11 +760,10 @@ func (r *Reconciler) recheckReleased(ctx context.Context, ar *ActivityReport, a 
 		return nil
 	}
 	for _, tok := range toks {
-		if repair && time.Since(*renewed) > leaseTTL/4 {
-			if err := r.renew(ctx, fenceToken); err != nil {
+		if repair {
+			if err := r.renewDue(ctx, fenceToken, renewed, false); err != nil {
 				return err
 			}
-			*renewed = time.Now()
 		}
 		v, oid, detail := verifyOrder(ctx, r.http, a.Verify.URL, tok.String())
 		if v == Unverified {
@@ -848,7 +856,7 @@ func (r *Reconciler) trustExists(ctx context.Context, a *config.Activity, tok st
 // no buyer was ever given, and says why its 200s may not be believed (""
 // when it answers 404, as it must).
 func unknownTokenProblem(ctx context.Context, client *http.Client, tmpl string, tok store.Token) string {
-	made := madeUpToken(tok)
+	made := tok.WithFreshID().String()
 	switch v, _, detail := verifyOrder(ctx, client, tmpl, made); v {
 	case OrderAbsent:
 		return ""
@@ -857,15 +865,6 @@ func unknownTokenProblem(ctx context.Context, client *http.Client, tmpl string, 
 	default:
 		return fmt.Sprintf("verify.url did not answer for %s, a token no buyer was ever given (%s): nothing is confirmed on its word this time", made, detail)
 	}
-}
-
-// madeUpToken is a token shaped as tok (its activity, SKU and shard) whose
-// 128-bit id is fresh: never issued.
-func madeUpToken(tok store.Token) string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	tok.ID = base64.RawURLEncoding.EncodeToString(b[:])
-	return tok.String()
 }
 
 func actionOf(done string, code lua.Code, err error) (string, string) {

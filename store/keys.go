@@ -345,6 +345,14 @@ func ParseToken(s string) (Token, error) {
 // bits, so ids can be neither guessed nor collide.
 const tokenIDLen = 22
 
+// WithFreshID is t with a new random id: a token of t's activity, SKU and
+// shard that was never issued (the reconciler's check that verify answers
+// 404 for an unknown token).
+func (t Token) WithFreshID() Token {
+	t.ID = newID()
+	return t
+}
+
 func newID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
