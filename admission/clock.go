@@ -73,17 +73,61 @@ func (p *Pipeline) ClockProblem() string {
 // ClockChecks is how many checks have had an answer from Redis.
 func (p *Pipeline) ClockChecks() int64 { return p.clock.checked.Load() }
 
-// runClock checks the clock until ctx ends.
+// clockStepEvery is how often the guard looks, between two checks, for a
+// step of this host's clock: its wall clock moving unlike its monotonic one
+// (a hand-set date, an NTP step, a VM resumed and corrected). A step sends
+// the guard to Redis at once, not up to ClockCheckEvery later: a clock
+// that jumps a minute ahead mid-sale would otherwise sell and stamp by it
+// for up to 5 s. Reading two clocks ten times a second costs nothing.
+const clockStepEvery = 100 * time.Millisecond
+
+// clockStepMin is the least step that sends the guard to Redis early (at
+// most half the bound). An NTP slew moves the wall clock against the
+// monotonic one by at most 500 ppm: 50 µs per clockStepEvery.
+const clockStepMin = 20 * time.Millisecond
+
+// clockWatch sees steps of the host's wall clock against Go's monotonic
+// clock (which no one sets) from one reading to the next.
+type clockWatch struct {
+	mono, wall time.Time
+	ok         bool
+}
+
+// step is how far the host's wall clock moved unlike the monotonic one
+// since the last reading (0 on the first).
+func (w *clockWatch) step(host func() time.Time) time.Duration {
+	mono, wall := time.Now(), host().Round(0) // Round(0): the wall reading alone
+	var d time.Duration
+	if w.ok {
+		d = wall.Sub(w.wall) - mono.Sub(w.mono)
+	}
+	w.mono, w.wall, w.ok = mono, wall, true
+	return d
+}
+
+// runClock checks the clock until ctx ends: every ClockCheckEvery, and at
+// once when the host's clock steps.
 func (p *Pipeline) runClock(ctx context.Context, cs ClockStore) {
 	t := time.NewTimer(0)
 	defer t.Stop()
+	steps := time.NewTicker(clockStepEvery)
+	defer steps.Stop()
+	var w clockWatch
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-steps.C:
+			bound := time.Duration(p.clock.max.Load())
+			d := w.step(p.clock.host)
+			if bound <= 0 || d.Abs() < min(clockStepMin, bound/2) {
+				continue
+			}
+			p.log.Warn("this host's clock stepped: comparing it with Redis's now", zap.Duration("step", d))
 		}
 		t.Reset(p.CheckClock(ctx, cs))
+		w.step(p.clock.host) // the check's own time is not a step
 	}
 }
 

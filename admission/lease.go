@@ -47,6 +47,22 @@ func (l *lease) init(r config.Rate) {
 	l.batch = max(1, l.maxBatch/4)
 }
 
+// stepBack puts the lease's times right after the host's clock stepped
+// back (an NTP step, a date set by hand): a wait set by the clock before
+// the step would otherwise hold every buy of the activity on this instance
+// BUSY for as long as the step, a minute for a minute. Neither time is
+// ever set further ahead than this allows (leaseTTL; the longest pace or
+// wait the bucket gives: one batch, at most leaseWindow's worth, or one
+// token at the rate, plus bucket.lua's rounding up to a millisecond).
+func (l *lease) stepBack(t int64) {
+	if l.expires-t > int64(leaseTTL) {
+		l.expires = t + int64(leaseTTL)
+	}
+	if l.nextFetch-t > int64(max(leaseWindow, time.Duration(float64(time.Second)/l.rate))+2*time.Millisecond) {
+		l.nextFetch = t
+	}
+}
+
 // leaseResult is what take decided.
 type leaseResult uint8
 
@@ -67,6 +83,7 @@ func (l *lease) take(ctx context.Context, ts TrafficStore, act string, now func(
 	for attempt := 0; attempt < 3; attempt++ {
 		t := now().UnixNano()
 		l.mu.Lock()
+		l.stepBack(t)
 		if l.tokens > 0 && t < l.expires {
 			l.tokens--
 			l.mu.Unlock()

@@ -92,3 +92,36 @@ func TestLeaseBatchSurvivesOutage(t *testing.T) {
 		t.Fatalf("first lease asked %d, the one after 30 failed fetches %d (asks: %v)", first, after, f.wants)
 	}
 }
+
+// shortStore is a fleet bucket that is empty: nothing granted, one token
+// in wait.
+type shortStore struct {
+	TrafficStore
+	asked int
+	wait  time.Duration
+}
+
+func (s *shortStore) LeaseAdmission(context.Context, string, float64, int, int64) (int64, time.Duration, error) {
+	s.asked++
+	return 0, s.wait, nil
+}
+
+// TestLeaseClockStepBack: a drained fleet bucket seen just before the
+// host's clock steps back a minute does not hold the activity BUSY on this
+// instance for that minute: the bucket is asked again once its wait is
+// over by the new clock.
+func TestLeaseClockStepBack(t *testing.T) {
+	var l lease
+	l.init(config.Rate{Rate: 10, Burst: 10})
+	st := &shortStore{wait: 100 * time.Millisecond}
+	base := time.Unix(1000, 0)
+	at := func(d time.Duration) func() time.Time { return func() time.Time { return base.Add(d) } }
+	if r, _ := l.take(context.Background(), st, "a", at(time.Minute)); r != leaseBusy || st.asked != 1 {
+		t.Fatalf("empty bucket, clock a minute ahead: %v, asked %d", r, st.asked)
+	}
+	// The clock put right, a little later than the wait by it.
+	r, wait := l.take(context.Background(), st, "a", at(200*time.Millisecond))
+	if st.asked != 2 {
+		t.Fatalf("after the step back the bucket was not asked again (%v, wait %v): the activity is held BUSY for the step", r, wait)
+	}
+}

@@ -132,7 +132,16 @@ func (l *Limiter) allow(h uint64, now int64) (bool, time.Duration) {
 	mu.Lock()
 	set := &l.sets[idx]
 	e := l.find(set, h, now)
+	// TAT never runs more than tau ahead of now, unless now went back: the
+	// host's clock stepped back (an NTP step, a date set by hand) or the
+	// rate changed. Taken as it is, a step back of a minute would refuse
+	// every key used before it for a minute; from now + tau the key is
+	// drained, the most it could be (kept, so the next token comes one
+	// interval later by the new clock).
 	tat := max(e.tat, now)
+	if tat > now+p.tau {
+		tat, e.tat = now+p.tau, now+p.tau
+	}
 	next := tat + p.interval
 	if next-now > p.tau {
 		mu.Unlock()

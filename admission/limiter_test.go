@@ -38,6 +38,27 @@ func TestLimiterBucket(t *testing.T) {
 	}
 }
 
+// TestLimiterClockStepBack: a key used just before the host's clock steps
+// back a minute is not refused for that minute: it is drained, as it was,
+// and has its next token one interval later by the new clock.
+func TestLimiterClockStepBack(t *testing.T) {
+	l := admission.NewLimiter(10, 3, 1024)
+	ahead := time.Unix(1060, 0).UnixNano()
+	for {
+		if ok, _ := l.AllowString("k", ahead); !ok {
+			break
+		}
+	}
+	now := time.Unix(1000, 0).UnixNano() // the clock put right
+	ok, wait := l.AllowString("k", now)
+	if ok || wait != 100*time.Millisecond {
+		t.Fatalf("after the step back: %v wait %v, want refused for one interval (100ms), not a minute", ok, wait)
+	}
+	if ok, _ := l.AllowString("k", now+int64(100*time.Millisecond)); !ok {
+		t.Fatal("refused one interval after the step back")
+	}
+}
+
 // TestLimiterSetRateKeepsDebt: a fleet share changing (SetRate) keeps each
 // key's state: a drained key stays refused, an untouched one stays full,
 // and the new rate applies from then on.

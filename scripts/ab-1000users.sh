@@ -14,24 +14,32 @@
 # Redis, shop, kernel), and the last line its median ratio: what the run cost on the shared cores.
 # PROFILE=DIR writes a CPU profile of each proxy over all the runs (DIR/A.pprof, DIR/B.pprof;
 # compare them with `go tool pprof -top -diff_base DIR/B.pprof BIN DIR/A.pprof`).
+# PIN=1 gives the servers under test (both proxies, the bare handler) CPU 0 and everything else
+# (the load generator, Redis, the shop) CPU 1 (taskset): the nearest this 2-core machine comes to
+# a server on its own host; each server then runs on one core (Go sizes GOMAXPROCS by affinity).
 
 set -euo pipefail
 A=$(realpath "$1"); B=$(realpath "$2"); runs=${3:-6}
 cd "$(dirname "$0")/.."; . scripts/lib.sh
 BIN=$A bench_setup ab-1000users.sh "redis-server curl python3" redis-server redis-cli curl python3
+on0=() on1=()
+if [ -n "${PIN:-}" ]; then
+  command -v taskset >/dev/null || { echo "PIN needs taskset (util-linux)" >&2; exit 1; }
+  on0=(taskset -c 0) on1=(taskset -c 1)
+fi
 rp=$(port); sp=$(port); bp=$(port); pa=$(port); aa=$(port); pb=$(port); ab=$(port)
 export SECKILL_SIGNING_SECRET="ab-$$" SECKILL_ADMIN_TOKEN="ab-admin-$$"
-redis-server --port "$rp" --bind 127.0.0.1 --save '' --appendonly no --dir "$w" --logfile "$w/r.log" & pids+=($!)
-"$A/seckill-bench" bare --status 200 --body '{"order_id":"bare"}' --listen "127.0.0.1:$sp" 2>/dev/null & pids+=($!)
-"$A/seckill-bench" bare --listen "127.0.0.1:$bp" 2>/dev/null & pids+=($!); bare_pid=$!
+"${on1[@]}" redis-server --port "$rp" --bind 127.0.0.1 --save '' --appendonly no --dir "$w" --logfile "$w/r.log" & pids+=($!)
+"${on1[@]}" "$A/seckill-bench" bare --status 200 --body '{"order_id":"bare"}' --listen "127.0.0.1:$sp" 2>/dev/null & pids+=($!)
+"${on0[@]}" "$A/seckill-bench" bare --listen "127.0.0.1:$bp" 2>/dev/null & pids+=($!); bare_pid=$!
 sale_window 86400
 mk() { proxy_head "$1" "$2" "$sp" "$rp"; printf 'activities:\n  - id: %s\n    start: %s\n    end: %s\n    skus: [ { id: s, stock: %s } ]\n    admission_rate: { rate: 1000000, burst: 1000000 }\n' "$3" "$start" "$end" "$4"; }
 mk "$pa" "$aa" ka "${STOCKA:-100}" > "$w/a.yaml"; mk "$pb" "$ab" kb "${STOCKB:-100}" > "$w/b.yaml"
 # YAML_B: top-level keys added to proxy B's config (e.g. identity: {request_id: {header: X-Other}}).
 [ -z "${YAML_B:-}" ] || printf '%s\n' "$YAML_B" >> "$w/b.yaml"
 for i in $(seq 100); do redis-cli -p "$rp" ping >/dev/null 2>&1 && break; sleep 0.05; done
-"$A/seckill-proxy" serve -c "$w/a.yaml" 2>"$w/a.log" & pids+=($!); a_pid=$!
-"$B/seckill-proxy" serve -c "$w/b.yaml" 2>"$w/b.log" & pids+=($!); b_pid=$!
+"${on0[@]}" "$A/seckill-proxy" serve -c "$w/a.yaml" 2>"$w/a.log" & pids+=($!); a_pid=$!
+"${on0[@]}" "$B/seckill-proxy" serve -c "$w/b.yaml" 2>"$w/b.log" & pids+=($!); b_pid=$!
 for u in "http://127.0.0.1:$pa/_seckill/time" "http://127.0.0.1:$pb/_seckill/time" "http://127.0.0.1:$bp/"; do
   for i in $(seq 100); do curl -s -o /dev/null "$u" && break; sleep 0.05; done; done
 pcpu() { awk -v t="$(getconf CLK_TCK)" '{ printf "%.3f", ($14 + $15) / t }' "/proc/$1/stat"; }
@@ -41,7 +49,7 @@ one() { # url act pid
   [ "$2" != - ] && "$A/seckill-proxy" preheat -c "$w/${2#k}.yaml" --activity "$2" --force >/dev/null 2>&1
   local c0; c0=$(pcpu "$3")
   local m0; m0=$(mcpu)
-  nice -n "${CLIENT_NICE:-0}" "$A/seckill-bench" run --preset 1000users --activity "${2/-/x}" --sku s --target "$1" --user-prefix "p$RANDOM-" --quiet --json "$w/o.json" >/dev/null 2>&1 || true
+  "${on1[@]}" nice -n "${CLIENT_NICE:-0}" "$A/seckill-bench" run --preset 1000users --activity "${2/-/x}" --sku s --target "$1" --user-prefix "p$RANDOM-" --quiet --json "$w/o.json" >/dev/null 2>&1 || true
   local c1; c1=$(pcpu "$3")
   local m1; m1=$(mcpu)
   python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("%.1f" % r["latency"]["p999_ms"], end=" ")' "$w/o.json"

@@ -724,7 +724,9 @@ func (s *Store) outFlagsIn(cctx context.Context, c rueidis.Client, k *SKUKeys, r
 	var sn *outSnap
 	if s.clientCache {
 		gen, now = s.invalGen.Load(), time.Now().UnixNano()
-		if sn = k.snap.Load(); sn != nil && sn.gen == gen && now-sn.at < int64(outSnapTTL) {
+		// Unsigned: a snapshot "read in the future" (the clock stepped
+		// back since) is as stale as an old one.
+		if sn = k.snap.Load(); sn != nil && sn.gen == gen && uint64(now-sn.at) < uint64(outSnapTTL) {
 			return slices.Clone(sn.out), nil // callers mark dry donors in theirs
 		}
 	}

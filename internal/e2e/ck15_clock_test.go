@@ -219,3 +219,42 @@ func TestCK15QueueWorkersHeldWhileTheClockIsOff(t *testing.T) {
 	e2e.Eventually(t, 10*time.Second, "the queued buys sent once the clock is right", func() bool { return len(shop.Orders()) == 3 })
 	e2e.Eventually(t, 5*time.Second, "confirmed", func() bool { return right.SKUStatus(t, env.act).Confirmed == 3 })
 }
+
+// A clock that steps between two checks (a hand-set date, an NTP step, a
+// VM resumed and corrected) is seen at once, not at the next check: here
+// the next would come in an hour. Before the step watch the instance went
+// on selling, and stamping, by a clock a minute ahead until then.
+func TestCK16ClockStepSeenBetweenChecks(t *testing.T) {
+	_, _, env, cfg := ck15Sale(t, "")
+	cfg.Activities[0].SKUs[0].Stock = 100
+	clk := &skewedClock{}
+	p := e2e.StartProxyWith(t, cfg, clk.now, admission.WithHostClock(clk.now), admission.WithClockCheckEvery(time.Hour))
+	p.Preheat(t, env.act)
+	e2e.Eventually(t, 5*time.Second, "the guard's first check", func() bool { return p.Pipeline.ClockChecks() > 0 })
+	if b := e2e.Buy(p.Addr, env.act, "u1"); b.Code != "WIN" {
+		t.Fatalf("right clock: %d %s", b.Status, b.Code)
+	}
+	clk.off.Store(int64(time.Minute)) // the step
+	e2e.Eventually(t, 10*time.Second, "buys refused after the step, an hour before the next check", func() bool {
+		return e2e.Buy(p.Addr, env.act, "u2").Code == "STORE_UNAVAILABLE"
+	})
+	if pr := p.Pipeline.ClockProblem(); !strings.Contains(pr, "ahead of Redis") {
+		t.Errorf("problem = %q", pr)
+	}
+	// Put right by a step back: seen as soon (the off clock is checked
+	// every clockRetry anyway; the step makes it at once).
+	clk.off.Store(0)
+	var last e2e.Resp
+	e2e.Eventually(t, 10*time.Second, "taken again once the clock steps back", func() bool {
+		last = e2e.Buy(p.Addr, env.act, "u3")
+		t.Logf("%d %s %s problem %q", last.Status, last.Code, last.Body, p.Pipeline.ClockProblem())
+		return last.Code == "WIN"
+	})
+	// A small step inside the bound is checked and changes nothing.
+	n := p.Pipeline.ClockChecks()
+	clk.off.Store(int64(200 * time.Millisecond))
+	e2e.Eventually(t, 10*time.Second, "a check after a small step", func() bool { return p.Pipeline.ClockChecks() > n })
+	if pr := p.Pipeline.ClockProblem(); pr != "" {
+		t.Errorf("a 200ms step within the 1s bound: %q", pr)
+	}
+}
