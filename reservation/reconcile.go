@@ -365,6 +365,9 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 					ar.Exceptions = append(ar.Exceptions, store.Exception{Activity: a.ID, Kind: "order_for_released", Severity: "alert",
 						SKU: skuID, Token: fd.Token, User: fd.User, Qty: fd.Qty, State: store.StateReleased, Shop: shopAnswer(fd), At: now, Reason: msg})
 				}
+				if n := len(vt.deferred); n > 0 && vt.deferred[n-1].res.Token == res.Token {
+					vt.deferred[n-1].stale = len(ar.Stale)
+				}
 				ar.Stale = append(ar.Stale, fd)
 			}
 			return nil
@@ -377,6 +380,13 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 		if err := r.recheckReleased(ctx, &ar, a, f.Shards, repair, fenceToken, now, vt, &renewed); err != nil {
 			return ar, err
 		}
+	}
+	var renew func() error
+	if repair {
+		renew = func() error { return r.renewDue(ctx, fenceToken, &renewed, false) }
+	}
+	if err := r.settleByCount(ctx, &ar, a, fence, f.Shards, now, vt, renew, unsettled, unsettledEx); err != nil {
+		return ar, err
 	}
 	if vt.problem != "" {
 		r.alert(&ar, "verify_untrusted", vt.problem)
@@ -671,6 +681,13 @@ func (r *Reconciler) settle(ctx context.Context, a *config.Activity, shards int,
 			f.Verdict, f.Detail = Unverified, "verify.url said absent, but is not trusted: "+p
 			return f, nil
 		}
+		if vt.byCount {
+			f.Detail = detailAbsentByCount
+			if res.Token.SKU != store.BundleSKU { // count_url counts SKUs, not bundles: left
+				vt.deferred = append(vt.deferred, deferredAbsent{res: res})
+			}
+			return f, nil
+		}
 	}
 	if f.Verdict == OrderExists {
 		if p := r.trustExists(ctx, a, res.Token, vt); p != "" {
@@ -698,20 +715,7 @@ func (r *Reconciler) settle(ctx context.Context, a *config.Activity, shards int,
 		}
 		r.m.Settlements.WithLabelValues("reconcile_confirm", code.String()).Inc()
 	case OrderAbsent:
-		// Conditional on the send stamp verify judged: a queue worker's
-		// takeover may have re-claimed and re-sent it meanwhile (claim.lua
-		// SAME re-stamps it), and that send the shop may still take.
-		code, err = r.st.ReleaseFenced(ctx, res.Token, shards, "verify_absent", now.UnixMilli(), true, res.CreatedMs, *fence)
-		f.Action, f.Detail = actionOf("released", code, err)
-		r.m.Settlements.WithLabelValues("reconcile_release", code.String()).Inc()
-		if err == nil && code == lua.OK {
-			// Asked about again on later passes (recheckReleased): a 404
-			// from a lagging replica is taken for "absent" here too.
-			if nerr := r.st.NoteVerifyReleased(ctx, res.Token, now.UnixMilli(), fence.ExpireAt); nerr != nil {
-				r.log.Warn("reconcile: a release on verify's 404 not noted for a second look: a lagging verify's order for it will not be alerted",
-					zap.String("token", f.Token), zap.Error(nerr))
-			}
-		}
+		code, err = r.releaseAbsent(ctx, &f, res, shards, *fence, now)
 	default:
 		return f, nil
 	}
@@ -799,10 +803,128 @@ type verifyTrust struct {
 	skus    []string // the activity's SKUs (and store.BundleSKU)
 	checked bool
 	problem string // "" when verify may be taken at its word that an order is absent
+	// byCount: no confirmed reservation to check verify against, and
+	// verify.count_url set: its "absent" answers wait in deferred for the
+	// shop's count after the pass (settleByCount).
+	byCount  bool
+	deferred []deferredAbsent
 	// existsChecked and existsProblem are the same for its word that an
 	// order exists, checked at the first "exists" (trustExists).
 	existsChecked bool
 	existsProblem string
+}
+
+// releaseAbsent releases a stale reservation verify said the shop holds no
+// order for. Conditional on the send stamp verify judged: a queue worker's
+// takeover may have re-claimed and re-sent it meanwhile (claim.lua SAME
+// re-stamps it), and that send the shop may still take.
+func (r *Reconciler) releaseAbsent(ctx context.Context, f *Finding, res store.Reservation, shards int, fence store.Fence, now time.Time) (lua.Code, error) {
+	code, err := r.st.ReleaseFenced(ctx, res.Token, shards, "verify_absent", now.UnixMilli(), true, res.CreatedMs, fence)
+	f.Action, f.Detail = actionOf("released", code, err)
+	r.m.Settlements.WithLabelValues("reconcile_release", code.String()).Inc()
+	if err == nil && code == lua.OK {
+		// Asked about again on later passes (recheckReleased): a 404
+		// from a lagging replica is taken for "absent" here too.
+		if nerr := r.st.NoteVerifyReleased(ctx, res.Token, now.UnixMilli(), fence.ExpireAt); nerr != nil {
+			r.log.Warn("reconcile: a release on verify's 404 not noted for a second look: a lagging verify's order for it will not be alerted",
+				zap.String("token", f.Token), zap.Error(nerr))
+		}
+	}
+	return code, err
+}
+
+// deferredAbsent is a stale reservation verify said absent while there was
+// no confirmed reservation to check verify against: settled, or not, by
+// the shop's count after the pass (settleByCount).
+type deferredAbsent struct {
+	res   store.Reservation
+	stale int // its finding's index in ActivityReport.Stale
+}
+
+const detailAbsentByCount = "verify.url said absent; no confirmed reservation to check it against: decided by count_url after the pass"
+
+// settleByCount decides the "absent" answers verify gave while no
+// reservation of the sale was confirmed to check it against (vt.byCount).
+// A 404 for everything (a wrong path) would release buys the shop holds:
+// the shop's count tells. Per SKU, Redis's confirmed units are read first,
+// then the shop's count: every order of a reservation confirmed by then is
+// in that count, so a count above them is an order of a pending
+// reservation, which verify, asked about it, said it does not hold. Then
+// nothing of the SKU is released on verify's word (alert). A count at most
+// the confirmed units (the pass's own confirms included) means the shop
+// holds no order of any pending reservation: its 404s are true, released.
+// A report-only pass confirms nothing; the reservations verify said exist
+// count beside the confirmed ones there (what a repair would confirm).
+func (r *Reconciler) settleByCount(ctx context.Context, ar *ActivityReport, a *config.Activity, fence *store.Fence, shards int, now time.Time, vt *verifyTrust,
+	renew func() error, unsettled map[string]int64, unsettledEx map[string][]store.Exception) error {
+	if len(vt.deferred) == 0 {
+		return nil
+	}
+	st, err := r.st.Status(ctx, a)
+	if err != nil {
+		return err
+	}
+	confirmed := map[string]int64{}
+	for _, k := range st.SKUs {
+		confirmed[k.ID] = k.Confirmed
+	}
+	if fence == nil {
+		for _, f := range ar.Stale {
+			if f.Action == "would-confirm" {
+				if t, err := store.ParseToken(f.Token); err == nil {
+					confirmed[t.SKU] += f.Qty
+				}
+			}
+		}
+	}
+	verdict := map[string]string{} // SKU → "" (released) or why not
+	for _, d := range vt.deferred {
+		sku := d.res.Token.SKU
+		why, seen := verdict[sku]
+		if !seen {
+			if renew != nil { // count_url may take seconds a SKU (see Run)
+				if err := renew(); err != nil {
+					return err
+				}
+			}
+			switch n, err := r.shopCount(ctx, a.Verify.CountURL, a.ID, sku); {
+			case err != nil:
+				why = fmt.Sprintf("no confirmed reservation to check verify.url against, and count_url did not answer for sku %s (%v): nothing is released on its word this pass", sku, err)
+			case n > confirmed[sku]:
+				why = fmt.Sprintf("no confirmed reservation to check verify.url against, and count_url says the shop holds %d unit(s) of sku %s in orders while Redis confirmed %d: verify.url answered 404 for a reservation the shop holds (a wrong path or host in verify.url?); nothing of the SKU is released on its word until it answers 200 for a confirmed order", n, sku, confirmed[sku])
+				r.alert(ar, "verify_untrusted", why)
+			}
+			verdict[sku] = why
+		}
+		f := &ar.Stale[d.stale]
+		if why != "" {
+			f.Verdict, f.Detail = Unverified, "verify.url said absent, but is not trusted: "+why
+			for i := range unsettledEx[sku] {
+				if unsettledEx[sku][i].Token == f.Token {
+					unsettledEx[sku][i].Shop, unsettledEx[sku][i].Reason = shopAnswer(*f), unsettledReason(*f)
+				}
+			}
+			continue
+		}
+		if fence == nil {
+			f.Action, f.Detail = "would-release", ""
+		} else {
+			if code, err := r.releaseAbsent(ctx, f, d.res, shards, *fence, now); err == nil && code == lua.Fenced {
+				return ErrLeaseLost
+			}
+		}
+		if f.Action == "released" || fence == nil {
+			unsettled[sku] -= f.Qty
+			ex := unsettledEx[sku][:0]
+			for _, e := range unsettledEx[sku] {
+				if e.Token != f.Token {
+					ex = append(ex, e)
+				}
+			}
+			unsettledEx[sku] = ex
+		}
+	}
+	return nil
 }
 
 // trustVerify says why the activity's verify.url may not be taken at its
@@ -811,7 +933,9 @@ type verifyTrust struct {
 // reservation, the ones the shop holds orders for too, and sell their
 // units again (red-team finding, TestVC15...). So verify is first asked
 // about a reservation the shop confirmed: it must answer 200. With no
-// confirmed reservation to ask about, it is taken at its word.
+// confirmed reservation to ask about, verify.count_url decides after the
+// pass (vt.byCount, settleByCount); without count_url, verify is taken at
+// its word.
 func (r *Reconciler) trustVerify(ctx context.Context, a *config.Activity, shards int, vt *verifyTrust) string {
 	if vt.checked {
 		return vt.problem
@@ -829,6 +953,14 @@ func (r *Reconciler) trustVerify(ctx context.Context, a *config.Activity, shards
 		default:
 			vt.problem = fmt.Sprintf("verify.url did not answer for %s, a reservation the shop confirmed (%s): nothing is released on its word this pass", res.Token, detail)
 		}
+	case a.Verify.CountURL != "":
+		// Nothing confirmed to check verify against (none yet: the shop's
+		// answers were lost, a 504 from its balancer each time; or none in
+		// the sample). The shop's own count decides, after the pass
+		// (settleByCount): its 404s are released only if the shop holds
+		// no more orders of the SKU than Redis has confirmed (red-team
+		// finding, TestVC16...).
+		vt.byCount = true
 	}
 	return vt.problem
 }
