@@ -531,6 +531,11 @@ func TestValidation(t *testing.T) {
 		{"pending_timeout within the wait for a shop slot", strings.Replace(okAct, "url: http://127.0.0.1:8081", "url: http://127.0.0.1:8081\n  max_inflight: 1\n  overflow: wait\n  overflow_wait: 6s", 1) + "    pending_timeout: 13s\n",
 			[]wantErr{{11, `activity "a1": pending_timeout must be at least 2 × upstream.timeout + upstream.overflow_wait + 2s = 14s, got 13s`}}},
 		{"key_ttl_after_end", okAct + "    key_ttl_after_end: -1h\n", []wantErr{{8, "key_ttl_after_end must be positive"}}},
+		// A sync activity that spills winners into its queue (overflow:
+		// queue) needs the queue's drain time too, as queue mode does.
+		{"key_ttl_after_end below a spilled queue's drain", strings.Replace(okAct, "url: http://127.0.0.1:8081", "url: http://127.0.0.1:8081\n  max_inflight: 1\n  overflow: queue", 1) +
+			"    queue: {rate: 1, max_backlog: 100000}\n    key_ttl_after_end: 2h\n",
+			[]wantErr{{11, "max_backlog / queue.rate (upstream.overflow: queue spills winners into the queue)"}}},
 		{"verify scheme", okAct + "    verify: {url: \"tcp://x/{token}\"}\n", []wantErr{{8, "verify.url must start with http:// or https://"}}},
 		{"verify token", okAct + "    verify:\n      url: http://x/orders\n", []wantErr{{9, "verify.url must contain {token}"}}},
 		{"order_id_from kind", okAct + "    order_id_from: body:id\n", []wantErr{{8, "order_id_from must be json:/pointer or header:NAME"}}},

@@ -396,7 +396,7 @@ func (v *validator) activities(c *Config) {
 		if v.ok(&a.KeyTTLAfterEnd) && a.KeyTTLAfterEnd <= 0 {
 			v.errorf(at(&a.KeyTTLAfterEnd), "%s: key_ttl_after_end must be positive, got %s", name, a.KeyTTLAfterEnd)
 		}
-		v.keyTTL(a, name)
+		v.keyTTL(c, a, name)
 		// Explicitly 0 would preheat at start: buyers of the first moment
 		// would be answered NOT_READY, which is what scheduling avoids.
 		if v.m.has(&a.PreheatAt) && v.ok(&a.PreheatAt) && a.PreheatAt >= 0 {

@@ -20,33 +20,38 @@ const MaxQueueWorkers = 10_000
 // left pending at the end must outlive the moment it may be settled.
 const KeyTTLReconcileMargin = 5 * time.Minute
 
-// MinKeyTTLAfterEnd is the shortest key_ttl_after_end for a: a reservation
-// made at the end may be settled pending_timeout later (in queue mode, once
-// a full backlog has drained at queue.rate too), and the reconciler needs a
-// round or two after that.
-func MinKeyTTLAfterEnd(a *Activity) time.Duration {
+// MinKeyTTLAfterEnd is the shortest key_ttl_after_end for a in c: a
+// reservation made at the end may be settled pending_timeout later (where
+// winners may wait in the queue — queue mode, or a sync activity that
+// spills into it, upstream.overflow: queue — once a full backlog has
+// drained at queue.rate too), and the reconciler needs a round or two
+// after that.
+func MinKeyTTLAfterEnd(c *Config, a *Activity) time.Duration {
 	least := a.PendingTimeout + KeyTTLReconcileMargin
-	if a.Mode == ModeQueue && a.Queue.Rate > 0 {
+	if c.UsesQueue(a) && a.Queue.Rate > 0 {
 		least += time.Duration(float64(a.Queue.MaxBacklog) / a.Queue.Rate * float64(time.Second))
 	}
 	return least
 }
 
 // keyTTL checks key_ttl_after_end against what the reconciler needs.
-func (v *validator) keyTTL(a *Activity, name string) {
+func (v *validator) keyTTL(c *Config, a *Activity, name string) {
 	if !v.ok(&a.KeyTTLAfterEnd) || !v.ok(&a.PendingTimeout) || a.KeyTTLAfterEnd <= 0 || a.PendingTimeout <= 0 {
 		return // reported as not positive, or not decoded
 	}
-	if least := MinKeyTTLAfterEnd(a); a.KeyTTLAfterEnd < least {
+	if least := MinKeyTTLAfterEnd(c, a); a.KeyTTLAfterEnd < least {
 		v.errorf(v.m.line(&a.KeyTTLAfterEnd, &a.PendingTimeout, a),
 			"%s: key_ttl_after_end must be at least pending_timeout (%s) + %s (a background reconcile round, and a crashed reconciler's lease)%s = %s, got %s: the activity's keys, reservations and stock included, would expire before a reservation pending at the end may be settled",
-			name, a.PendingTimeout, KeyTTLReconcileMargin, queueDrainNote(a), least, a.KeyTTLAfterEnd)
+			name, a.PendingTimeout, KeyTTLReconcileMargin, queueDrainNote(c, a), least, a.KeyTTLAfterEnd)
 	}
 }
 
-func queueDrainNote(a *Activity) string {
-	if a.Mode == ModeQueue && a.Queue.Rate > 0 {
+func queueDrainNote(c *Config, a *Activity) string {
+	switch {
+	case a.Mode == ModeQueue && a.Queue.Rate > 0:
 		return " + max_backlog / queue.rate"
+	case c.UsesQueue(a) && a.Queue.Rate > 0:
+		return " + max_backlog / queue.rate (upstream.overflow: queue spills winners into the queue)"
 	}
 	return ""
 }
