@@ -30,6 +30,15 @@ type TrafficStore interface {
 
 var _ TrafficStore = (*store.Store)(nil)
 
+// SoldOutBatcher reads many SKUs' sold-out marks at once, each only when
+// it may have changed (*store.Store implements it); without it the
+// refresher asks SoldOut SKU by SKU.
+type SoldOutBatcher interface {
+	SoldOutMany(ctx context.Context, act string, skus []string, shards int, marks []store.OutMark) error
+}
+
+var _ SoldOutBatcher = (*store.Store)(nil)
+
 // RefreshEvery is how often the background refresher re-reads flags,
 // sold-out marks and list versions when the store cannot signal
 // invalidations. Each read is a client-side-cache hit (no network) until
@@ -65,6 +74,10 @@ type actState struct {
 	used  atomic.Int64 // unix s of the last request, for pruning
 
 	eligVer string // refresher only
+	// ids and marks are the SKUs' ids (sorted) and their last sold-out
+	// reads, for SoldOutBatcher; refresher only.
+	ids   []string
+	marks []store.OutMark
 }
 
 type flagSnap struct {
@@ -166,8 +179,12 @@ func blockPrefix(s string, cut4, cut6 int) (netip.Prefix, bool) {
 func newActState(a *config.Activity, log *zap.Logger) *actState {
 	st := &actState{a: a, skus: make(map[string]*skuState, len(a.SKUs))}
 	for _, k := range a.SKUs {
+		if st.skus[k.ID] == nil {
+			st.ids = append(st.ids, k.ID)
+		}
 		st.skus[k.ID] = &skuState{}
 	}
+	st.marks = make([]store.OutMark, len(st.ids))
 	st.lease.init(a.AdmissionRate)
 	if a.Signature.Enabled() {
 		st.sig = &sigKeys{keys: map[string][]byte{}, window: a.Signature.Window}
@@ -402,7 +419,18 @@ func (p *Pipeline) refreshActivity(ctx context.Context, st *actState, now time.T
 		p.log.Debug("refresh flags", zap.String("activity", a.ID), zap.Error(err))
 		return
 	}
-	if f.Ready && f.Shards > 0 {
+	if sb, ok := p.ts.(SoldOutBatcher); ok && f.Ready && f.Shards > 0 {
+		// One batch for the SKUs whose marks may have changed, none for
+		// the rest: a pass costs an atomic load per SKU, not a read of
+		// every shard's flag of every SKU (red team cat16).
+		if err := sb.SoldOutMany(ctx, a.ID, st.ids, f.Shards, st.marks); err != nil {
+			st.flags.Store(nil)
+			return
+		}
+		for i, id := range st.ids {
+			st.skus[id].soldOut.Store(st.marks[i].Out)
+		}
+	} else if f.Ready && f.Shards > 0 {
 		for id, k := range st.skus {
 			out, err := p.ts.SoldOut(ctx, a.ID, id, f.Shards)
 			if err != nil {
@@ -417,6 +445,7 @@ func (p *Pipeline) refreshActivity(ctx context.Context, st *actState, now time.T
 		for _, k := range st.skus {
 			k.soldOut.Store(false)
 		}
+		clear(st.marks)
 	}
 	if a.EligibleOnly {
 		v, err := p.ts.EligibleVersion(ctx, a.ID)

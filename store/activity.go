@@ -33,9 +33,22 @@ func (s *Store) Flags(ctx context.Context, act string) (Flags, error) {
 	}
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
-	m, err := c.DoCache(cctx, c.B().Hgetall().Key(s.MetaKey(act)).Cache(), flagTTL).AsStrMap()
+	// Only the fields read here (HMGET, cached as such): the meta holds a
+	// field per SKU, and HGETALL parsed all of them into a map on every
+	// read — 2,000 SKUs made each refresher pass, and every buy whose
+	// snapshot was stale, build a 2,000-entry map (red team cat16).
+	vals, err := c.DoCache(cctx, c.B().Hmget().Key(s.MetaKey(act)).Field(flagFields[:]...).Cache(), flagTTL).ToArray()
 	if err != nil {
 		return Flags{}, wrap(err)
+	}
+	if len(vals) != len(flagFields) {
+		return Flags{}, ErrInvalidResponse
+	}
+	m := make(map[string]string, len(flagFields))
+	for i, v := range vals {
+		if str, err := v.ToString(); err == nil {
+			m[flagFields[i]] = str
+		}
 	}
 	f := Flags{Ready: m["ready"] == "1", Paused: m["paused"] == "1"}
 	f.Shards, _ = strconv.Atoi(m["shards"])
@@ -45,6 +58,9 @@ func (s *Store) Flags(ctx context.Context, act string) (Flags, error) {
 	f.Ver, _ = strconv.ParseInt(m["ver"], 10, 64)
 	return f, nil
 }
+
+// flagFields are the meta's fields Flags reads.
+var flagFields = [...]string{"ready", "paused", "shards", "ver", placeField}
 
 // SetPaused flips an activity's kill switch.
 func (s *Store) SetPaused(ctx context.Context, act string, paused bool) error {

@@ -50,3 +50,10 @@ func (s *Store) BitsInMemory(ctx context.Context, act, sku string, shards, shard
 	}
 	return c.DoCache(ctx, c.B().Get().Key(k.Shards[shard].RidBits).Cache(), flagTTL).IsCacheHit()
 }
+
+// BumpInvalGen counts one invalidation of some key, as OnInvalidations
+// does: every SKU's flag snapshot (outFlagsIn) is stale after it.
+func (s *Store) BumpInvalGen() { s.invalGen.Add(1) }
+
+// ReadAt is when SoldOutMany last read the mark's flags (unix ns, 0: never).
+func (m OutMark) ReadAt() int64 { return m.at }

@@ -57,6 +57,17 @@ type SKUKeys struct {
 	// by a buyer with a request id, which may bring the bitsets along
 	// (outFlagsIn, takeFlips).
 	outInval []atomic.Bool
+	// outGen counts Redis's invalidations of any of the shards' sold-out
+	// flags: a read of the flags taken at one value is as fresh as the
+	// client-side cache while it holds (SoldOutMany), whatever other keys
+	// are invalidated meanwhile.
+	outGen atomic.Uint64
+}
+
+// outRef names one shard's sold-out flag in keyCache.outs.
+type outRef struct {
+	k *SKUKeys
+	i int
 }
 
 // reserveShortKeys is how many of reserveKeys a sync reserve with nothing to
@@ -121,7 +132,7 @@ func (c *keyCache) track(k *SKUKeys, drop bool) {
 		if drop {
 			c.outs.Delete(key)
 		} else {
-			c.outs.Store(key, &k.outInval[i])
+			c.outs.Store(key, outRef{k: k, i: i})
 		}
 	}
 }
@@ -131,7 +142,9 @@ func (c *keyCache) track(k *SKUKeys, drop bool) {
 // goroutine for every invalidated key.
 func (c *keyCache) outInvalidated(key string) {
 	if v, ok := c.outs.Load(key); ok {
-		v.(*atomic.Bool).Store(true)
+		r := v.(outRef)
+		r.k.outInval[r.i].Store(true)
+		r.k.outGen.Add(1)
 	}
 }
 
