@@ -334,8 +334,11 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 	}
 	skuIDs = append(skuIDs, store.BundleSKU)
 	vt := &verifyTrust{skus: skuIDs}
-	for _, skuID := range skuIDs {
-		err := r.st.StalePending(ctx, a.ID, skuID, f.Shards, cutoff, stalePage, func(stale []store.Reservation) error {
+	// One pass over each shard's pending index for every SKU (red team
+	// cat16: a pass per SKU read every SKU's entries of the shared index,
+	// SKUs × pending).
+	{
+		err := r.st.StalePendingOf(ctx, a.ID, skuIDs, f.Shards, cutoff, stalePage, func(skuID string, stale []store.Reservation) error {
 			for _, res := range stale {
 				// Renewed every 100 reservations, and by the clock: verify
 				// calls of up to 5 s each would otherwise outlast the lease
@@ -459,8 +462,8 @@ func (r *Reconciler) Dropped(ctx context.Context, known []*config.Activity, now 
 		for _, k := range a.SKUs {
 			skuIDs = append(skuIDs, k.ID)
 		}
-		for _, skuID := range append(skuIDs, store.BundleSKU) {
-			err := r.st.StalePending(ctx, a.ID, skuID, a.Shards, now.Add(-droppedPendingAge).UnixMilli(), stalePage, func(stale []store.Reservation) error {
+		{
+			err := r.st.StalePendingOf(ctx, a.ID, append(skuIDs, store.BundleSKU), a.Shards, now.Add(-droppedPendingAge).UnixMilli(), stalePage, func(_ string, stale []store.Reservation) error {
 				for _, res := range stale {
 					units += res.Qty
 					ar.Stale = append(ar.Stale, Finding{Token: res.Token.String(), User: res.User, Qty: res.Qty, AgeMs: now.UnixMilli() - res.CreatedMs,

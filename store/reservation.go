@@ -378,11 +378,31 @@ func sanitize(s string) string {
 // gone from res shows as state "missing".
 func (s *Store) StalePending(ctx context.Context, act, sku string, shards int, olderThanMs int64, page int64,
 	fn func([]Reservation) error) error {
+	return s.StalePendingOf(ctx, act, []string{sku}, shards, olderThanMs, page, func(_ string, rs []Reservation) error { return fn(rs) })
+}
+
+// StalePendingOf is StalePending for several SKUs of one activity in one
+// pass over each shard's pending index (which the SKUs share): fn gets
+// each page's reservations SKU by SKU. The reconciler called StalePending
+// once per SKU, and each call paged through every SKU's entries of the
+// index: 2,000 SKUs with one stale reservation each took 14,000 ZRANGEs
+// and 4.3 s to find 2,000 reservations, growing as SKUs × pending (red
+// team cat16).
+func (s *Store) StalePendingOf(ctx context.Context, act string, skus []string, shards int, olderThanMs int64, page int64,
+	fn func(sku string, rs []Reservation) error) error {
 	c, err := s.Client()
 	if err != nil {
 		return err
 	}
-	k, err := s.skuKeys(ctx, act, sku, shards)
+	if len(skus) == 0 {
+		return nil
+	}
+	want := make(map[string]bool, len(skus))
+	for _, id := range skus {
+		want[id] = true
+	}
+	// The shards' keys (shared by every SKU but Stock, Out, RidBits).
+	k, err := s.skuKeys(ctx, act, skus[0], shards)
 	if err != nil {
 		return err
 	}
@@ -422,13 +442,21 @@ func (s *Store) StalePending(ctx context.Context, act, sku string, shards int, o
 				}
 				fields, lo = append(fields, ties...), "("+at
 			}
-			batch, err := s.records(ctx, c, act, sku, i, sk, fields)
+			batch, err := s.records(ctx, c, act, want, i, sk, fields)
 			if err != nil {
 				return err
 			}
-			if len(batch) > 0 {
-				if err := fn(batch); err != nil {
-					return err
+			// SKU by SKU, in the order of skus.
+			bySKU := map[string][]Reservation{}
+			for _, r := range batch {
+				bySKU[r.Token.SKU] = append(bySKU[r.Token.SKU], r)
+			}
+			for _, id := range skus {
+				if rs := bySKU[id]; len(rs) > 0 {
+					delete(bySKU, id) // a SKU named twice gets its reservations once
+					if err := fn(id, rs); err != nil {
+						return err
+					}
 				}
 			}
 		}
@@ -436,13 +464,13 @@ func (s *Store) StalePending(ctx context.Context, act, sku string, shards int, o
 	return nil
 }
 
-// records reads the reservations of sku among the fields of one shard in
-// one call.
-func (s *Store) records(ctx context.Context, c rueidis.Client, act, sku string, shard int, sk ShardKeys, fields []string) ([]Reservation, error) {
+// records reads the reservations of the SKUs in skus among the fields of
+// one shard in one call.
+func (s *Store) records(ctx context.Context, c rueidis.Client, act string, skus map[string]bool, shard int, sk ShardKeys, fields []string) ([]Reservation, error) {
 	toks := make([]Token, 0, len(fields))
 	mine := make([]string, 0, len(fields))
 	for _, f := range fields {
-		if t, ok := tokenOfField(act, shard, f); ok && t.SKU == sku {
+		if t, ok := tokenOfField(act, shard, f); ok && skus[t.SKU] {
 			toks, mine = append(toks, t), append(mine, f)
 		}
 	}
