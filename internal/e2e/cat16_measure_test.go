@@ -71,7 +71,7 @@ func TestCat16MeasureRefresher(t *testing.T) {
 	var prof bytes.Buffer
 	_ = pprof.StartCPUProfile(&prof)
 	c0, w0 = cpuNow(), time.Now()
-	var sent, codes sync.Map
+	var codes sync.Map
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	var seq atomic.Int64
@@ -100,7 +100,6 @@ func TestCat16MeasureRefresher(t *testing.T) {
 				latMu.Unlock()
 				v, _ := codes.LoadOrStore(resp.Code, new(atomic.Int64))
 				v.(*atomic.Int64).Add(1)
-				_ = sent
 			}
 		}()
 	}
