@@ -383,18 +383,7 @@ func (s *Store) PreheatLocked(ctx context.Context, a *config.Activity, force boo
 	// Redis 1 ms away outlasted preheat's bound (cctx) and never loaded
 	// (red team cat16).
 	var cmds rueidis.Commands
-	flush := func(atLeast int) error {
-		if len(cmds) < atLeast || len(cmds) == 0 {
-			return nil
-		}
-		for _, r := range c.DoMulti(cctx, cmds...) {
-			if err := r.Error(); err != nil {
-				return wrap(err)
-			}
-		}
-		cmds = cmds[:0]
-		return nil
-	}
+	flush := func(atLeast int) error { return sendBatch(cctx, c, &cmds, atLeast) }
 	for _, sku := range a.SKUs {
 		k := s.keys.getPlaced(a.ID, sku.ID, a.Shards, place)
 		for i, sk := range k.Shards {
@@ -809,18 +798,7 @@ func (s *Store) wipe(ctx context.Context, c rueidis.Client, act string, meta map
 	shards, _ := strconv.Atoi(meta["shards"])
 	moved := meta[placeField] != place
 	var dels rueidis.Commands // pipelined, as preheat's writes (red team cat16)
-	flush := func(atLeast int) error {
-		if len(dels) < atLeast || len(dels) == 0 {
-			return nil
-		}
-		for _, r := range c.DoMulti(ctx, dels...) {
-			if err := r.Error(); err != nil {
-				return wrap(err)
-			}
-		}
-		dels = dels[:0]
-		return nil
-	}
+	flush := func(atLeast int) error { return sendBatch(ctx, c, &dels, atLeast) }
 	for f := range meta {
 		sku, ok := strings.CutPrefix(f, "sku:")
 		if !ok || shards <= 0 {
@@ -1011,6 +989,22 @@ func (s *Store) Status(ctx context.Context, a *config.Activity) (ActivityStatus,
 		}
 	}
 	return out, nil
+}
+
+// sendBatch sends *cmds in one pipeline once it holds at least atLeast
+// commands (any, for 0), and empties it: the first error reply or failed
+// call is returned.
+func sendBatch(ctx context.Context, c rueidis.Client, cmds *rueidis.Commands, atLeast int) error {
+	if len(*cmds) < atLeast || len(*cmds) == 0 {
+		return nil
+	}
+	for _, r := range c.DoMulti(ctx, *cmds...) {
+		if err := r.Error(); err != nil {
+			return wrap(err)
+		}
+	}
+	*cmds = (*cmds)[:0]
+	return nil
 }
 
 // statusBatch bounds the reads of one DoMulti call of Status.
