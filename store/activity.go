@@ -1104,80 +1104,92 @@ func (s *Store) settleMoves(ctx context.Context, a *config.Activity, age time.Du
 	}
 	exp := itoa(ExpireAt(a))
 	n := 0
+	// A shard's moves hash is shared by the activity's SKUs: read once per
+	// shard for all of them, not once per SKU (SKUs × shards HGETALLs of
+	// every SKU's moves per repairing pass; red team cat16's left item).
+	keys := make(map[string]*SKUKeys, len(a.SKUs))
+	var first *SKUKeys
 	for _, sku := range a.SKUs {
 		k, err := s.skuKeys(ctx, a.ID, sku.ID, a.Shards)
 		if err != nil {
 			return n, err
 		}
-		for _, donor := range k.Shards {
-			cctx, cancel := s.ctx(ctx)
-			moves, err := c.Do(cctx, c.B().Hgetall().Key(donor.Moves).Build()).AsStrMap()
-			cancel()
-			if err != nil {
-				return n, wrap(err)
+		keys[sku.ID], first = k, k
+	}
+	if first == nil {
+		return 0, nil
+	}
+	for shard := range first.Shards {
+		cctx, cancel := s.ctx(ctx)
+		moves, err := c.Do(cctx, c.B().Hgetall().Key(first.Shards[shard].Moves).Build()).AsStrMap()
+		cancel()
+		if err != nil {
+			return n, wrap(err)
+		}
+		for id, v := range moves {
+			// "<sku>:<move id>"; moves of SKUs no longer configured stay.
+			skuID, _, _ := strings.Cut(id, ":")
+			k := keys[skuID]
+			if k == nil {
+				continue
 			}
-			for id, v := range moves {
-				// The moves hash is shared by the SKUs of the shard.
-				if !strings.HasPrefix(id, sku.ID+":") {
-					continue
-				}
-				// "<home>|<units>|<ms>|<generation>" ("<home>|<units>|<ms>"
-				// before generations); home -1 is a settled steal's tombstone.
-				parts := strings.Split(v, "|")
-				if len(parts) != 3 && len(parts) != 4 {
-					continue
-				}
-				home, _ := strconv.Atoi(parts[0])
-				if home >= len(k.Shards) || now.UnixMilli()-atoi(parts[2]) < age.Milliseconds() {
-					continue
-				}
-				gen := ""
-				if len(parts) == 4 {
-					gen = parts[3]
-				}
-				if home < 0 {
-					// A tombstone outlived any late steal it was left for.
-					cctx, cancel := s.ctx(ctx)
-					err := c.Do(cctx, c.B().Hdel().Key(donor.Moves).Field(id).Build()).Error()
-					cancel()
-					if err != nil {
-						return n, wrap(err)
-					}
-					continue
-				}
-				if s.DurableWinners() {
-					// Deposited only once the donor's replicas hold the steal
-					// (see settleMoveLater); left for a later pass otherwise.
-					if ok, _, _ := s.waitShard(ctx, c, donor, id, ExpireAt(a)); !ok {
-						continue
-					}
-				}
-				hk := k.Shards[home]
+			donor := k.Shards[shard]
+			// "<home>|<units>|<ms>|<generation>" ("<home>|<units>|<ms>"
+			// before generations); home -1 is a settled steal's tombstone.
+			parts := strings.Split(v, "|")
+			if len(parts) != 3 && len(parts) != 4 {
+				continue
+			}
+			home, _ := strconv.Atoi(parts[0])
+			if home >= len(k.Shards) || now.UnixMilli()-atoi(parts[2]) < age.Milliseconds() {
+				continue
+			}
+			gen := ""
+			if len(parts) == 4 {
+				gen = parts[3]
+			}
+			if home < 0 {
+				// A tombstone outlived any late steal it was left for.
 				cctx, cancel := s.ctx(ctx)
-				keys, args := []string{hk.Stock, hk.Out, hk.MovesIn}, []string{id, parts[1], exp, gen}
-				if f != nil {
-					keys, args = f.wrap(keys, args, hk)
-				}
-				r, err := ints(deposit.Exec(cctx, c, keys, args))
-				cancel()
-				if err != nil {
-					return n, err
-				}
-				if lua.Code(r[0]) == lua.Fenced {
-					return n, ErrFenced
-				}
-				if lua.Code(r[0]) == lua.OK {
-					n++
-				}
-				if lua.Code(r[0]) == lua.NotReady || lua.Code(r[0]) == lua.Stale {
-					continue
-				}
-				cctx, cancel = s.ctx(ctx)
-				err = c.Do(cctx, c.B().Hdel().Key(donor.Moves).Field(id).Build()).Error()
+				err := c.Do(cctx, c.B().Hdel().Key(donor.Moves).Field(id).Build()).Error()
 				cancel()
 				if err != nil {
 					return n, wrap(err)
 				}
+				continue
+			}
+			if s.DurableWinners() {
+				// Deposited only once the donor's replicas hold the steal
+				// (see settleMoveLater); left for a later pass otherwise.
+				if ok, _, _ := s.waitShard(ctx, c, donor, id, ExpireAt(a)); !ok {
+					continue
+				}
+			}
+			hk := k.Shards[home]
+			cctx, cancel := s.ctx(ctx)
+			keys, args := []string{hk.Stock, hk.Out, hk.MovesIn}, []string{id, parts[1], exp, gen}
+			if f != nil {
+				keys, args = f.wrap(keys, args, hk)
+			}
+			r, err := ints(deposit.Exec(cctx, c, keys, args))
+			cancel()
+			if err != nil {
+				return n, err
+			}
+			if lua.Code(r[0]) == lua.Fenced {
+				return n, ErrFenced
+			}
+			if lua.Code(r[0]) == lua.OK {
+				n++
+			}
+			if lua.Code(r[0]) == lua.NotReady || lua.Code(r[0]) == lua.Stale {
+				continue
+			}
+			cctx, cancel = s.ctx(ctx)
+			err = c.Do(cctx, c.B().Hdel().Key(donor.Moves).Field(id).Build()).Error()
+			cancel()
+			if err != nil {
+				return n, wrap(err)
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
 	"github.com/seckill-proxy/seckill-proxy/lua"
 	"github.com/seckill-proxy/seckill-proxy/store"
@@ -136,4 +137,54 @@ func TestSettleMovesAfterCrashBetweenStealAndDeposit(t *testing.T) {
 	}
 	mustReserve(t, s, a, "buyer-last", 1, lua.Empty)
 	wantStatus(t, s, a, 0, 8, 0)
+}
+
+// TestSettleMovesOfABigCatalogReadsEachShardOnce: 500 SKUs over 4 shards,
+// a crashed steal left in transit for two of them. Settling lands each
+// exactly once and reads each shard's moves hash (shared by the SKUs)
+// once, not once per SKU: SKUs × shards HGETALLs, each of every SKU's
+// moves, per repairing pass before (red team cat16's left item).
+func TestSettleMovesOfABigCatalogReadsEachShardOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	s := openStore(t, redisConfig([]string{srv.Addr}, false))
+	a := newActivity("act_bc", 8, 4, 1)
+	a.SKUs = nil
+	for i := range 500 {
+		a.SKUs = append(a.SKUs, config.SKU{ID: "s" + strconv.Itoa(i), Stock: 8})
+	}
+	mustPreheat(t, s, a)
+	c, err := s.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	steal := rueidis.NewLuaScript(lua.Steal)
+	for _, sku := range []string{"s7", "s321"} {
+		donor := s.SKUKeys(a.ID, sku, 4).Shards[1]
+		got, err := steal.Exec(ctx(t), c, []string{donor.Stock, donor.Moves, donor.Out},
+			[]string{"1", sku + ":move-1", "3", strconv.FormatInt(now.UnixMilli(), 10), strconv.FormatInt(store.ExpireAt(a), 10)}).AsIntSlice()
+		if err != nil || got[0] != int64(lua.OK) {
+			t.Fatalf("steal %s = %v, %v", sku, got, err)
+		}
+	}
+	hgetall := func() int64 { return redistest.ParseStat(srv.Info("commandstats", "cmdstat_hgetall"), "calls") }
+	before := hgetall()
+	if n, err := s.SettleMoves(ctx(t), a, time.Minute, now.Add(2*time.Minute)); err != nil || n != 2 {
+		t.Fatalf("SettleMoves = %d, %v; want 2", n, err)
+	}
+	if calls := hgetall() - before; calls != 4 {
+		t.Errorf("settling read the moves hashes with %d HGETALLs for 500 SKUs on 4 shards, want 4 (one a shard)", calls)
+	}
+	if n, err := s.SettleMoves(ctx(t), a, time.Minute, now.Add(2*time.Minute)); err != nil || n != 0 {
+		t.Fatalf("second SettleMoves = %d, %v; want 0", n, err)
+	}
+	st, err := s.Status(ctx(t), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range st.SKUs {
+		if k.InTransit != 0 || !k.OK || k.Remaining != 8 {
+			t.Errorf("%s after settling: %+v", k.ID, k)
+		}
+	}
 }
