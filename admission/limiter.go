@@ -58,10 +58,17 @@ type limEntry struct {
 type limSet [limWays]limEntry
 
 // limLock is padded to a cache line so neighbouring stripes don't contend.
+// hi is the latest now the stripe has decided at (see allow).
 type limLock struct {
 	sync.Mutex
-	_ [56]byte
+	hi int64
+	_  [48]byte
 }
+
+// limLag is how far behind its stripe's latest time a request may be and
+// still be taken as late (it read the clock, then waited for the CPU or the
+// lock) rather than as the host's clock stepping back.
+const limLag = int64(time.Second)
 
 // NewLimiter builds a limiter of rate per second and burst, holding at least
 // capacity keys (rounded up to a power of two of sets). rate <= 0 means no
@@ -86,9 +93,11 @@ func NewLimiter(rate float64, burst int, capacity int) *Limiter {
 // SetRate changes the rate (per second, > 0) and burst (tokens, at least 1;
 // fractions allowed: a fleet share of a burst) of every bucket at once,
 // keeping each key's state. The state is a time (TAT): a key that owed d ns
-// still owes d ns, i.e. it is refused for as long as before, and a full
-// bucket stays full. Buckets are not rebuilt, so a hot key keeps its debt
-// across a change of fleet size; the cost is one atomic store.
+// still owes d ns, up to the new depth (burst*interval: a shrinking fleet
+// raises this instance's share and shortens it, and debt beyond it is
+// dropped, the key drained as far as it can be), and a full bucket stays
+// full. Buckets are not rebuilt, so a hot key keeps its debt across a
+// change of fleet size; the cost is one atomic store.
 func (l *Limiter) SetRate(rate, burst float64) {
 	if l == nil || rate <= 0 {
 		return
@@ -130,14 +139,28 @@ func (l *Limiter) allow(h uint64, now int64) (bool, time.Duration) {
 	idx := h & l.mask
 	mu := &l.locks[idx%limLocks]
 	mu.Lock()
+	// A request whose now is behind the stripe's latest is, up to limLag,
+	// late (it read the clock before one decided already) and is decided at
+	// the latest time: were it decided at its own now, the clamp below would
+	// forgive the key the lag on every late request (red team rv16: twice
+	// the rate). Further behind, the host's clock stepped back, and the
+	// stripe's time follows it.
+	switch {
+	case now >= mu.hi:
+		mu.hi = now
+	case mu.hi-now <= limLag:
+		now = mu.hi
+	default:
+		mu.hi = now
+	}
 	set := &l.sets[idx]
 	e := l.find(set, h, now)
 	// TAT never runs more than tau ahead of now, unless now went back: the
-	// host's clock stepped back (an NTP step, a date set by hand) or the
-	// rate changed. Taken as it is, a step back of a minute would refuse
-	// every key used before it for a minute; from now + tau the key is
-	// drained, the most it could be (kept, so the next token comes one
-	// interval later by the new clock).
+	// host's clock stepped back (an NTP step, a date set by hand: more than
+	// limLag, above) or the rate went up. Taken as it is, a step back of a
+	// minute would refuse every key used before it for a minute; from now +
+	// tau the key is drained, the most it could be (kept, so the next token
+	// comes one interval later by the new clock).
 	tat := max(e.tat, now)
 	if tat > now+p.tau {
 		tat, e.tat = now+p.tau, now+p.tau

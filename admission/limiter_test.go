@@ -59,6 +59,32 @@ func TestLimiterClockStepBack(t *testing.T) {
 	}
 }
 
+// TestLimiterLateRequestNoBypass: requests read the clock before they
+// take the stripe's lock, so one that read it earlier can be decided after
+// one that read it later. A late request is not a clock step back: taken
+// as one, its TAT would be clamped to its own (earlier) now + tau and the
+// key forgiven the difference each time, a bypass a scalper gets for free
+// from a busy host. Over one simulated second of a request every 1 ms, each
+// followed by a copy that read the clock 5 ms earlier, the key is admitted
+// at most rate*1s + burst times.
+func TestLimiterLateRequestNoBypass(t *testing.T) {
+	const rate, burst = 100, 1
+	l := admission.NewLimiter(rate, burst, 1024)
+	start := time.Unix(1000, 0).UnixNano()
+	admitted := 0
+	for ms := int64(0); ms < 1000; ms++ {
+		now := start + ms*int64(time.Millisecond)
+		for _, at := range []int64{now, now - int64(5*time.Millisecond)} {
+			if ok, _ := l.AllowString("scalper", at); ok {
+				admitted++
+			}
+		}
+	}
+	if bound := rate + burst; admitted > bound {
+		t.Fatalf("admitted %d in one second, bound %d: late requests forgave debt", admitted, bound)
+	}
+}
+
 // TestLimiterSetRateKeepsDebt: a fleet share changing (SetRate) keeps each
 // key's state: a drained key stays refused, an untouched one stays full,
 // and the new rate applies from then on.
