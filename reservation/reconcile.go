@@ -685,10 +685,15 @@ func (r *Reconciler) settle(ctx context.Context, a *config.Activity, shards int,
 			return f, nil
 		}
 		if vt.byCount {
-			f.Detail = detailAbsentByCount
-			if res.Token.SKU != store.BundleSKU { // count_url counts SKUs, not bundles: left
-				vt.deferred = append(vt.deferred, deferredAbsent{res: res})
+			if res.Token.SKU == store.BundleSKU {
+				// Left: its items' counts would decide it only if the shop
+				// counts bundles' items under their SKUs, which nothing
+				// checks; a pass after the sale's first confirm decides it.
+				f.Detail = detailBundleAbsentByCount
+				return f, nil
 			}
+			f.Detail = detailAbsentByCount
+			vt.deferred = append(vt.deferred, deferredAbsent{res: res})
 			return f, nil
 		}
 	}
@@ -846,6 +851,8 @@ type deferredAbsent struct {
 
 const detailAbsentByCount = "verify.url said absent; no confirmed reservation to check it against: decided by count_url after the pass"
 
+const detailBundleAbsentByCount = "verify.url said absent; no confirmed reservation to check it against, and count_url counts SKUs, not bundles: left until a pass finds one confirmed"
+
 // settleByCount decides the "absent" answers verify gave while no
 // reservation of the sale was confirmed to check it against (vt.byCount).
 // A 404 for everything (a wrong path) would release buys the shop holds:
@@ -872,32 +879,45 @@ func (r *Reconciler) settleByCount(ctx context.Context, ar *ActivityReport, a *c
 		confirmed[k.ID] = k.Confirmed
 	}
 	if fence == nil {
+		// A bundle's units are its items' (red team rv16: counted under
+		// "*", a would-confirmed bundle's items in the shop's count read
+		// as orders verify denied, and a true 404 was alerted).
 		for _, f := range ar.Stale {
 			if f.Action == "would-confirm" {
 				if t, err := store.ParseToken(f.Token); err == nil {
-					confirmed[t.SKU] += f.Qty
+					for _, it := range r.unitsOf(ctx, t.SKU, store.Reservation{Token: t, Qty: f.Qty}, shards) {
+						confirmed[it.SKU] += it.Qty
+					}
 				}
 			}
 		}
 	}
 	verdict := map[string]string{} // SKU → "" (released) or why not
-	for _, d := range vt.deferred {
+	verdictOf := func(sku string) (string, error) {
+		if why, seen := verdict[sku]; seen {
+			return why, nil
+		}
+		if renew != nil { // count_url may take seconds a SKU (see Run)
+			if err := renew(); err != nil {
+				return "", err
+			}
+		}
+		var why string
+		switch n, err := r.shopCount(ctx, a.Verify.CountURL, a.ID, sku); {
+		case err != nil:
+			why = fmt.Sprintf("no confirmed reservation to check verify.url against, and count_url did not answer for sku %s (%v): nothing is released on its word this pass", sku, err)
+		case n > confirmed[sku]:
+			why = fmt.Sprintf("no confirmed reservation to check verify.url against, and count_url says the shop holds %d unit(s) of sku %s in orders while Redis confirmed %d: verify.url answered 404 for a reservation the shop holds (a wrong path or host in verify.url?); nothing of the SKU is released on its word until it answers 200 for a confirmed order", n, sku, confirmed[sku])
+			r.alert(ar, "verify_untrusted", why)
+		}
+		verdict[sku] = why
+		return why, nil
+	}
+	for _, d := range vt.deferred { // single buys only (see settle)
 		sku := d.res.Token.SKU
-		why, seen := verdict[sku]
-		if !seen {
-			if renew != nil { // count_url may take seconds a SKU (see Run)
-				if err := renew(); err != nil {
-					return err
-				}
-			}
-			switch n, err := r.shopCount(ctx, a.Verify.CountURL, a.ID, sku); {
-			case err != nil:
-				why = fmt.Sprintf("no confirmed reservation to check verify.url against, and count_url did not answer for sku %s (%v): nothing is released on its word this pass", sku, err)
-			case n > confirmed[sku]:
-				why = fmt.Sprintf("no confirmed reservation to check verify.url against, and count_url says the shop holds %d unit(s) of sku %s in orders while Redis confirmed %d: verify.url answered 404 for a reservation the shop holds (a wrong path or host in verify.url?); nothing of the SKU is released on its word until it answers 200 for a confirmed order", n, sku, confirmed[sku])
-				r.alert(ar, "verify_untrusted", why)
-			}
-			verdict[sku] = why
+		why, err := verdictOf(sku)
+		if err != nil {
+			return err
 		}
 		f := &ar.Stale[d.stale]
 		if why != "" {
@@ -910,22 +930,24 @@ func (r *Reconciler) settleByCount(ctx context.Context, ar *ActivityReport, a *c
 			continue
 		}
 		if fence == nil {
+			// Not settled: counted unsettled, as any would-release is.
 			f.Action, f.Detail = "would-release", ""
-		} else {
-			if code, err := r.releaseAbsent(ctx, f, d.res, shards, *fence, now); err == nil && code == lua.Fenced {
-				return ErrLeaseLost
+			continue
+		}
+		if code, err := r.releaseAbsent(ctx, f, d.res, shards, *fence, now); err == nil && code == lua.Fenced {
+			return ErrLeaseLost
+		}
+		if f.Action != "released" {
+			continue
+		}
+		unsettled[sku] -= f.Qty
+		ex := unsettledEx[sku][:0]
+		for _, e := range unsettledEx[sku] {
+			if e.Token != f.Token {
+				ex = append(ex, e)
 			}
 		}
-		if f.Action == "released" || fence == nil {
-			unsettled[sku] -= f.Qty
-			ex := unsettledEx[sku][:0]
-			for _, e := range unsettledEx[sku] {
-				if e.Token != f.Token {
-					ex = append(ex, e)
-				}
-			}
-			unsettledEx[sku] = ex
-		}
+		unsettledEx[sku] = ex
 	}
 	return nil
 }
