@@ -53,12 +53,16 @@ func (l *lease) init(r config.Rate) {
 // BUSY for as long as the step, a minute for a minute. Neither time is
 // ever set further ahead than this allows (leaseTTL; the longest pace or
 // wait the bucket gives: one batch, at most leaseWindow's worth, or one
-// token at the rate, plus bucket.lua's rounding up to a millisecond).
+// token at the rate, plus bucket.lua's rounding up to a millisecond). A
+// request that read the clock before one that fetched is behind by its lag,
+// not by a step: nextFetch is moved only past limLag more (else every late
+// request of a busy host would send the next one to Redis while the fleet
+// bucket is dry; review rv16). Expiry is only ever shortened, so no slack.
 func (l *lease) stepBack(t int64) {
 	if l.expires-t > int64(leaseTTL) {
 		l.expires = t + int64(leaseTTL)
 	}
-	if l.nextFetch-t > int64(max(leaseWindow, time.Duration(float64(time.Second)/l.rate))+2*time.Millisecond) {
+	if l.nextFetch-t > int64(max(leaseWindow, time.Duration(float64(time.Second)/l.rate))+2*time.Millisecond)+limLag {
 		l.nextFetch = t
 	}
 }

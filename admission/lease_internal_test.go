@@ -125,3 +125,24 @@ func TestLeaseClockStepBack(t *testing.T) {
 		t.Fatalf("after the step back the bucket was not asked again (%v, wait %v): the activity is held BUSY for the step", r, wait)
 	}
 }
+
+// TestLeaseLateRequestIsNotAStepBack: a request that read the clock a few
+// ms before one that found the fleet bucket dry is late, not a clock step
+// back: it must not send the next request to Redis before the wait.
+func TestLeaseLateRequestIsNotAStepBack(t *testing.T) {
+	var l lease
+	l.init(config.Rate{Rate: 10, Burst: 10})
+	st := &shortStore{wait: 100 * time.Millisecond}
+	base := time.Unix(1000, 0)
+	at := func(d time.Duration) func() time.Time { return func() time.Time { return base.Add(d) } }
+	if r, _ := l.take(context.Background(), st, "a", at(0)); r != leaseBusy || st.asked != 1 {
+		t.Fatalf("empty bucket: %v, asked %d", r, st.asked)
+	}
+	for i := 0; i < 50; i++ {
+		l.take(context.Background(), st, "a", at(-5*time.Millisecond)) // late
+		l.take(context.Background(), st, "a", at(time.Millisecond))
+	}
+	if st.asked != 1 {
+		t.Fatalf("late requests sent %d more fetches to Redis before the bucket's wait", st.asked-1)
+	}
+}
