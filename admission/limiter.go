@@ -139,6 +139,7 @@ func (l *Limiter) allow(h uint64, now int64) (bool, time.Duration) {
 	idx := h & l.mask
 	mu := &l.locks[idx%limLocks]
 	mu.Lock()
+	own := now // the request's clock: its wait is counted from it
 	// A request whose now is behind the stripe's latest is, up to limLag,
 	// late (it read the clock before one decided already) and is decided at
 	// the latest time: were it decided at its own now, the clamp below would
@@ -168,7 +169,10 @@ func (l *Limiter) allow(h uint64, now int64) (bool, time.Duration) {
 	next := tat + p.interval
 	if next-now > p.tau {
 		mu.Unlock()
-		return false, time.Duration(next - p.tau - now)
+		// From own, not hi: after a step back under limLag the token
+		// comes hi-own later by the request's (the new) clock; for a late
+		// request the difference is its lag, a few µs or ms.
+		return false, time.Duration(next - p.tau - own)
 	}
 	e.tat = next
 	mu.Unlock()

@@ -85,6 +85,26 @@ func TestLimiterLateRequestNoBypass(t *testing.T) {
 	}
 }
 
+// TestLimiterWaitAfterSmallStepBack: a step back under limLag holds the
+// stripe's time still, and a refused request is decided at that time. Its
+// wait is still counted from its own clock: a client told to retry after
+// it must find the token there, not be refused again for the step.
+func TestLimiterWaitAfterSmallStepBack(t *testing.T) {
+	l := admission.NewLimiter(10, 1, 1024)
+	before := time.Unix(1000, 0).UnixNano()
+	if ok, _ := l.AllowString("k", before); !ok {
+		t.Fatal("first request refused")
+	}
+	now := before - int64(500*time.Millisecond) // the clock stepped back 500 ms
+	ok, wait := l.AllowString("k", now)
+	if ok {
+		t.Fatal("a drained key allowed after a step back of 500 ms")
+	}
+	if ok, again := l.AllowString("k", now+int64(wait)); !ok {
+		t.Fatalf("told to wait %v after the step back, retried then and refused again (wait %v): the wait was counted from the stripe's time, not the request's", wait, again)
+	}
+}
+
 // TestLimiterSetRateKeepsDebt: a fleet share changing (SetRate) keeps each
 // key's state: a drained key stays refused, an untouched one stays full,
 // and the new rate applies from then on.
