@@ -53,16 +53,18 @@ func (l *lease) init(r config.Rate) {
 // BUSY for as long as the step, a minute for a minute. Neither time is
 // ever set further ahead than this allows (leaseTTL; the longest pace or
 // wait the bucket gives: one batch, at most leaseWindow's worth, or one
-// token at the rate, plus bucket.lua's rounding up to a millisecond). A
-// request that read the clock before one that fetched is behind by its lag,
-// not by a step: nextFetch is moved only past limLag more (else every late
-// request of a busy host would send the next one to Redis while the fleet
-// bucket is dry; review rv16). Expiry is only ever shortened, so no slack.
+// token at the rate, plus bucket.lua's rounding up to a millisecond). The
+// clock is read under l.mu (take), so no request is late here: one that
+// read it before another fetched would be taken for a step back (review
+// rv16: every late request of a busy host sent the next one to Redis while
+// the fleet bucket was dry), and a slack for such lag held the activity
+// BUSY for a real step back as long (review rv17: an 800 ms NTP step at
+// 1,000/s, 790 ms BUSY where the bucket's wait was 20 ms).
 func (l *lease) stepBack(t int64) {
 	if l.expires-t > int64(leaseTTL) {
 		l.expires = t + int64(leaseTTL)
 	}
-	if l.nextFetch-t > int64(max(leaseWindow, time.Duration(float64(time.Second)/l.rate))+2*time.Millisecond)+limLag {
+	if l.nextFetch-t > int64(max(leaseWindow, time.Duration(float64(time.Second)/l.rate))+2*time.Millisecond) {
 		l.nextFetch = t
 	}
 }
@@ -85,8 +87,8 @@ func (l *lease) take(ctx context.Context, ts TrafficStore, act string, now func(
 	}
 	fetched := false
 	for attempt := 0; attempt < 3; attempt++ {
-		t := now().UnixNano()
 		l.mu.Lock()
+		t := now().UnixNano() // under the lock: see stepBack
 		l.stepBack(t)
 		if l.tokens > 0 && t < l.expires {
 			l.tokens--
@@ -137,8 +139,8 @@ func (l *lease) take(ctx context.Context, ts TrafficStore, act string, now func(
 
 		got, wait, err := ts.LeaseAdmission(ctx, act, l.rate, l.burst, want)
 		fetched = true
-		t = now().UnixNano()
 		l.mu.Lock()
+		t = now().UnixNano()
 		l.inflight = nil
 		l.failed = err != nil
 		close(ch)

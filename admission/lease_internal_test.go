@@ -127,22 +127,56 @@ func TestLeaseClockStepBack(t *testing.T) {
 }
 
 // TestLeaseLateRequestIsNotAStepBack: a request that read the clock a few
-// ms before one that found the fleet bucket dry is late, not a clock step
-// back: it must not send the next request to Redis before the wait.
+// ms before one that found the fleet bucket dry, and was decided after it,
+// would be taken for a clock step back and send the next request to Redis
+// before the wait (review rv16). No request is late: the lease reads the
+// clock under its lock, before the fetch and after it, so the times it
+// decides by come in the order it decides (TestLeaseSmallClockStepBack
+// for why not a slack instead).
 func TestLeaseLateRequestIsNotAStepBack(t *testing.T) {
 	var l lease
 	l.init(config.Rate{Rate: 10, Burst: 10})
 	st := &shortStore{wait: 100 * time.Millisecond}
 	base := time.Unix(1000, 0)
+	reads := 0
+	at := func(d time.Duration) func() time.Time {
+		return func() time.Time {
+			reads++
+			if l.mu.TryLock() {
+				l.mu.Unlock()
+				t.Errorf("clock read %d outside the lease's lock: a request may be decided after one that read it later", reads)
+			}
+			return base.Add(d)
+		}
+	}
+	if r, _ := l.take(context.Background(), st, "a", at(0)); r != leaseBusy || st.asked != 1 || reads != 2 {
+		t.Fatalf("empty bucket: %v, asked %d, clock read %d times", r, st.asked, reads)
+	}
+	for i := 0; i < 50; i++ {
+		l.take(context.Background(), st, "a", at(time.Millisecond*time.Duration(i)))
+	}
+	if st.asked != 1 {
+		t.Fatalf("%d more fetches to Redis before the bucket's wait", st.asked-1)
+	}
+}
+
+// TestLeaseSmallClockStepBack: a step back under a second (an NTP step:
+// ntpd steps offsets over 128 ms) is a step back too. A drained fleet
+// bucket seen just before it must not hold the activity BUSY on this
+// instance for the step: at 1,000/s the bucket's wait is 20 ms, and 30 ms
+// after an 800 ms step back the bucket is asked again, not in 790 ms.
+func TestLeaseSmallClockStepBack(t *testing.T) {
+	var l lease
+	l.init(config.Rate{Rate: 1000, Burst: 1000})
+	st := &shortStore{wait: 20 * time.Millisecond}
+	base := time.Unix(1000, 0)
 	at := func(d time.Duration) func() time.Time { return func() time.Time { return base.Add(d) } }
 	if r, _ := l.take(context.Background(), st, "a", at(0)); r != leaseBusy || st.asked != 1 {
 		t.Fatalf("empty bucket: %v, asked %d", r, st.asked)
 	}
-	for i := 0; i < 50; i++ {
-		l.take(context.Background(), st, "a", at(-5*time.Millisecond)) // late
-		l.take(context.Background(), st, "a", at(time.Millisecond))
-	}
-	if st.asked != 1 {
-		t.Fatalf("late requests sent %d more fetches to Redis before the bucket's wait", st.asked-1)
+	// The clock steps back 800 ms; 30 ms later it reads -770 ms.
+	r, wait := l.take(context.Background(), st, "a", at(-770*time.Millisecond))
+	if st.asked != 2 {
+		t.Fatalf("30 ms after an 800 ms step back, past the bucket's 20 ms wait, the bucket was not asked (%v, wait %v): the activity is held BUSY for the step", r, wait)
 	}
 }
