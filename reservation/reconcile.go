@@ -913,6 +913,16 @@ func (r *Reconciler) settleByCount(ctx context.Context, ar *ActivityReport, a *c
 		verdict[sku] = why
 		return why, nil
 	}
+	// A finding left unsettled keeps its exception, whose evidence was
+	// taken when it was deferred ("decided by count_url after the pass"):
+	// it says what was decided.
+	evidence := func(sku string, f *Finding) {
+		for i := range unsettledEx[sku] {
+			if unsettledEx[sku][i].Token == f.Token {
+				unsettledEx[sku][i].Shop, unsettledEx[sku][i].Reason = shopAnswer(*f), unsettledReason(*f)
+			}
+		}
+	}
 	for _, d := range vt.deferred { // single buys only (see settle)
 		sku := d.res.Token.SKU
 		why, err := verdictOf(sku)
@@ -922,22 +932,20 @@ func (r *Reconciler) settleByCount(ctx context.Context, ar *ActivityReport, a *c
 		f := &ar.Stale[d.stale]
 		if why != "" {
 			f.Verdict, f.Detail = Unverified, "verify.url said absent, but is not trusted: "+why
-			for i := range unsettledEx[sku] {
-				if unsettledEx[sku][i].Token == f.Token {
-					unsettledEx[sku][i].Shop, unsettledEx[sku][i].Reason = shopAnswer(*f), unsettledReason(*f)
-				}
-			}
+			evidence(sku, f)
 			continue
 		}
 		if fence == nil {
 			// Not settled: counted unsettled, as any would-release is.
 			f.Action, f.Detail = "would-release", ""
+			evidence(sku, f)
 			continue
 		}
 		if code, err := r.releaseAbsent(ctx, f, d.res, shards, *fence, now); err == nil && code == lua.Fenced {
 			return ErrLeaseLost
 		}
 		if f.Action != "released" {
+			evidence(sku, f) // left: already settled, re-stamped, or an error
 			continue
 		}
 		unsettled[sku] -= f.Qty
