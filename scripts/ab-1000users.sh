@@ -14,6 +14,12 @@
 # Redis, shop, kernel), and the last line its median ratio: what the run cost on the shared cores.
 # PROFILE=DIR writes a CPU profile of each proxy over all the runs (DIR/A.pprof, DIR/B.pprof;
 # compare them with `go tool pprof -top -diff_base DIR/B.pprof BIN DIR/A.pprof`).
+# REF=sale replaces the bare handler by `seckill-bench bare-sale` (a per-user script call per
+# request until sold out, then 410 from memory; winners hopped to the same shop; stock STOCKA):
+# the smallest design that makes a winner's two round trips, so the ratio to it is what the
+# proxy adds to them (the "bare" column then shows bare-sale).
+# KEEP=DIR keeps each run's seckill-bench JSON report there (ka-*, kb-*, bare-*.json: the
+# slowest requests with their outcomes and send times).
 # PIN=1 gives the servers under test (both proxies, the bare handler) CPU 0 and everything else
 # (the load generator, Redis, the shop) CPU 1 (taskset): the nearest this 2-core machine comes to
 # a server on its own host; each server then runs on one core (Go sizes GOMAXPROCS by affinity).
@@ -31,7 +37,12 @@ rp=$(port); sp=$(port); bp=$(port); pa=$(port); aa=$(port); pb=$(port); ab=$(por
 export SECKILL_SIGNING_SECRET="ab-$$" SECKILL_ADMIN_TOKEN="ab-admin-$$"
 "${on1[@]}" redis-server --port "$rp" --bind 127.0.0.1 --save '' --appendonly no --dir "$w" --logfile "$w/r.log" & pids+=($!)
 "${on1[@]}" "$A/seckill-bench" bare --status 200 --body '{"order_id":"bare"}' --listen "127.0.0.1:$sp" 2>/dev/null & pids+=($!)
-"${on0[@]}" "$A/seckill-bench" bare --listen "127.0.0.1:$bp" 2>/dev/null & pids+=($!); bare_pid=$!
+if [ "${REF:-}" = sale ]; then # the smallest sale as the reference (see the top)
+  for i in $(seq 100); do redis-cli -p "$rp" ping >/dev/null 2>&1 && break; sleep 0.05; done
+  "${on0[@]}" "$A/seckill-bench" bare-sale --redis "127.0.0.1:$rp" --upstream "127.0.0.1:$sp" --stock "${STOCKA:-100}" --listen "127.0.0.1:$bp" 2>/dev/null & pids+=($!); bare_pid=$!
+else
+  "${on0[@]}" "$A/seckill-bench" bare --listen "127.0.0.1:$bp" 2>/dev/null & pids+=($!); bare_pid=$!
+fi
 sale_window 86400
 mk() { proxy_head "$1" "$2" "$sp" "$rp"; printf 'activities:\n  - id: %s\n    start: %s\n    end: %s\n    skus: [ { id: s, stock: %s } ]\n    admission_rate: { rate: 1000000, burst: 1000000 }\n' "$3" "$start" "$end" "$4"; }
 mk "$pa" "$aa" ka "${STOCKA:-100}" > "$w/a.yaml"; mk "$pb" "$ab" kb "${STOCKB:-100}" > "$w/b.yaml"
@@ -47,12 +58,14 @@ pcpu() { awk -v t="$(getconf CLK_TCK)" '{ printf "%.3f", ($14 + $15) / t }' "/pr
 mcpu() { awk -v t="$(getconf CLK_TCK)" '/^cpu / { printf "%.3f", ($2 + $3 + $4 + $7 + $8) / t }' /proc/stat; }
 one() { # url act pid
   [ "$2" != - ] && "$A/seckill-proxy" preheat -c "$w/${2#k}.yaml" --activity "$2" --force >/dev/null 2>&1
+  [ "$2" != - ] || [ "${REF:-}" != sale ] || curl -s -o /dev/null -X POST "$1/_reset"
   local c0; c0=$(pcpu "$3")
   local m0; m0=$(mcpu)
-  "${on1[@]}" nice -n "${CLIENT_NICE:-0}" "$A/seckill-bench" run --preset 1000users --activity "${2/-/x}" --sku s --target "$1" --user-prefix "p$RANDOM-" --quiet --json "$w/o.json" >/dev/null 2>&1 || true
+  "${on1[@]}" nice -n "${CLIENT_NICE:-0}" "$A/seckill-bench" run --preset 1000users --activity "${2/-/x}" --sku s --target "$1" --user-prefix "p$RANDOM-" ${KEEP:+--slowest 20} --quiet --json "$w/o.json" >/dev/null 2>&1 || true
   local c1; c1=$(pcpu "$3")
   local m1; m1=$(mcpu)
   python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("%.1f" % r["latency"]["p999_ms"], end=" ")' "$w/o.json"
+  [ -z "${KEEP:-}" ] || cp "$w/o.json" "$KEEP/${2/-/bare}-$(date +%s%N).json"
   awk -v a="$c0" -v b="$c1" -v m0="$m0" -v m1="$m1" 'BEGIN{printf "%.0fms %.0fms", (b-a)*1000, (m1-m0)*1000}'
 }
 if [ -n "${PROFILE:-}" ]; then # long enough for every run (a run takes ~4.5 s); stopped below

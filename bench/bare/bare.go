@@ -3,8 +3,9 @@
 // the best case for every answer the proxy gives itself), a handler making
 // exactly one Redis script call per request (the best case of this
 // architecture for contended buys, with none of the proxy's checks;
-// optionally with a per-user check), and a plain reverse hop (the best case
-// of forwarding a winner to the shop).
+// optionally with a per-user check), a plain reverse hop (the best case
+// of forwarding a winner to the shop), and the two together as the smallest
+// sale (SaleTarget: what a winner's round trips cost with nothing added).
 package bare
 
 import (
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -208,5 +210,88 @@ func ListenAndServe(ctx context.Context, addr string, h fasthttp.RequestHandler,
 			return fmt.Errorf("serve %s: %w", addr, err)
 		}
 		return nil
+	}
+}
+
+// SaleTarget is the smallest sale that makes the round trips a winner makes
+// through the proxy: one per-user script call per request until the stock
+// is gone (userScript), a winner forwarded to the shop (HopHandler), and a
+// local sold-out flag after the first "none left" (every later buyer is
+// answered from memory, as the proxy answers them). Nothing else: no
+// limits, no token, no confirm, no metrics. It is the reference for the
+// 1000users tail with winners in it: the bare handler makes no round trip
+// at all (BENCHMARKS.md, seventeenth round).
+type SaleTarget struct {
+	rt      *RedisTarget
+	hop     fasthttp.RequestHandler
+	stock   int64
+	soldOut atomic.Bool
+}
+
+// NewSaleTarget connects to Redis at addr, sets the stock and forwards
+// winners to the host:port upstream.
+func NewSaleTarget(ctx context.Context, addr, upstream string, stock int64, timeout time.Duration) (*SaleTarget, error) {
+	rt, err := NewRedisTargetUsers(ctx, addr, stock, true)
+	if err != nil {
+		return nil, err
+	}
+	return &SaleTarget{rt: rt, hop: HopHandler(upstream, timeout), stock: stock}, nil
+}
+
+// Close closes the Redis client.
+func (t *SaleTarget) Close() { t.rt.Close() }
+
+// Reset sets the stock again, forgets the buyers and clears the sold-out
+// flag: a new sale on the same process (POST /_reset does it over HTTP).
+func (t *SaleTarget) Reset(ctx context.Context) error {
+	c := t.rt.client
+	if err := c.Do(ctx, c.B().Set().Key(StockKey).Value(strconv.FormatInt(t.stock, 10)).Build()).Error(); err != nil {
+		return err
+	}
+	if err := c.Do(ctx, c.B().Del().Key(UsersKey).Build()).Error(); err != nil {
+		return err
+	}
+	t.soldOut.Store(false)
+	return nil
+}
+
+// Handler answers a buy: 410 from memory once sold out, else the script's
+// answer, a winner's being the shop's.
+func (t *SaleTarget) Handler() fasthttp.RequestHandler {
+	keys := []string{StockKey, UsersKey}
+	return func(ctx *fasthttp.RequestCtx) {
+		if string(ctx.Path()) == "/_reset" {
+			c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := t.Reset(c)
+			cancel()
+			if err != nil {
+				ctx.Error(err.Error(), fasthttp.StatusServiceUnavailable)
+			}
+			return
+		}
+		ctx.SetContentType("application/json")
+		if t.soldOut.Load() {
+			ctx.SetStatusCode(fasthttp.StatusGone)
+			ctx.SetBody(soldOutBody)
+			return
+		}
+		user := string(ctx.Request.Header.Peek("X-User-Id"))
+		c, cancel := context.WithTimeout(context.Background(), t.rt.timeout)
+		n, err := t.rt.script.Exec(c, t.rt.client, keys, []string{user}).AsInt64()
+		cancel()
+		switch {
+		case err != nil:
+			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+			ctx.SetBody(storeBody)
+		case n == 1:
+			t.hop(ctx)
+		case n == 2:
+			ctx.SetStatusCode(fasthttp.StatusConflict)
+			ctx.SetBody(boughtBody)
+		default:
+			t.soldOut.Store(true)
+			ctx.SetStatusCode(fasthttp.StatusGone)
+			ctx.SetBody(soldOutBody)
+		}
 	}
 }

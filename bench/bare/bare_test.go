@@ -150,3 +150,59 @@ func TestHopForwards(t *testing.T) {
 		t.Errorf("hop to nothing: %d, want 502", code)
 	}
 }
+
+// TestBareSale: exactly the stock is sold, one unit per user, winners get
+// the shop's answer, every buyer after the first "none left" is answered
+// from memory (no script call), and /_reset starts a new sale.
+func TestBareSale(t *testing.T) {
+	addr := startRedis(t)
+	shopLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shop := Server(FixedHandler(200, []byte(`{"order_id":"shop"}`)), "shop")
+	go shop.Serve(shopLn) //nolint:errcheck // ends at Shutdown
+	defer shop.Shutdown()
+	st, err := NewSaleTarget(context.Background(), addr, shopLn.Addr().String(), 2, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	h := st.Handler()
+	do := func(path, user string) (int, string) {
+		var ctx fasthttp.RequestCtx
+		ctx.Request.SetRequestURI("http://sale.test" + path)
+		ctx.Request.Header.SetMethod("POST")
+		ctx.Request.Header.Set("X-User-Id", user)
+		h(&ctx)
+		return ctx.Response.StatusCode(), string(ctx.Response.Body())
+	}
+	before, err := redisinfo.Read(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		user string
+		want int
+	}{{"a", 200}, {"a", 409}, {"b", 200}, {"c", 410}, {"d", 410}, {"a", 410}} {
+		code, body := do("/buy", tt.user)
+		if code != tt.want || code == 200 && body != `{"order_id":"shop"}` {
+			t.Errorf("buy %s: %d %s, want %d", tt.user, code, body, tt.want)
+		}
+	}
+	after, err := redisinfo.Read(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a, a, b, c: four calls (the first may be EVAL after a NOSCRIPT);
+	// d and a's last are answered from memory.
+	if d := redisinfo.Diff(before, after); d.ScriptCalls < 4 || d.ScriptCalls > 5 {
+		t.Errorf("script calls %d, want 4 (+1 NOSCRIPT fallback)", d.ScriptCalls)
+	}
+	if code, _ := do("/_reset", ""); code != 200 {
+		t.Fatalf("reset: %d", code)
+	}
+	if code, _ := do("/buy", "a"); code != 200 {
+		t.Errorf("after reset, a: %d, want 200", code)
+	}
+}

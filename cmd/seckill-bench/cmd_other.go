@@ -47,6 +47,28 @@ func cmdHop(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return bare.ListenAndServe(ctx, *listen, bare.HopHandler(*upstream, *timeout), "seckill-bench-hop")
 }
 
+func cmdBareSale(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bare-sale", "--redis ADDR --upstream HOST:PORT [--stock N] [--listen ADDR]", stderr)
+	listen := fs.String("listen", "127.0.0.1:8085", "listen address")
+	addr := fs.String("redis", "127.0.0.1:6379", "Redis address")
+	upstream := fs.String("upstream", "", "host:port of the shop winners are forwarded to (required)")
+	stock := fs.Int64("stock", 100, "units to sell (SET on start and on POST /_reset)")
+	timeout := fs.Duration("timeout", 3*time.Second, "per-request upstream timeout")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *upstream == "" {
+		return usagef("--upstream is required")
+	}
+	t, err := bare.NewSaleTarget(ctx, *addr, *upstream, *stock, *timeout)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	fmt.Fprintf(stderr, "bare-sale on %s: one per-user EVALSHA on %s until sold out (then 410 from memory), winners → %s (stock %d; POST /_reset starts again)\n", *listen, *addr, *upstream, *stock)
+	return bare.ListenAndServe(ctx, *listen, t.Handler(), "seckill-bench-bare-sale")
+}
+
 func cmdBareRedis(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bare-redis", "--redis ADDR [--stock N] [--listen ADDR]", stderr)
 	listen := fs.String("listen", "127.0.0.1:8083", "listen address")

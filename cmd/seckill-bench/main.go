@@ -51,6 +51,7 @@ var commands = []command{
 	{"bare", "bare fasthttp handler with a fixed body (the machine's ceiling)", cmdBare},
 	{"bare-redis", "bare fasthttp handler with one Redis script call per request", cmdBareRedis},
 	{"hop", "plain fasthttp reverse hop to a shop (the forwarding ceiling)", cmdHop},
+	{"bare-sale", "bare-redis with a per-user check, a local sold-out flag and winners hopped to a shop (the smallest sale)", cmdBareSale},
 }
 
 func topUsage(w io.Writer) {
