@@ -57,6 +57,30 @@ func unsettledBySKU(rep reservation.Report) map[string]int64 {
 	return got
 }
 
+// countSale is a sale whose verify.count_url counts the shop's orders
+// (countServer), preheated: SKU a, and b with a bundle route when bundle;
+// on the proxy's clock now when given.
+func countSale(t *testing.T, id string, bundle bool, now func() time.Time) *bundleFixture {
+	t.Helper()
+	r := e2e.StartRedis(t)
+	shop := e2e.StartShop(t)
+	act := e2e.Activity{ID: id, Shards: 2, PerUserLimit: 3, SKUs: []config.SKU{{ID: "a", Stock: 10}}}
+	if bundle {
+		act.BundleRoute, act.SKUs = bundleRoute, append(act.SKUs, config.SKU{ID: "b", Stock: 10})
+	}
+	cfg := e2e.Options{Redis: r.Addrs, ShopURL: shop.URL, UpstreamTimeout: 300 * time.Millisecond,
+		Activities: []e2e.Activity{act}}.Config(t)
+	cfg.Activities[0].Verify.CountURL = countServer(t, shop)
+	var p *e2e.Proxy
+	if now != nil {
+		p = e2e.StartProxyClock(t, cfg, now)
+	} else {
+		p = e2e.StartProxy(t, cfg)
+	}
+	p.Preheat(t, id)
+	return &bundleFixture{shop: shop, p: p}
+}
+
 // Red team rv16, on decisions §46 (settleByCount): with no confirmed
 // reservation to check verify.url against, count_url decides its 404s.
 //   - A report-only pass settles nothing: a "would-release" stays in the
@@ -68,15 +92,8 @@ func unsettledBySKU(rep reservation.Report) map[string]int64 {
 //   - A repairing pass then confirms the bundle, releases the lost buy,
 //     and leaves nothing unsettled.
 func TestRV16CountReportOnlyKeepsUnsettledAndBundleUnits(t *testing.T) {
-	r := e2e.StartRedis(t)
-	shop := e2e.StartShop(t)
-	cfg := e2e.Options{Redis: r.Addrs, ShopURL: shop.URL, UpstreamTimeout: 300 * time.Millisecond,
-		Activities: []e2e.Activity{{ID: "rv16", Shards: 2, PerUserLimit: 3, BundleRoute: bundleRoute,
-			SKUs: []config.SKU{{ID: "a", Stock: 10}, {ID: "b", Stock: 10}}}}}.Config(t)
-	cfg.Activities[0].Verify.CountURL = countServer(t, shop)
-	p := e2e.StartProxy(t, cfg)
-	p.Preheat(t, "rv16")
-	bf := &bundleFixture{shop: shop, p: p}
+	bf := countSale(t, "rv16", true, nil)
+	shop, p := bf.shop, bf.p
 	shop.AnswerAfterOrder("kept", http.StatusBadGateway) // the shop holds the bundle
 	shop.Answer("lost", http.StatusServiceUnavailable)   // it holds no order of a
 	if b := bf.bundle("rv16", "kept", itemsJSON("a:1", "b:2")); b.Code != "UPSTREAM_TIMEOUT" {
@@ -138,15 +155,8 @@ func TestRV16CountReportOnlyKeepsUnsettledAndBundleUnits(t *testing.T) {
 // which never happened). Once a buy is confirmed, a pass checks verify
 // against it and releases the bundle.
 func TestRV16CountBundleLeftUntilAConfirm(t *testing.T) {
-	r := e2e.StartRedis(t)
-	shop := e2e.StartShop(t)
-	cfg := e2e.Options{Redis: r.Addrs, ShopURL: shop.URL, UpstreamTimeout: 300 * time.Millisecond,
-		Activities: []e2e.Activity{{ID: "rv16b", Shards: 2, PerUserLimit: 3, BundleRoute: bundleRoute,
-			SKUs: []config.SKU{{ID: "a", Stock: 10}, {ID: "b", Stock: 10}}}}}.Config(t)
-	cfg.Activities[0].Verify.CountURL = countServer(t, shop)
-	p := e2e.StartProxy(t, cfg)
-	p.Preheat(t, "rv16b")
-	bf := &bundleFixture{shop: shop, p: p}
+	bf := countSale(t, "rv16b", true, nil)
+	shop, p := bf.shop, bf.p
 	shop.Answer("u", http.StatusServiceUnavailable) // the shop holds no order
 	if b := bf.bundle("rv16b", "u", itemsJSON("a:1", "b:2")); b.Code != "UPSTREAM_TIMEOUT" {
 		t.Fatalf("u: %d %s", b.Status, b.Body)

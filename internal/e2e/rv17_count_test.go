@@ -12,7 +12,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/seckill-proxy/seckill-proxy/config"
-	"github.com/seckill-proxy/seckill-proxy/internal/e2e"
 	"github.com/seckill-proxy/seckill-proxy/metrics"
 	"github.com/seckill-proxy/seckill-proxy/reservation"
 )
@@ -23,15 +22,8 @@ import (
 // would-release as left and undecided, beside a finding saying
 // would-release. The exception says what the pass decided.
 func TestRV17CountExceptionSaysWhatWasDecided(t *testing.T) {
-	r := e2e.StartRedis(t)
-	shop := e2e.StartShop(t)
-	cfg := e2e.Options{Redis: r.Addrs, ShopURL: shop.URL, UpstreamTimeout: 300 * time.Millisecond,
-		Activities: []e2e.Activity{{ID: "rv17", Shards: 2, PerUserLimit: 3,
-			SKUs: []config.SKU{{ID: "a", Stock: 10}}}}}.Config(t)
-	cfg.Activities[0].Verify.CountURL = countServer(t, shop)
-	p := e2e.StartProxy(t, cfg)
-	p.Preheat(t, "rv17")
-	bf := &bundleFixture{shop: shop, p: p}
+	bf := countSale(t, "rv17", false, nil)
+	shop, p := bf.shop, bf.p
 	shop.Answer("lost", http.StatusServiceUnavailable) // the shop holds no order
 	if b := bf.single("rv17", "a", "lost"); b.Code != "UPSTREAM_TIMEOUT" {
 		t.Fatalf("lost: %d %s", b.Status, b.Body)
@@ -73,18 +65,11 @@ func TestRV17CountExceptionSaysWhatWasDecided(t *testing.T) {
 // besides the denied ones, and the next pass, once the young buy is
 // confirmed, checks verify against it and releases the lost one.
 func TestRV17CountYoungPendingIsNotAWrongVerify(t *testing.T) {
-	r := e2e.StartRedis(t)
-	shop := e2e.StartShop(t)
-	cfg := e2e.Options{Redis: r.Addrs, ShopURL: shop.URL, UpstreamTimeout: 300 * time.Millisecond,
-		Activities: []e2e.Activity{{ID: "rv17y", Shards: 2, PerUserLimit: 3,
-			SKUs: []config.SKU{{ID: "a", Stock: 10}}}}}.Config(t)
-	cfg.Activities[0].Verify.CountURL = countServer(t, shop)
 	var mu sync.Mutex
 	off := time.Duration(0)
 	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return time.Now().Add(off) }
-	p := e2e.StartProxyClock(t, cfg, now)
-	p.Preheat(t, "rv17y")
-	bf := &bundleFixture{shop: shop, p: p}
+	bf := countSale(t, "rv17y", false, now)
+	shop, p := bf.shop, bf.p
 	shop.Answer("lost", http.StatusServiceUnavailable) // the shop holds no order
 	if b := bf.single("rv17y", "a", "lost"); b.Code != "UPSTREAM_TIMEOUT" {
 		t.Fatalf("lost: %d %s", b.Status, b.Body)
