@@ -859,8 +859,9 @@ const detailBundleAbsentByCount = "verify.url said absent; no confirmed reservat
 // the shop's count tells. Per SKU, Redis's confirmed units are read first,
 // then the shop's count: every order of a reservation confirmed by then is
 // in that count, so a count above them is an order of a pending
-// reservation, which verify, asked about it, said it does not hold. Then
-// nothing of the SKU is released on verify's word (alert). A count at most
+// reservation, perhaps one verify said the shop does not hold. Then
+// nothing of the SKU is released on verify's word (alerted or noted by
+// countOverConfirmed: younger pending buys may be all it is). A count at most
 // the confirmed units (the pass's own confirms included) means the shop
 // holds no order of any pending reservation: its 404s are true, released.
 // A report-only pass confirms nothing; the reservations verify said exist
