@@ -895,9 +895,18 @@ func (r *Reconciler) settleByCount(ctx context.Context, ar *ActivityReport, a *c
 		// A bundle's units are its items' (red team rv16: counted under
 		// "*", a would-confirmed bundle's items in the shop's count read
 		// as orders verify denied, and a true 404 was alerted).
+		// Only one still pending after Status was read (review rv18: one
+		// confirmed meanwhile, its late answer or another instance's
+		// repair, is in Status already; counted twice, it explained away
+		// an order verify denied, and the report said would-release where
+		// a repair leaves it). Read after Status: a confirm in between
+		// leaves it out, which only makes the count look higher.
 		for _, f := range ar.Stale {
 			if f.Action == "would-confirm" {
 				if t, err := store.ParseToken(f.Token); err == nil {
+					if res, ok, err := r.st.Lookup(ctx, t, shards); err != nil || !ok || res.State != store.StatePending {
+						continue
+					}
 					for _, it := range r.unitsOf(ctx, t.SKU, store.Reservation{Token: t, Qty: f.Qty}, shards) {
 						confirmed[it.SKU] += it.Qty
 					}
