@@ -281,6 +281,12 @@ func TestRW15BuyersDuringARefusal(t *testing.T) {
 			if w := e2e.Buy(p.Addr, "rw15b", "early"); w.Code != "WIN" {
 				t.Fatalf("first buyer: %d %s", w.Status, w.Code)
 			}
+			// Its confirm runs after the answer (confirmAfter): refused by
+			// the refusal below it would be the retrier's one job, not a
+			// refused reserve's (a CI flake under load).
+			e2e.Eventually(t, 3*time.Second, "the first buyer's confirm lands", func() bool {
+				return p.SKUStatus(t, "rw15b").Confirmed == 1
+			})
 			lift := rw15Refuse(t, r, kind)
 			codes := make(chan string, 40)
 			for i := 0; i < 40; i++ {
