@@ -1,0 +1,224 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
+	"github.com/seckill-proxy/seckill-proxy/store"
+)
+
+// TestRV19StallMidWave: two instances on one Redis (redis.timeout 100 ms),
+// stock 50, per_user_limit 1, 500 buyers at once (half with an
+// X-Request-Id, repeated on the other instance when answered
+// STORE_UNAVAILABLE / PENDING / BUSY), and Redis stalled in the middle of
+// the wave: CLIENT PAUSE WRITE, SIGSTOP just over redis.timeout, SIGSTOP
+// past the client's ConnWriteTimeout (1 s: the connection is dropped and
+// re-dialled while its calls sit in Redis), DEBUG SLEEP while the winners'
+// confirms run. Afterwards (confirms waited for, retriers drained): no unit
+// held by a reservation no client was told of, every final WIN an order;
+// after one reconcile --repair: nothing pending, stock adds up, shop
+// orders == confirmed, nobody above the limit.
+func TestRV19StallMidWave(t *testing.T) {
+	if testing.Short() {
+		t.Skip("several seconds per fault")
+	}
+	for _, tc := range []struct {
+		name  string
+		at    time.Duration
+		fault func(t *testing.T, node *redistest.Server)
+	}{
+		{"pause write", 20 * time.Millisecond, func(t *testing.T, node *redistest.Server) {
+			_, _ = node.Do("CLIENT", "PAUSE", "600", "WRITE")
+			time.Sleep(600 * time.Millisecond)
+		}},
+		{"sigstop short", 20 * time.Millisecond, func(t *testing.T, node *redistest.Server) {
+			node.Pause(t)
+			time.Sleep(150 * time.Millisecond)
+			node.Resume(t)
+		}},
+		{"sigstop long", 20 * time.Millisecond, func(t *testing.T, node *redistest.Server) {
+			node.Pause(t)
+			time.Sleep(1300 * time.Millisecond)
+			node.Resume(t)
+		}},
+		{"sleep during confirms", 100 * time.Millisecond, func(t *testing.T, node *redistest.Server) {
+			_, _ = node.Do("DEBUG", "SLEEP", "0.5")
+			time.Sleep(100 * time.Millisecond)
+			_, _ = node.Do("DEBUG", "SLEEP", "0.3")
+		}},
+		{"pause all", 20 * time.Millisecond, func(t *testing.T, node *redistest.Server) {
+			_, _ = node.Do("CLIENT", "PAUSE", "800", "ALL")
+			time.Sleep(800 * time.Millisecond)
+		}},
+		{"sigstop long during confirms", 120 * time.Millisecond, func(t *testing.T, node *redistest.Server) {
+			node.Pause(t)
+			time.Sleep(1200 * time.Millisecond)
+			node.Resume(t)
+		}},
+	} {
+		for _, shards := range []int{1, 4} {
+			t.Run(fmt.Sprintf("%s/shards %d", tc.name, shards), func(t *testing.T) { rv19Wave(t, shards, tc.at, tc.fault) })
+		}
+	}
+}
+
+func rv19Wave(t *testing.T, shards int, at time.Duration, fault func(t *testing.T, node *redistest.Server)) {
+	const stock, limit, users = 50, 1, 500
+	const act = "rv19"
+	node := redistest.Start(t, "--enable-debug-command", "yes")
+	shop := ra12StartShop(t, 150*time.Millisecond)
+	o := Options{Redis: []string{node.Addr}, ShopURL: shop.URL, RedisTimeout: 100 * time.Millisecond,
+		UpstreamTimeout: 2 * time.Second,
+		Activities:      []Activity{{ID: act, Stock: stock, PerUserLimit: limit, Shards: shards, Pending: 10 * time.Second}}}
+	pa := StartProxy(t, o.Config(t))
+	pb := StartProxy(t, o.Config(t))
+	pa.Preheat(t, act)
+	pb.WaitPreheated(t, act)
+
+	var mu sync.Mutex
+	told := map[string]bool{}
+	codes := map[string]int{}
+	finals := make([]Resp, users)
+	var odd []string
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	deadline := time.Now().Add(6 * time.Second)
+	for j := 0; j < users+users/5; j++ {
+		i, second := j, false
+		if j >= users {
+			i, second = (j-users)*5, true // a second request of the same user, another request id
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			user, rid := fmt.Sprintf("w%d", i), ""
+			if i%2 == 0 || second {
+				rid = fmt.Sprintf("rid-%d-%v", i, second)
+			}
+			for n := 0; time.Now().Before(deadline); n++ {
+				if second {
+					n++
+				}
+				p := pa
+				if (i+n)%2 == 1 {
+					p = pb
+				}
+				r := ra12Buy(p.Addr, act, user, rid, 5*time.Second)
+				mu.Lock()
+				codes[fmt.Sprintf("%s/%d", r.Code, r.Status)]++
+				if tok := r.Token(); tok != "" {
+					told[tok] = true
+				}
+				if r.Err == nil && !ra12SpecCode(r) {
+					odd = append(odd, fmt.Sprintf("%s: %d %s", user, r.Status, r.Body))
+				}
+				if !second {
+					finals[i] = r
+				} else if r.Code == "WIN" || ra12Replay(r) {
+					finals[i] = r // either copy's win is the user's
+				}
+				mu.Unlock()
+				switch r.Code {
+				case "STORE_UNAVAILABLE", "PENDING", "BUSY":
+					time.Sleep(60 * time.Millisecond)
+					continue
+				}
+				if r.Err != nil {
+					continue
+				}
+				return
+			}
+		}()
+	}
+	faulted := make(chan struct{})
+	close(start)
+	go func() {
+		defer close(faulted)
+		time.Sleep(at)
+		fault(t, node)
+	}()
+	wg.Wait()
+	<-faulted
+	for _, p := range []*Proxy{pa, pb} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := p.Server.WaitConfirms(ctx); err != nil {
+			t.Fatalf("confirms: %v", err)
+		}
+		cancel()
+	}
+	Eventually(t, 10*time.Second, "retriers drained", func() bool {
+		return pa.Store.Retrier().Len() == 0 && pb.Store.Retrier().Len() == 0
+	})
+	t.Logf("answers: %v; confirm retries %v/%v", codes,
+		pa.Counter(pa.Metrics.Settlements, "confirm", "retry"), pb.Counter(pb.Metrics.Settlements, "confirm", "retry"))
+	if len(odd) > 0 {
+		t.Errorf("answers outside SPEC: %v", odd)
+	}
+	before := pa.SKUStatus(t, act)
+	toldField := map[string]bool{}
+	for tok := range told {
+		if tk, err := store.ParseToken(tok); err == nil {
+			toldField[tk.Field()] = true
+		}
+	}
+	states := rtAudit(t, node.Addr, act, stock, limit)
+	for field, st := range states {
+		if st != "x" && !toldField[field] {
+			t.Errorf("reservation %s is %s but no client was told its token (a STORE_UNAVAILABLE that holds)", field, st)
+		}
+	}
+	shop.mu.Lock()
+	orders := map[string]string{}
+	for k, v := range shop.orders {
+		orders[k] = v
+	}
+	shop.mu.Unlock()
+	wins := 0
+	for i, r := range finals {
+		if r.Code == "WIN" || ra12Replay(r) {
+			wins++
+			if _, ok := orders[r.Token()]; !ok {
+				t.Errorf("w%d told WIN with token %s: no order at the shop", i, r.Token())
+			}
+		}
+	}
+	a := pa.Activity(t, act)
+	ra12Reconcile(t, pa, act, time.Now().Add(a.PendingTimeout+time.Minute))
+	states = rtAudit(t, node.Addr, act, stock, limit)
+	confirmed := 0
+	for field, st := range states {
+		switch st {
+		case "c":
+			confirmed++
+		case "p", "q":
+			t.Errorf("%s still %s after the reconcile", field, st)
+		}
+	}
+	for tok := range orders {
+		tk, err := store.ParseToken(tok)
+		if err != nil {
+			t.Fatalf("order token %q: %v", tok, err)
+		}
+		if st := states[tk.Field()]; st != "c" {
+			t.Errorf("shop order %s for a reservation in state %q", tok, st)
+		}
+	}
+	n, perUser := shop.counts()
+	k := pa.SKUStatus(t, act)
+	t.Logf("final wins %d; before reconcile %+v; after %+v; shop orders %d (max per user %d), confirmed records %d",
+		wins, before, k, n, perUser, confirmed)
+	if !k.OK || k.Pending != 0 || k.Remaining+k.Confirmed != stock || k.InTransit != 0 || k.Confirmed != int64(n) || int64(confirmed) != k.Confirmed {
+		t.Errorf("after reconcile: %+v, shop orders %d, confirmed records %d", k, n, confirmed)
+	}
+	if perUser > limit || n > stock {
+		t.Errorf("shop: %d orders, %d of one user (limit %d)", n, perUser, limit)
+	}
+	if wins != n {
+		t.Logf("note: %d final wins, %d shop orders", wins, n)
+	}
+}
