@@ -18,7 +18,8 @@ import (
 // the wave: CLIENT PAUSE WRITE, SIGSTOP just over redis.timeout, SIGSTOP
 // past the client's ConnWriteTimeout (1 s: the connection is dropped and
 // re-dialled while its calls sit in Redis), DEBUG SLEEP while the winners'
-// confirms run. Afterwards (confirms waited for, retriers drained): no unit
+// confirms run, CLIENT PAUSE ALL, and a long SIGSTOP during the confirms;
+// each on 1 and 4 shards (steals in flight). Afterwards (confirms waited for, retriers drained): no unit
 // held by a reservation no client was told of, every final WIN an order;
 // after one reconcile --repair: nothing pending, stock adds up, shop
 // orders == confirmed, nobody above the limit.
