@@ -146,12 +146,9 @@ func (l *Limiter) allow(h uint64, now int64) (bool, time.Duration) {
 	// forgive the key the lag on every late request (red team rv16: twice
 	// the rate). Further behind, the host's clock stepped back, and the
 	// stripe's time follows it.
-	switch {
-	case now >= mu.hi:
-		mu.hi = now
-	case mu.hi-now <= limLag:
+	if now < mu.hi && mu.hi-now <= limLag {
 		now = mu.hi
-	default:
+	} else {
 		mu.hi = now
 	}
 	set := &l.sets[idx]

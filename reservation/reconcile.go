@@ -693,16 +693,14 @@ func (r *Reconciler) settle(ctx context.Context, a *config.Activity, shards int,
 				// Its units are denied too (countOverConfirmed): pending
 				// under its items' SKUs, they must not stand for the
 				// orders a count above confirmed may be.
-				if vt.bundleDenied == nil {
-					vt.bundleDenied = map[string]int64{}
-				}
 				for _, it := range r.unitsOf(ctx, store.BundleSKU, res, shards) {
-					vt.bundleDenied[it.SKU] += it.Qty
+					vt.deny(it.SKU, it.Qty)
 				}
 				return f, nil
 			}
 			f.Detail = detailAbsentByCount
 			vt.deferred = append(vt.deferred, deferredAbsent{res: res})
+			vt.deny(res.Token.SKU, res.Qty)
 			return f, nil
 		}
 	}
@@ -825,9 +823,9 @@ type verifyTrust struct {
 	// shop's count after the pass (settleByCount).
 	byCount  bool
 	deferred []deferredAbsent
-	// bundleDenied: units, by item SKU, of the bundles verify said absent
-	// in such a pass (left pending, not deferred).
-	bundleDenied map[string]int64
+	// denied: units, by SKU, verify said absent in such a pass: the
+	// deferred single buys, and the bundles' items (left pending).
+	denied map[string]int64
 	// existsChecked and existsProblem are the same for its word that an
 	// order exists, checked at the first "exists" (trustExists).
 	existsChecked bool
@@ -859,6 +857,14 @@ func (r *Reconciler) releaseAbsent(ctx context.Context, f *Finding, res store.Re
 type deferredAbsent struct {
 	res   store.Reservation
 	stale int // its finding's index in ActivityReport.Stale
+}
+
+// deny notes n units of sku that verify said absent (vt.denied).
+func (vt *verifyTrust) deny(sku string, n int64) {
+	if vt.denied == nil {
+		vt.denied = map[string]int64{}
+	}
+	vt.denied[sku] += n
 }
 
 const detailAbsentByCount = "verify.url said absent; no confirmed reservation to check it against: decided by count_url after the pass"
@@ -1003,13 +1009,7 @@ func (r *Reconciler) countOverConfirmed(ctx context.Context, ar *ActivityReport,
 	// A bundle verify said absent is denied too (review rv18: its pending
 	// units counted among the others hid a single buy's order verify
 	// denied, a wrong verify.url noted on every pass).
-	denied := map[string]int64{}
-	for sku, n := range vt.bundleDenied {
-		denied[sku] += n
-	}
-	for _, d := range vt.deferred {
-		denied[d.res.Token.SKU] += d.res.Qty
-	}
+	denied := vt.denied
 	st, err := r.st.Status(ctx, a)
 	if err != nil {
 		return err

@@ -168,3 +168,25 @@ func ra12SpecCode(r Resp) bool {
 func ra12Replay(r Resp) bool {
 	return r.Err == nil && r.Code == "" && r.Status/100 == 2 && r.Header["X-Seckill-Token"] != ""
 }
+
+// waitSettled waits for every proxy's confirms running after their answers
+// (at most 10 s), then for their retriers to drain (within drain).
+func waitSettled(t *testing.T, drain time.Duration, ps ...*Proxy) {
+	t.Helper()
+	for _, p := range ps {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := p.Server.WaitConfirms(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("confirms: %v", err)
+		}
+	}
+	Eventually(t, drain, "retriers drained", func() bool {
+		for _, p := range ps {
+			if p.Store.Retrier().Len() != 0 {
+				return false
+			}
+		}
+		return true
+	})
+}

@@ -308,16 +308,7 @@ func TestRedTeamFaultChaosSpike(t *testing.T) {
 	wg.Wait()
 	close(stop)
 	<-faults
-	for _, p := range []*Proxy{pa, pb} {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := p.Server.WaitConfirms(ctx); err != nil {
-			t.Fatalf("confirms: %v", err)
-		}
-		cancel()
-	}
-	Eventually(t, 8*time.Second, "retriers drained", func() bool {
-		return pa.Store.Retrier().Len() == 0 && pb.Store.Retrier().Len() == 0
-	})
+	waitSettled(t, 8*time.Second, pa, pb)
 	t.Logf("answers: %v", codes)
 
 	toldField := map[string]bool{}

@@ -245,16 +245,7 @@ func TestRT10CrashRedisRestartWithAOF(t *testing.T) {
 	}
 	wg.Wait()
 	<-faults
-	for _, p := range []*Proxy{pa, pb} {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := p.Server.WaitConfirms(ctx); err != nil {
-			t.Fatalf("confirms: %v", err)
-		}
-		cancel()
-	}
-	Eventually(t, 10*time.Second, "retriers drained", func() bool {
-		return pa.Store.Retrier().Len() == 0 && pb.Store.Retrier().Len() == 0
-	})
+	waitSettled(t, 10*time.Second, pa, pb)
 	t.Logf("answers: %v", codes)
 	a := pa.Activity(t, "rta")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -57,6 +58,36 @@ func unsettledBySKU(rep reservation.Report) map[string]int64 {
 	return got
 }
 
+// stuck fails the test unless r is a winner left pending: the shop's answer
+// lost (504 UPSTREAM_TIMEOUT).
+func stuck(t *testing.T, who string, r e2e.Resp) {
+	t.Helper()
+	if r.Code != "UPSTREAM_TIMEOUT" {
+		t.Fatalf("%s: %d %s, want UPSTREAM_TIMEOUT", who, r.Status, r.Body)
+	}
+}
+
+// runPass runs one reconcile pass over a at the time at; the report comes
+// with its JSON for failure messages.
+func runPass(t *testing.T, rec *reservation.Reconciler, a *config.Activity, repair bool, at time.Time) (reservation.Report, []byte) {
+	t.Helper()
+	rep, err := rec.Run(context.Background(), []*config.Activity{a}, repair, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := json.Marshal(rep)
+	return rep, js
+}
+
+// actionsOf is each stale finding's action by its user (the first activity).
+func actionsOf(rep reservation.Report) map[string]string {
+	out := map[string]string{}
+	for _, fd := range rep.Activities[0].Stale {
+		out[fd.User] = fd.Action
+	}
+	return out
+}
+
 // countSale is a sale whose verify.count_url counts the shop's orders
 // (countServer), preheated: SKU a, and b with a bundle route when bundle;
 // on the proxy's clock now when given.
@@ -96,25 +127,14 @@ func TestRV16CountReportOnlyKeepsUnsettledAndBundleUnits(t *testing.T) {
 	shop, p := bf.shop, bf.p
 	shop.AnswerAfterOrder("kept", http.StatusBadGateway) // the shop holds the bundle
 	shop.Answer("lost", http.StatusServiceUnavailable)   // it holds no order of a
-	if b := bf.bundle("rv16", "kept", itemsJSON("a:1", "b:2")); b.Code != "UPSTREAM_TIMEOUT" {
-		t.Fatalf("kept: %d %s", b.Status, b.Body)
-	}
-	if b := bf.single("rv16", "a", "lost"); b.Code != "UPSTREAM_TIMEOUT" {
-		t.Fatalf("lost: %d %s", b.Status, b.Body)
-	}
+	stuck(t, "kept", bf.bundle("rv16", "kept", itemsJSON("a:1", "b:2")))
+	stuck(t, "lost", bf.single("rv16", "a", "lost"))
 	a := p.Activity(t, "rv16")
 	at := time.Now().Add(a.PendingTimeout + time.Minute)
 	rec := reservation.NewReconciler(p.Store, metrics.New(), zap.NewNop())
 
-	rep, err := rec.Run(context.Background(), []*config.Activity{a}, false, at)
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, _ := json.Marshal(rep)
-	actions := map[string]string{}
-	for _, fd := range rep.Activities[0].Stale {
-		actions[fd.User] = fd.Action
-	}
+	rep, js := runPass(t, rec, a, false, at)
+	actions := actionsOf(rep)
 	if actions["kept"] != "would-confirm" || actions["lost"] != "would-release" {
 		t.Fatalf("report-only actions %v; report %s", actions, js)
 	}
@@ -128,14 +148,8 @@ func TestRV16CountReportOnlyKeepsUnsettledAndBundleUnits(t *testing.T) {
 		t.Fatalf("a report-only pass changed Redis: %+v", st)
 	}
 
-	rep, err = rec.Run(context.Background(), []*config.Activity{a}, true, at)
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, _ = json.Marshal(rep)
-	for _, fd := range rep.Activities[0].Stale {
-		actions[fd.User] = fd.Action
-	}
+	rep, js = runPass(t, rec, a, true, at)
+	maps.Copy(actions, actionsOf(rep))
 	if actions["kept"] != "confirmed" || actions["lost"] != "released" {
 		t.Fatalf("repair actions %v; report %s", actions, js)
 	}
@@ -158,17 +172,11 @@ func TestRV16CountBundleLeftUntilAConfirm(t *testing.T) {
 	bf := countSale(t, "rv16b", true, nil)
 	shop, p := bf.shop, bf.p
 	shop.Answer("u", http.StatusServiceUnavailable) // the shop holds no order
-	if b := bf.bundle("rv16b", "u", itemsJSON("a:1", "b:2")); b.Code != "UPSTREAM_TIMEOUT" {
-		t.Fatalf("u: %d %s", b.Status, b.Body)
-	}
+	stuck(t, "u", bf.bundle("rv16b", "u", itemsJSON("a:1", "b:2")))
 	a := p.Activity(t, "rv16b")
 	rec := reservation.NewReconciler(p.Store, metrics.New(), zap.NewNop())
 	at := time.Now().Add(a.PendingTimeout + time.Minute)
-	rep, err := rec.Run(context.Background(), []*config.Activity{a}, true, at)
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, _ := json.Marshal(rep)
+	rep, js := runPass(t, rec, a, true, at)
 	st := bf.stock(t, "rv16b")
 	got := unsettledBySKU(rep)
 	if st["a"].Pending != 1 || st["b"].Pending != 2 || got["a"] != 1 || got["b"] != 2 {
@@ -181,11 +189,7 @@ func TestRV16CountBundleLeftUntilAConfirm(t *testing.T) {
 	if b := bf.single("rv16b", "a", "v"); b.Code != "WIN" {
 		t.Fatalf("v: %d %s", b.Status, b.Body)
 	}
-	rep, err = rec.Run(context.Background(), []*config.Activity{a}, true, at)
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, _ = json.Marshal(rep)
+	rep, js = runPass(t, rec, a, true, at)
 	st = bf.stock(t, "rv16b")
 	if st["a"].Pending+st["b"].Pending != 0 || st["a"].Confirmed != 1 || st["b"].Remaining != 10 {
 		t.Fatalf("with v's confirm to check verify against, the bundle is released whole: %+v; report %s", st, js)

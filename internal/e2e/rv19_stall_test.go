@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -145,16 +144,7 @@ func rv19Wave(t *testing.T, shards int, at time.Duration, fault func(t *testing.
 	}()
 	wg.Wait()
 	<-faulted
-	for _, p := range []*Proxy{pa, pb} {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := p.Server.WaitConfirms(ctx); err != nil {
-			t.Fatalf("confirms: %v", err)
-		}
-		cancel()
-	}
-	Eventually(t, 10*time.Second, "retriers drained", func() bool {
-		return pa.Store.Retrier().Len() == 0 && pb.Store.Retrier().Len() == 0
-	})
+	waitSettled(t, 10*time.Second, pa, pb)
 	t.Logf("answers: %v; confirm retries %v/%v", codes,
 		pa.Counter(pa.Metrics.Settlements, "confirm", "retry"), pb.Counter(pb.Metrics.Settlements, "confirm", "retry"))
 	if len(odd) > 0 {
