@@ -61,6 +61,9 @@ type warmer struct {
 	mu    sync.Mutex                // one round at a time
 	round atomic.Pointer[warmRound] // nil between rounds
 	done  atomic.Int64              // rounds run
+	// started is set once RunWarmups' start-up round is over (run, cut
+	// short, or none to run): readiness waits for it (StartupWarmed).
+	started atomic.Bool
 }
 
 // warmRound is one warm-up's rendezvous: its requests, recognised by a
@@ -204,6 +207,15 @@ func (s *Server) Warm(addr string, n int) int {
 // Warmups reports how many warm-ups have run.
 func (s *Server) Warmups() int64 { return s.warm.done.Load() }
 
+// StartupWarmed reports whether RunWarmups' start-up round is over (or
+// there was none to run: warm_workers 0, no room for one). Until then the
+// round's connections, goroutines and stack growth take the CPU (~0.2 s
+// for 1,024): a buy taken meanwhile on a loaded host can wait behind them
+// for its Redis reply past redis.timeout (503 STORE_UNAVAILABLE with Redis
+// healthy; CI, the first buyer of a serve started mid-sale). serve's
+// /readyz says not ready until then, so a balancer sends no buys yet.
+func (s *Server) StartupWarmed() bool { return s.warm.started.Load() }
+
 // RunWarmups warms the listener's workers now and then warmLead before
 // each activity's start (the config in force; a reload is followed), until
 // ctx ends. addr is the address the listener is bound to.
@@ -212,6 +224,7 @@ func (s *Server) RunWarmups(ctx context.Context, addr string) {
 	if n := s.cur.Load().cfg.Server.WarmWorkers; n > 0 {
 		s.Warm(dial, n)
 	}
+	s.warm.started.Store(true)
 	warmed := map[string]time.Time{} // activity id -> the start warmed for
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()

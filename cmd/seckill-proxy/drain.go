@@ -14,7 +14,8 @@ import (
 	"github.com/seckill-proxy/seckill-proxy/proxy"
 )
 
-// readiness is /readyz: false once a graceful stop has begun, else
+// readiness is /readyz: false once a graceful stop has begun, until the
+// start-up warm-up is over, while the clock disagrees with Redis's, else
 // whether Redis answers.
 type readiness struct {
 	redis admin.Checker
@@ -25,6 +26,11 @@ type readiness struct {
 func (r readiness) Ping(ctx context.Context) error {
 	if r.srv.Draining() {
 		return admin.ErrDraining
+	}
+	// Buys sent while the start-up warm-up runs wait behind it for the
+	// CPU (proxy.Server.StartupWarmed): no buys before it is over.
+	if !r.srv.StartupWarmed() {
+		return admin.Unready("starting: the listener's workers are being made ready (server.warm_workers)")
 	}
 	if p := r.pipe.ClockProblem(); p != "" {
 		return admin.Unready("clock: " + p)

@@ -115,8 +115,15 @@ activities:
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	if code, body := readyz(); code != 200 {
-		t.Fatalf("readyz before the signal: %d %s", code, body)
+	// Ready once the start-up warm-up is over (a balancer waits for it).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		code, body := readyz()
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readyz before the signal: %d %s", code, body)
+		}
 	}
 
 	// The spike: 40 buyers at a time, each buy a new user on a new
