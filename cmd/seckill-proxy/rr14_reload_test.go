@@ -107,13 +107,21 @@ activities:
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	// Buyers come once /readyz says ready, as a balancer sends them: not
+	// while serve's start-up warm-up runs. Sent the moment the listener
+	// answered, CI once had the very first buyer answered 503
+	// STORE_UNAVAILABLE: on a loaded host the Redis replies of buys taken
+	// during the warm-up wait behind it for the CPU, past redis.timeout
+	// (TestRR14ReadyzWaitsForStartupWarmup).
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if resp, err := http.Get("http://" + listen + "/_seckill/time"); err == nil {
+		if resp, err := http.Get("http://" + adminAddr + "/readyz"); err == nil {
 			resp.Body.Close()
-			break
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("serve did not come up")
+			t.Fatalf("serve did not come up (ready)")
 		}
 	}
 
@@ -138,6 +146,7 @@ activities:
 		user, code, token string
 		status            int
 		err               error
+		took              time.Duration // from sent to answered
 	}
 	var mu sync.Mutex
 	var answers []ans
@@ -162,7 +171,9 @@ activities:
 					req.Header.Set("X-Request-Id", "r-"+user)
 				}
 				a := ans{user: user}
+				t0 := time.Now()
 				resp, err := hc.Do(req)
+				a.took = time.Since(t0)
 				if err != nil {
 					a.err = err
 				} else {
@@ -233,14 +244,10 @@ activities:
 			continue
 		case a.code == "" && a.token != "" && a.status == 200:
 			a.code = "WIN"
-		case a.code == "STORE_UNAVAILABLE":
-			// SPEC: Redis timed out (redis.timeout 1s), nothing held (the
-			// checks below see it). CI once gave it to the very first buyer,
-			// at start-up on a loaded machine; more than a stray one is not
-			// load but a fault, and fails below.
-			unexpected = true
 		case !ok[a.code]:
-			t.Errorf("%s: %d %q outside SPEC", a.user, a.status, a.code)
+			// How long it took tells a Redis timeout (≥ redis.timeout, 1s)
+			// from a fast failure.
+			t.Errorf("%s: %d %q outside SPEC (answered after %v)", a.user, a.status, a.code, a.took.Round(time.Millisecond))
 			unexpected = true
 		}
 		byCode[a.code]++
@@ -252,10 +259,7 @@ activities:
 		}
 	}
 	t.Logf("answers: %v", byCode)
-	if n := byCode["STORE_UNAVAILABLE"]; n > len(answers)/100 {
-		t.Errorf("%d of %d buyers answered STORE_UNAVAILABLE with Redis up", n, len(answers))
-	}
-	if unexpected { // what serve said about it (a CI flake once: one STORE_UNAVAILABLE)
+	if unexpected { // what serve said about it
 		for _, l := range strings.Split(out, "\n") {
 			if strings.Contains(l, `"level":"warn"`) || strings.Contains(l, `"level":"error"`) {
 				t.Log(l)
