@@ -38,12 +38,21 @@ type limParams struct {
 }
 
 func newLimParams(rate, burst float64) *limParams {
-	interval := int64(float64(time.Second) / rate)
-	if interval < 1 {
+	// Computed in float and capped before the conversions: a float beyond
+	// int64 converts to an arbitrary value (on amd64 the most negative),
+	// so a tiny rate (a fleet share of a small one) came out as one token
+	// per nanosecond, no limit at all, and a deep bucket as a burst of 1.
+	interval := min(float64(time.Second)/rate, maxLimDepth)
+	if !(interval >= 1) {
 		interval = 1
 	}
-	return &limParams{interval: interval, tau: max(int64(burst*float64(interval)), interval)}
+	tau := min(burst*interval, maxLimDepth)
+	return &limParams{interval: int64(interval), tau: max(int64(tau), int64(interval))}
 }
+
+// maxLimDepth caps a bucket's interval and depth (ns): about a century,
+// which is "never refills" to anyone, and keeps now + tau inside int64.
+const maxLimDepth = float64(100 * 365 * 24 * time.Hour)
 
 const (
 	limWays  = 8

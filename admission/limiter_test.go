@@ -235,3 +235,35 @@ func TestFloodThroughProxy(t *testing.T) {
 		t.Fatalf("heap grew %d MiB during the flood, want < %d MiB", grew>>20, heapBound>>20)
 	}
 }
+
+// A rate or burst whose interval or depth in ns leaves int64 must not wrap:
+// 1e-12 per second became one token per nanosecond (no limit), and a deep
+// bucket a burst of 1 (config fuzzing, FuzzLoad).
+func TestLimiterExtremeRates(t *testing.T) {
+	now := int64(1_800_000_000) * int64(time.Second)
+	for _, tt := range []struct {
+		name        string
+		rate, burst float64
+		allowed     int
+	}{
+		// One token a century: the bucket (capped at a century deep)
+		// holds one.
+		{"tiny rate", 1e-12, 2, 1},
+		{"tiny fleet share", 0.001 / 1e6, 1, 1},
+		{"deep bucket", 0.001, 1e9, 1000},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l := admission.NewLimiter(1, 1, 16)
+			l.SetRate(tt.rate, tt.burst)
+			got := 0
+			for i := 0; i < 1000; i++ {
+				if ok, _ := l.AllowString("k", now+int64(i)); ok {
+					got++
+				}
+			}
+			if got != tt.allowed {
+				t.Errorf("rate %g burst %g: %d of 1000 allowed at once, want %d", tt.rate, tt.burst, got, tt.allowed)
+			}
+		})
+	}
+}

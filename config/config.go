@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net/netip"
 	"os"
@@ -19,11 +20,36 @@ import (
 // problem, including an unreadable file, comes back as an *Errors listing
 // every problem found, each as FILE:LINE with FILE being path as given.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := readConfig(path)
 	if err != nil {
 		return nil, &Errors{List: []Error{{File: path, Msg: err.Error()}}}
 	}
 	return Parse(path, data)
+}
+
+// MaxConfigBytes bounds the config file Load reads. A real config is a few
+// kilobytes (one with tens of thousands of SKUs, a megabyte or two; the decoder stops at 200,000 values anyway); a path
+// given by mistake (a log, a disk image, /dev/zero, a FIFO nobody writes
+// the end of) must not be read into memory whole.
+const MaxConfigBytes = 4 << 20
+
+func readConfig(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.IsDir() {
+		return nil, errors.New("is a directory, not a config file")
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxConfigBytes {
+		return nil, fmt.Errorf("is larger than %d MiB: not a config file?", MaxConfigBytes>>20)
+	}
+	return data, nil
 }
 
 // Parse is Load without the file system: path is used only in messages and
@@ -40,6 +66,11 @@ func Parse(path string, data []byte) (*Config, error) {
 	if root != nil {
 		m.root = max(root.Line, 1)
 		d.value(root, reflect.ValueOf(c).Elem(), "", 0)
+	}
+	if d.exhausted() {
+		// What was decoded is cut short: validating it would add errors
+		// about what the file does say, further on.
+		return nil, fileErrors(path, d.errs)
 	}
 
 	c.setDefaults(m)

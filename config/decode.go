@@ -77,11 +77,38 @@ type decoder struct {
 	m      *meta
 	errs   []Error
 	budget int
+	// seen holds the errors reported so far: a node reached again through
+	// an alias would report its problems again, once per alias, and a few
+	// kilobytes of aliases would make millions of identical lines (and
+	// gigabytes of them). One FILE:LINE: message says it all.
+	seen map[Error]bool
+	// hints memoizes suggest by type and key, for the same reason.
+	hints map[hintKey]string
+}
+
+// maxHints bounds the unknown keys given a "did you mean" suggestion.
+const maxHints = 1000
+
+type hintKey struct {
+	t   reflect.Type
+	key string
 }
 
 func (d *decoder) errorf(line int, format string, args ...any) {
-	d.errs = append(d.errs, Error{Line: line, Msg: fmt.Sprintf(format, args...)})
+	e := Error{Line: line, Msg: fmt.Sprintf(format, args...)}
+	if d.seen == nil {
+		d.seen = make(map[Error]bool)
+	}
+	if d.seen[e] {
+		return
+	}
+	d.seen[e] = true
+	d.errs = append(d.errs, e)
 }
+
+// exhausted reports whether the node budget is spent: decoding has
+// stopped, and what was decoded is incomplete.
+func (d *decoder) exhausted() bool { return d.budget <= 0 }
 
 // resolve follows an alias to the node it names. Anchors cannot be put on
 // aliases, so one step is enough.
@@ -114,11 +141,21 @@ func kindName(n *yaml.Node) string {
 
 // spend charges one node against the budget; false means stop decoding.
 func (d *decoder) spend(n *yaml.Node) bool {
-	d.budget--
-	if d.budget == 0 {
-		d.errorf(n.Line, "document is too large or uses too many aliases")
+	return d.spendN(n, 1)
+}
+
+// spendN charges k nodes at once (a list's elements, before its slice is
+// allocated).
+func (d *decoder) spendN(n *yaml.Node, k int) bool {
+	if d.budget <= 0 {
+		return false
 	}
-	return d.budget > 0
+	d.budget -= k
+	if d.budget <= 0 {
+		d.errorf(n.Line, "document is too large or uses too many aliases (more than %d values)", nodeBudget)
+		return false
+	}
+	return true
 }
 
 // value decodes n into v, which must be addressable. path names the value in
@@ -167,6 +204,11 @@ func (d *decoder) mapping(n *yaml.Node, v reflect.Value, path string, depth int)
 	seen := make(map[string]int)
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, val := resolve(n.Content[i]), n.Content[i+1]
+		// Keys are charged too: unknown ones are never decoded, but each
+		// costs a message and a suggestion.
+		if !d.spend(k) {
+			return true
+		}
 		if k.Kind != yaml.ScalarNode {
 			d.errorf(k.Line, "%s: keys must be plain strings", describe(path))
 			continue
@@ -176,7 +218,7 @@ func (d *decoder) mapping(n *yaml.Node, v reflect.Value, path string, depth int)
 		}
 		idx, known := fields[k.Value]
 		if !known {
-			d.errorf(k.Line, "unknown key %q %s%s", k.Value, where(path), suggest(k.Value, v.Type()))
+			d.errorf(k.Line, "unknown key %q %s%s", k.Value, where(path), d.suggest(k.Value, v.Type()))
 			continue
 		}
 		if first, dup := seen[k.Value]; dup {
@@ -225,11 +267,20 @@ func (d *decoder) sequence(n *yaml.Node, v reflect.Value, path string, depth int
 		d.errorf(n.Line, "%s: want a list, got %s", describe(path), kindName(n))
 		return false
 	}
+	// The elements are charged before their slice is made: a list of a
+	// million entries must not allocate a million activities first.
+	if len(n.Content) > d.budget {
+		d.spendN(n, len(n.Content))
+		return false
+	}
 	// The slice gets its final length up front: meta keys are pointers into
 	// its backing array, which must not move after they are recorded.
 	s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
 	v.Set(s)
 	for i, e := range n.Content {
+		if d.exhausted() {
+			break
+		}
 		ev := s.Index(i)
 		re := resolve(e)
 		if re == nil {
@@ -251,6 +302,9 @@ func (d *decoder) stringMap(n *yaml.Node, v reflect.Value, path string) bool {
 	mp := v.Addr().Interface().(*map[string]string)
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, val := resolve(n.Content[i]), resolve(n.Content[i+1])
+		if !d.spend(k) {
+			return true
+		}
 		if k.Kind != yaml.ScalarNode {
 			d.errorf(k.Line, "%s: keys must be plain strings", describe(path))
 			continue
@@ -432,6 +486,27 @@ func where(path string) string {
 		return "at top level"
 	}
 	return "in " + path
+}
+
+// suggest is the package's suggest, memoized: aliases may bring the same
+// unknown key up many times.
+func (d *decoder) suggest(key string, t reflect.Type) string {
+	if d.hints == nil {
+		d.hints = make(map[hintKey]string)
+	}
+	hk := hintKey{t, key}
+	if h, ok := d.hints[hk]; ok {
+		return h
+	}
+	if len(d.hints) >= maxHints {
+		// Thousands of unknown keys are not typos (a wrong file, or a
+		// mapping pasted at the wrong level): the lines say enough, and
+		// each suggestion costs an edit distance to every known key.
+		return ""
+	}
+	h := suggest(key, t)
+	d.hints[hk] = h
+	return h
 }
 
 // suggest offers the closest known key for a typo, so "stok" points at

@@ -373,11 +373,13 @@ func (v *validator) activities(c *Config) {
 		if v.ok(&a.Queue.Workers) && (a.Queue.Workers < 1 || a.Queue.Workers > MaxQueueWorkers) {
 			v.errorf(v.m.line(&a.Queue.Workers, &a.Queue, a), "%s: queue.workers must be at least 1 and at most %d (each is a goroutine and a connection to the shop), got %d", name, MaxQueueWorkers, a.Queue.Workers)
 		}
-		if v.ok(&a.Queue.Rate) && a.Queue.Rate <= 0 {
-			v.errorf(v.m.line(&a.Queue.Rate, &a.Queue, a), "%s: queue.rate must be positive, got %g", name, a.Queue.Rate)
+		if v.ok(&a.Queue.Rate) {
+			v.rateValue(a.Queue.Rate, name+": queue.rate", &a.Queue.Rate, &a.Queue, a)
 		}
 		if v.ok(&a.Queue.MaxBacklog) && a.Queue.MaxBacklog <= 0 {
 			v.errorf(v.m.line(&a.Queue.MaxBacklog, &a.Queue, a), "%s: queue.max_backlog must be positive, got %d", name, a.Queue.MaxBacklog)
+		} else if v.ok(&a.Queue.MaxBacklog) && a.Queue.MaxBacklog > MaxQueueBacklog {
+			v.errorf(v.m.line(&a.Queue.MaxBacklog, &a.Queue, a), "%s: queue.max_backlog must be at most %d, got %d", name, MaxQueueBacklog, a.Queue.MaxBacklog)
 		}
 		if v.ok(&a.Queue.MaxRequestBytes) && (a.Queue.MaxRequestBytes < 1024 || a.Queue.MaxRequestBytes > 1<<20) {
 			v.errorf(v.m.line(&a.Queue.MaxRequestBytes, &a.Queue, a), "%s: queue.max_request_bytes must be 1024 to 1048576, got %d", name, a.Queue.MaxRequestBytes)
@@ -533,13 +535,39 @@ func (v *validator) skus(a *Activity, name string) {
 	}
 }
 
+// Bounds of every rate (tokens per second: limits, admission_rate,
+// queue.rate) and burst. Token buckets keep nanosecond times in int64:
+// below MinRate one token's interval, and a burst of them, leave that
+// range (1e-12 per second wrapped to one token per nanosecond: no limit
+// at all); above MaxRate a token is shorter than the clock's resolution.
+// No SKU holds more than maxStock units, so a larger burst lets nothing
+// more through.
+const (
+	MinRate  = 0.001
+	MaxRate  = 1e9
+	MaxBurst = maxStock
+)
+
 // rate checks a token bucket; parents are the fallbacks for the line.
 func (v *validator) rate(r *Rate, name string, parents ...any) {
-	if v.ok(&r.Rate) && r.Rate <= 0 {
-		v.errorf(v.m.line(append([]any{&r.Rate, r}, parents...)...), "%s.rate must be positive, got %g", name, r.Rate)
+	if v.ok(&r.Rate) {
+		v.rateValue(r.Rate, name+".rate", append([]any{&r.Rate, r}, parents...)...)
 	}
 	if v.ok(&r.Burst) && r.Burst < 1 {
 		v.errorf(v.m.line(append([]any{&r.Burst, r}, parents...)...), "%s.burst must be at least 1, got %d", name, r.Burst)
+	} else if v.ok(&r.Burst) && r.Burst > MaxBurst {
+		v.errorf(v.m.line(append([]any{&r.Burst, r}, parents...)...), "%s.burst must be at most %d, got %d", name, MaxBurst, r.Burst)
+	}
+}
+
+// rateValue checks a rate in tokens per second; at are the line's
+// candidates.
+func (v *validator) rateValue(rate float64, name string, at ...any) {
+	switch {
+	case rate <= 0:
+		v.errorf(v.m.line(at...), "%s must be positive, got %g", name, rate)
+	case rate < MinRate || rate > MaxRate:
+		v.errorf(v.m.line(at...), "%s must be between %g and %g per second, got %g", name, MinRate, MaxRate, rate)
 	}
 }
 

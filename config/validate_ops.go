@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"strings"
@@ -26,24 +27,55 @@ const KeyTTLReconcileMargin = 5 * time.Minute
 // spills into it, upstream.overflow: queue — once a full backlog has
 // drained at queue.rate too), and the reconciler needs a round or two
 // after that.
+//
+// It saturates at the longest Duration instead of wrapping negative (a
+// pending_timeout of 2562047h, or a backlog that drains in centuries,
+// made it negative and let any key_ttl_after_end through).
 func MinKeyTTLAfterEnd(c *Config, a *Activity) time.Duration {
-	least := a.PendingTimeout + KeyTTLReconcileMargin
+	least := float64(a.PendingTimeout) + float64(KeyTTLReconcileMargin)
 	if c.UsesQueue(a) && a.Queue.Rate > 0 {
-		least += time.Duration(float64(a.Queue.MaxBacklog) / a.Queue.Rate * float64(time.Second))
+		least += float64(a.Queue.MaxBacklog) / a.Queue.Rate * float64(time.Second)
 	}
-	return least
+	if math.IsNaN(least) || least >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(least)
 }
+
+// MaxQueueBacklog bounds queue.max_backlog: no activity's backlog can
+// exceed its stock (at most maxStock a SKU), and the bound is split over
+// shards and summed with counts in Redis.
+const MaxQueueBacklog = maxStock
 
 // keyTTL checks key_ttl_after_end against what the reconciler needs.
 func (v *validator) keyTTL(c *Config, a *Activity, name string) {
 	if !v.ok(&a.KeyTTLAfterEnd) || !v.ok(&a.PendingTimeout) || a.KeyTTLAfterEnd <= 0 || a.PendingTimeout <= 0 {
 		return // reported as not positive, or not decoded
 	}
-	if least := MinKeyTTLAfterEnd(c, a); a.KeyTTLAfterEnd < least {
+	q := &a.Queue
+	if c.UsesQueue(a) && (!v.ok(&q.Rate) || !v.ok(&q.MaxBacklog) || q.Rate < MinRate || q.Rate > MaxRate || q.MaxBacklog < 1 || q.MaxBacklog > MaxQueueBacklog) {
+		return // reported: the drain time is meaningless
+	}
+	if least := MinKeyTTLAfterEnd(c, a); least == math.MaxInt64 {
+		at := []any{&a.PendingTimeout, &a.KeyTTLAfterEnd, a}
+		if c.UsesQueue(a) && float64(a.PendingTimeout) < math.MaxInt64/2 {
+			at = []any{&q.MaxBacklog, &q.Rate, q, &a.KeyTTLAfterEnd, a}
+		}
+		v.errorf(v.m.line(at...),
+			"%s: pending_timeout (%s)%s is longer than any key_ttl_after_end can be (%s): shorten pending_timeout%s",
+			name, a.PendingTimeout, queueDrainNote(c, a), time.Duration(math.MaxInt64), queueDrainFix(c, a))
+	} else if a.KeyTTLAfterEnd < least {
 		v.errorf(v.m.line(&a.KeyTTLAfterEnd, &a.PendingTimeout, a),
 			"%s: key_ttl_after_end must be at least pending_timeout (%s) + %s (a background reconcile round, and a crashed reconciler's lease)%s = %s, got %s: the activity's keys, reservations and stock included, would expire before a reservation pending at the end may be settled",
 			name, a.PendingTimeout, KeyTTLReconcileMargin, queueDrainNote(c, a), least, a.KeyTTLAfterEnd)
 	}
+}
+
+func queueDrainFix(c *Config, a *Activity) string {
+	if c.UsesQueue(a) && a.Queue.Rate > 0 {
+		return ", lower queue.max_backlog or raise queue.rate"
+	}
+	return ""
 }
 
 func queueDrainNote(c *Config, a *Activity) string {

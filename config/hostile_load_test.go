@@ -1,0 +1,179 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// allocated runs f and returns the bytes it allocated.
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+func loadErrors(t *testing.T, err error) []Error {
+	t.Helper()
+	var es *Errors
+	if !errors.As(err, &es) {
+		t.Fatalf("error is %T, not *Errors: %v", err, err)
+	}
+	return es.List
+}
+
+// A 17 KB file whose aliases reach one mapping of 1000 unknown keys a
+// million times: each visit reported every key again, with an edit-distance
+// suggestion each. `validate` ran 31 s and died out of memory (2 GB in use)
+// before; the problems are 1000 distinct lines.
+func TestLoadAliasErrorBomb(t *testing.T) {
+	var keys, skus, acts []string
+	for i := range 1000 {
+		keys = append(keys, fmt.Sprintf("k%d: 1", i))
+		skus = append(skus, "*a")
+		acts = append(acts, "*c")
+	}
+	src := "upstream: {url: http://127.0.0.1:8081}\n" +
+		"x: &a {" + strings.Join(keys, ", ") + "}\n" +
+		"y: &b [" + strings.Join(skus, ", ") + "]\n" +
+		"z: &c {id: a1, skus: *b}\n" +
+		"activities: [" + strings.Join(acts, ", ") + "]\n"
+	var err error
+	mem := allocated(func() { _, err = Parse("bomb.yaml", []byte(src)) })
+	errs := loadErrors(t, err)
+	if len(errs) > 1100 {
+		t.Errorf("%d errors for 1000 unknown keys", len(errs))
+	}
+	if mem > 200<<20 {
+		t.Errorf("parsing a %d-byte file allocated %d MiB", len(src), mem>>20)
+	}
+	var tooLarge bool
+	for _, e := range errs {
+		tooLarge = tooLarge || strings.Contains(e.Msg, "too many aliases")
+	}
+	if !tooLarge {
+		t.Errorf("no \"too many aliases\" error in %d errors", len(errs))
+	}
+}
+
+// A list longer than the node budget was allocated whole before its
+// elements were charged: `activities: [1,1,...]` of 1 MB made half a
+// million Activity structs (930 MB, 5 s) and reported each as "want a
+// mapping" — 1.5 million lines. Now: one error, and no slice.
+func TestLoadLongList(t *testing.T) {
+	src := "activities: [" + strings.Repeat("1,", 300_000) + "1]\n"
+	var err error
+	mem := allocated(func() { _, err = Parse("long.yaml", []byte(src)) })
+	errs := loadErrors(t, err)
+	if len(errs) != 1 || errs[0].Line != 1 || !strings.Contains(errs[0].Msg, "document is too large") {
+		t.Errorf("errors = %v", errs[:min(len(errs), 3)])
+	}
+	// yaml.v3's own node tree is most of it (~100 bytes a node).
+	if mem > 150<<20 {
+		t.Errorf("parsing a %d-byte list allocated %d MiB", len(src), mem>>20)
+	}
+}
+
+// Every unknown key is reported; only the first maxHints get a "did you
+// mean" (each costs an edit distance to every known key: 100,000 keys took
+// 5 s).
+func TestLoadManyUnknownKeys(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("upstream: {url: http://127.0.0.1:8081}\n")
+	n := maxHints + 500
+	for i := range n {
+		fmt.Fprintf(&b, "listen%d: x\n", i)
+	}
+	_, err := Parse("keys.yaml", []byte(b.String()))
+	errs := loadErrors(t, err)
+	if len(errs) != n {
+		t.Fatalf("%d errors for %d unknown keys", len(errs), n)
+	}
+	if e := errs[0]; e.Line != 2 || !strings.Contains(e.Msg, `did you mean "listen"`) {
+		t.Errorf("first error %+v lacks its suggestion", e)
+	}
+	if e := errs[n-1]; e.Line != n+1 || strings.Contains(e.Msg, "did you mean") || !strings.Contains(e.Msg, `unknown key "listen`) {
+		t.Errorf("last error %+v", e)
+	}
+}
+
+// Load names the file in every problem with reading it, and never reads
+// more than MaxConfigBytes (a wrong -c, /dev/zero, a huge log).
+func TestLoadFileProblems(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.yaml")
+	if err := os.WriteFile(big, []byte("# "+strings.Repeat("x", MaxConfigBytes)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct{ path, want string }{
+		{dir, "is a directory"},
+		{filepath.Join(dir, "missing.yaml"), "no such file"},
+		{big, "is larger than 4 MiB"},
+	}
+	if _, err := os.Stat("/dev/zero"); err == nil {
+		cases = append(cases, struct{ path, want string }{"/dev/zero", "is larger than"})
+	}
+	for _, c := range cases {
+		_, err := Load(c.path)
+		if err == nil || !strings.HasPrefix(err.Error(), c.path+": ") || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Load(%s) = %v, want %q naming the file", c.path, err, c.want)
+		}
+	}
+}
+
+// Values whose derived durations left int64 loaded, and misbehaved at
+// serve time. Each is now a FILE:LINE error.
+func TestLoadOverflowingValues(t *testing.T) {
+	tests := []struct {
+		name, give string
+		line       int
+		want       string
+	}{
+		// pending_timeout + 5m wrapped negative: key_ttl_after_end 1h
+		// passed, the keys would expire long before the reservations.
+		{"pending_timeout near the max", "    pending_timeout: 2562047h45m\n    key_ttl_after_end: 1h\n", 8,
+			"pending_timeout (2562047h45m0s) is longer than any key_ttl_after_end can be"},
+		// (max_backlog + shards - 1) wrapped in the reserve script's
+		// per-shard bound: every queued buyer answered BUSY.
+		{"max_backlog near the max", "    mode: queue\n    queue: {max_backlog: 9223372036854775807}\n", 9,
+			"queue.max_backlog must be at most 1000000000"},
+		{"backlog drains in centuries", "    mode: queue\n    queue: {rate: 0.001, max_backlog: 1000000000}\n", 9,
+			"max_backlog / queue.rate is longer than any key_ttl_after_end can be"},
+		// workers/rate s and max_backlog/rate s: claim idle and key TTL
+		// wrapped; 1e-300 passed as positive.
+		{"queue rate tiny", "    mode: queue\n    queue: {rate: 1e-300}\n", 9, "queue.rate must be between 0.001 and 1e+09"},
+		{"queue rate huge", "    queue: {rate: 1e300}\n", 8, "queue.rate must be between 0.001 and 1e+09"},
+		// 1e-12 per second became one token per nanosecond in the
+		// limiter: no limit at all.
+		{"limit rate tiny", "limits: {per_ip: {rate: 1e-12}}\n", 8, "limits.per_ip.rate must be between 0.001 and 1e+09"},
+		{"admission burst huge", "    admission_rate: {burst: 9223372036854775807}\n", 8, "admission_rate.burst must be at most 1000000000"},
+		{"rate 1e400", "limits: {per_user: {rate: 1e400}}\n", 8, `limits.per_user.rate: want a number, got "1e400"`},
+		{"stock above 2^53", "    skus: [{id: s2, stock: 9007199254740993}]\n", 7, "stock must be between 0 and 1000000000"},
+	}
+	const head = "upstream:\n  url: http://127.0.0.1:8081\nactivities:\n  - id: a1\n    start: 2026-12-01T10:00:00+08:00\n    end: 2026-12-01T10:30:00+08:00\n    skus: [{id: s1, stock: 5}]\n"
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			give := head + tt.give
+			if strings.HasPrefix(tt.give, "    skus:") {
+				give = strings.Replace(head, "    skus: [{id: s1, stock: 5}]\n", tt.give, 1)
+			}
+			_, err := Parse("t.yaml", []byte(give))
+			want := fmt.Sprintf("t.yaml:%d: ", tt.line)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want %s...%s", err, want, tt.want)
+			}
+			for _, l := range strings.Split(err.Error(), "\n") {
+				if strings.Contains(l, tt.want) && !strings.HasPrefix(l, want) {
+					t.Errorf("%q is not at line %d", l, tt.line)
+				}
+			}
+		})
+	}
+}
