@@ -11,7 +11,9 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	yaml "go.yaml.in/yaml/v3"
 )
@@ -63,6 +65,7 @@ func Parse(path string, data []byte) (*Config, error) {
 	if err != nil {
 		return nil, fileErrors(path, []Error{*err})
 	}
+	lines := yamlLines(data)
 	if root != nil {
 		m.root = max(root.Line, 1)
 		d.value(root, reflect.ValueOf(c).Elem(), "", 0)
@@ -70,7 +73,7 @@ func Parse(path string, data []byte) (*Config, error) {
 	if d.exhausted() {
 		// What was decoded is cut short: validating it would add errors
 		// about what the file does say, further on.
-		return nil, fileErrors(path, d.errs)
+		return nil, fileErrors(path, lines.fix(d.errs))
 	}
 
 	c.setDefaults(m)
@@ -78,7 +81,7 @@ func Parse(path string, data []byte) (*Config, error) {
 	v.config(c)
 
 	if errs := append(d.errs, v.errs...); len(errs) > 0 {
-		return nil, fileErrors(path, errs)
+		return nil, fileErrors(path, lines.fix(errs))
 	}
 	c.PrepareShadows()
 	return c, nil
@@ -96,22 +99,27 @@ func parseYAML(data []byte) (*yaml.Node, *Error) {
 		if errors.Is(err, io.EOF) {
 			return nil, nil
 		}
+		if line, what := encodingProblem(data); line > 0 {
+			// yaml.v3's reader says what but not where ("yaml: invalid
+			// leading UTF-8 octet"): it came out at line 1.
+			return nil, &Error{Line: line, Msg: "YAML syntax: " + what}
+		}
 		if line := tabIndent(data); line > 0 {
 			// yaml.v3 names a tab in the indentation vaguely ("found
 			// character that cannot start any token") or a line early.
 			return nil, &Error{Line: line, Msg: "YAML syntax: a tab in the indentation; YAML indents with spaces only"}
 		}
-		return nil, syntaxError(err)
+		return nil, oddBreakNote(data, yamlLines(data).fix1(syntaxError(err)))
 	}
 	var extra yaml.Node
 	switch err := dec.Decode(&extra); {
 	case errors.Is(err, io.EOF):
 	case err != nil:
-		return nil, syntaxError(err)
+		return nil, oddBreakNote(data, yamlLines(data).fix1(syntaxError(err)))
 	default:
 		// A second document would be silently ignored by a plain Unmarshal;
 		// an operator who wrote one meant something by it.
-		return nil, &Error{Line: max(extra.Line, 1), Msg: "only one YAML document is allowed"}
+		return nil, yamlLines(data).fix1(&Error{Line: max(extra.Line, 1), Msg: "only one YAML document is allowed"})
 	}
 	if doc.Kind == yaml.DocumentNode {
 		if len(doc.Content) == 0 {
@@ -145,7 +153,114 @@ func syntaxError(err error) *Error {
 			return &Error{Line: line, Msg: "YAML syntax: " + sm[2]}
 		}
 	}
-	return &Error{Line: 1, Msg: "YAML syntax: " + msg}
+	return &Error{Line: 1, Msg: "YAML syntax: " + strings.TrimPrefix(msg, "yaml: ")}
+}
+
+// encodingProblem finds what yaml.v3's reader refuses, which its errors
+// do not place: the first byte that is not UTF-8, or the first character
+// YAML does not allow (C0 controls but tab, LF and CR; DEL; C1 controls
+// but NEL; U+FFFE, U+FFFF). It returns the file's line of it and what it
+// is, or 0. UTF-16 files (with a BOM) are left to yaml.v3.
+func encodingProblem(data []byte) (int, string) {
+	if bytes.HasPrefix(data, []byte{0xFE, 0xFF}) || bytes.HasPrefix(data, []byte{0xFF, 0xFE}) {
+		return 0, ""
+	}
+	line := 1
+	for i := 0; i < len(data); {
+		r, size := utf8.DecodeRune(data[i:])
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			return line, fmt.Sprintf("byte 0x%02X is not UTF-8 (the file must be UTF-8 text)", data[i])
+		case r == '\t' || r == '\n' || r == '\r' || r == 0x85:
+		case r < 0x20 || r == 0x7F || r >= 0x80 && r < 0xA0 || r == 0xFFFE || r == 0xFFFF:
+			return line, fmt.Sprintf("control character %U is not allowed in YAML", r)
+		}
+		if r == '\n' || r == '\r' && (i+1 == len(data) || data[i+1] != '\n') {
+			line++
+		}
+		i += size
+	}
+	return 0, ""
+}
+
+// lineMap maps yaml.v3's line numbers to the file's: yaml.v3 also breaks
+// lines at NEL (U+0085), LS (U+2028) and PS (U+2029), which editors, grep
+// and the operator's eyes do not, so one of them in a comment (pasted from
+// a web page) moved every line reported after it. (A lone CR breaks lines
+// for both; it counts as one.) lineMap[yamlLine] is the
+// file's line; nil when the two agree.
+type lineMap []int
+
+func yamlLines(data []byte) lineMap {
+	if oddBreak(data) == 0 {
+		return nil
+	}
+	m := lineMap{0, 1}
+	line := 1
+	for i := 0; i < len(data); i++ {
+		switch c := data[i]; {
+		case c == '\n':
+			line++
+			m = append(m, line)
+		case c == '\r' && (i+1 == len(data) || data[i+1] != '\n'):
+			line++ // a lone CR breaks lines in editors too
+			m = append(m, line)
+		case c == 0xC2 && i+1 < len(data) && data[i+1] == 0x85:
+			m = append(m, line)
+			i++
+		case c == 0xE2 && i+2 < len(data) && data[i+1] == 0x80 && (data[i+2] == 0xA8 || data[i+2] == 0xA9):
+			m = append(m, line)
+			i += 2
+		}
+	}
+	return m
+}
+
+func (m lineMap) line(l int) int {
+	if m == nil || l < 1 {
+		return l
+	}
+	if l >= len(m) {
+		return m[len(m)-1]
+	}
+	return m[l]
+}
+
+func (m lineMap) fix(list []Error) []Error {
+	for i := range list {
+		list[i].Line = m.line(list[i].Line)
+	}
+	return list
+}
+
+func (m lineMap) fix1(e *Error) *Error {
+	e.Line = m.line(e.Line)
+	return e
+}
+
+// oddBreak returns the file's line of its first line break that only YAML
+// sees (lineMap), or 0.
+func oddBreak(data []byte) int {
+	line := 1
+	for i := 0; i < len(data); i++ {
+		switch c := data[i]; {
+		case c == '\n', c == '\r' && (i+1 == len(data) || data[i+1] != '\n'):
+			line++
+		case c == 0xC2 && i+1 < len(data) && data[i+1] == 0x85,
+			c == 0xE2 && i+2 < len(data) && data[i+1] == 0x80 && (data[i+2] == 0xA8 || data[i+2] == 0xA9):
+			return line
+		}
+	}
+	return 0
+}
+
+// oddBreakNote adds to a syntax error that the file holds such a break:
+// the error itself is likely its doing (a comment's tail read as YAML).
+func oddBreakNote(data []byte, e *Error) *Error {
+	if l := oddBreak(data); l > 0 {
+		e.Msg += fmt.Sprintf(" (line %d holds a NEL, U+2028 or U+2029 character, which YAML reads as a line break)", l)
+	}
+	return e
 }
 
 func fileErrors(path string, list []Error) *Errors {

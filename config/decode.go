@@ -286,7 +286,9 @@ func (d *decoder) sequence(n *yaml.Node, v reflect.Value, path string, depth int
 		if re == nil {
 			continue
 		}
-		d.m.lines[ev.Addr().Interface()] = re.Line
+		// An alias's own line: where the list repeats the entry (a
+		// duplicate is reported there, not at the anchor's text).
+		d.m.lines[ev.Addr().Interface()] = e.Line
 		d.value(e, ev, elemPath(path, ev.Type(), i), depth)
 	}
 	return true

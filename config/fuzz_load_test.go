@@ -133,7 +133,9 @@ func checkErrorPositions(t *testing.T, file string, data []byte, err error) {
 	if !errors.As(err, &errs) || len(errs.List) == 0 {
 		t.Fatalf("error %T %v is not a non-empty *Errors", err, err)
 	}
-	lines := bytes.Count(data, []byte("\n")) + 1
+	// Lines as editors count them: LF, CRLF or a lone CR.
+	lines := bytes.Count(bytes.ReplaceAll(data, []byte("\r\n"), []byte("\n")), []byte("\n")) +
+		bytes.Count(bytes.ReplaceAll(data, []byte("\r\n"), []byte("\n")), []byte("\r")) + 1
 	for _, e := range errs.List {
 		if e.File != file || e.Line < 1 || e.Line > lines {
 			t.Fatalf("bad error position (file has %d lines): %+v", lines, e)

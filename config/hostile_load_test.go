@@ -177,3 +177,97 @@ func TestLoadOverflowingValues(t *testing.T) {
 		})
 	}
 }
+
+// An activity listed twice (a copy-paste, or the same anchor twice) is
+// one error at the second entry. It also came out as the activity's route
+// overlapping its own route, and, through an alias, at the anchor's line:
+// "t.yaml:4: id is already used at line 4".
+func TestLoadDuplicateActivityOneError(t *testing.T) {
+	const head = "upstream: {url: http://127.0.0.1:8081}\nactivities:\n"
+	act := "  - id: a1\n    start: 2026-12-01T10:00:00+08:00\n    end: 2026-12-01T10:30:00+08:00\n    skus: [{id: s1, stock: 5}]\n"
+	anchored := "  - &a\n    id: a1\n    start: 2026-12-01T10:00:00+08:00\n    end: 2026-12-01T10:30:00+08:00\n    skus: [{id: s1, stock: 5}]\n"
+	for _, tt := range []struct {
+		give string
+		line int
+		want string
+	}{
+		{head + act + act, 7, `activity "a1": id is already used at line 3`},
+		{head + anchored + "  - *a\n", 8, `activity "a1": id is already used at line 4`},
+		{head + "  - id: a1\n    start: 2026-12-01T10:00:00+08:00\n    end: 2026-12-01T10:30:00+08:00\n    skus:\n      - &s {id: s1, stock: 5}\n      - *s\n", 8,
+			`activity "a1": sku "s1" is already listed at line 7`},
+	} {
+		_, err := Parse("t.yaml", []byte(tt.give))
+		errs := loadErrors(t, err)
+		if len(errs) != 1 || errs[0].Line != tt.line || !strings.Contains(errs[0].Msg, tt.want) {
+			t.Errorf("errors = %v, want one at line %d: %s", errs, tt.line, tt.want)
+		}
+	}
+}
+
+// upstream.url is a base the request path is appended to. A query,
+// fragment or user info loaded and was dropped in sync mode while queue
+// mode appended to the text as written: "http://shop/base?x=1" sent queued
+// buys to /base with their path in the query, "#" cut their path off.
+func TestLoadUpstreamBaseURL(t *testing.T) {
+	for _, tt := range []struct{ url, want string }{
+		{"http://127.0.0.1:8081/base?x=1", "without a query or fragment"},
+		{"http://127.0.0.1:8081/base?", "without a query or fragment"},
+		{"http://127.0.0.1:8081/#top", "without a query or fragment"},
+		{"http://user:pw@127.0.0.1:8081", "must not hold user info"},
+		{"http://127.0.0.1:8081/a b", "must be written as sent"},
+		{"http://127.0.0.1:8081/base/", ""},
+		{"https://shop.example", ""},
+	} {
+		src := "upstream:\n  url: \"" + tt.url + "\"\n"
+		_, err := Parse("t.yaml", []byte(src))
+		var got string
+		for _, e := range loadErrorsOrNil(t, err) {
+			if strings.HasPrefix(e.Msg, "upstream.url") {
+				got = e.Error()
+			}
+		}
+		switch {
+		case tt.want == "" && got != "":
+			t.Errorf("%s: %s", tt.url, got)
+		case tt.want != "" && (!strings.HasPrefix(got, "t.yaml:2: ") || !strings.Contains(got, tt.want)):
+			t.Errorf("%s: got %q, want t.yaml:2: ...%s", tt.url, got, tt.want)
+		}
+	}
+}
+
+func loadErrorsOrNil(t *testing.T, err error) []Error {
+	if err == nil {
+		return nil
+	}
+	return loadErrors(t, err)
+}
+
+// Where the bytes are wrong, the error says so at their line: yaml.v3's
+// reader errors carry no line ("yaml: invalid leading UTF-8 octet") and
+// came out at line 1; a NEL, U+2028 or U+2029 (a paste from a web page)
+// is a line break to yaml.v3 only, and moved every line after it.
+func TestLoadEncodingLines(t *testing.T) {
+	const head = "upstream:\n  url: http://127.0.0.1:8081\n# a comment\n"
+	for _, tt := range []struct {
+		name, give string
+		line       int
+		want       string
+	}{
+		{"invalid UTF-8", head + "messages:\n  SOLD_OUT: \"x\xffy\"\n", 5, "byte 0xFF is not UTF-8"},
+		{"Latin-1 file", head + "messages:\n  SOLD_OUT: \"caf\xe9\"\n", 5, "byte 0xE9 is not UTF-8"},
+		{"NUL", head + "listen: \":80\x0080\"\n", 4, "control character U+0000 is not allowed"},
+		{"C1 control", head + "listen: \"\u0090\"\n", 4, "control character U+0090 is not allowed"},
+		{"LS in a comment", "# note\u2028\nupstream:\n  url: http://127.0.0.1:8081\nlisten: bad\n", 4, `listen: want host:port, got "bad"`},
+		{"NEL in a value", "upstream:\n  url: http://127.0.0.1:8081\nmessages:\n  SOLD_OUT: \"a\u0085b\"\nlisten: bad\n", 5, `listen: want host:port, got "bad"`},
+		{"LS breaking the syntax", "# note\u2028 more\nupstream:\n  url: http://127.0.0.1:8081\n", 2, "line 1 holds a NEL, U+2028 or U+2029"},
+		{"CR-only file", "upstream:\r  url: http://127.0.0.1:8081\rlisten: bad\r", 3, `listen: want host:port, got "bad"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("t.yaml", []byte(tt.give))
+			errs := loadErrorsOrNil(t, err)
+			if len(errs) != 1 || errs[0].Line != tt.line || !strings.Contains(errs[0].Msg, tt.want) {
+				t.Errorf("errors = %v, want t.yaml:%d: ...%s", errs, tt.line, tt.want)
+			}
+		})
+	}
+}

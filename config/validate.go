@@ -92,6 +92,16 @@ func (v *validator) errorf(line int, format string, args ...any) {
 	v.errs = append(v.errs, Error{Line: line, Msg: fmt.Sprintf(format, args...)})
 }
 
+// dupLine is where to report a repeated value found at line, first seen at
+// first: line, unless that is first itself (the list repeats the entry
+// through an alias, *a): then the list entry's own line, the alias.
+func (v *validator) dupLine(line, first int, elem any) int {
+	if line == first {
+		return v.m.line(elem)
+	}
+	return line
+}
+
 // ok reports whether p holds a usable value: defaulted or decoded. Fields that
 // failed to decode were already reported.
 func (v *validator) ok(p any) bool { return !v.m.failed(p) }
@@ -152,6 +162,8 @@ func (v *validator) upstream(c *Config) {
 		v.errorf(v.m.line(&c.Upstream), "upstream.url is required")
 	case v.ok(&u.URL):
 		if msg := httpURL(u.URL); msg != "" {
+			v.errorf(v.m.line(&u.URL), "upstream.url %s", msg)
+		} else if msg := baseURL(u.URL); msg != "" {
 			v.errorf(v.m.line(&u.URL), "upstream.url %s", msg)
 		}
 	}
@@ -343,7 +355,7 @@ func (v *validator) activities(c *Config) {
 			v.errorf(at(&a.ID), "%s: id must match [A-Za-z0-9_-]{1,64}", name)
 		default:
 			if first, dup := ids[a.ID]; dup {
-				v.errorf(at(&a.ID), "%s: id is already used at line %d", name, first)
+				v.errorf(v.dupLine(at(&a.ID), first, a), "%s: id is already used at line %d", name, first)
 			} else {
 				ids[a.ID] = at(&a.ID)
 			}
@@ -522,7 +534,7 @@ func (v *validator) skus(a *Activity, name string) {
 			v.errorf(at(&s.ID), "%s: sku id %q must match [A-Za-z0-9_-]{1,64}", name, s.ID)
 		default:
 			if first, dup := ids[s.ID]; dup {
-				v.errorf(at(&s.ID), "%s: sku %q is already listed at line %d", name, s.ID, first)
+				v.errorf(v.dupLine(at(&s.ID), first, s), "%s: sku %q is already listed at line %d", name, s.ID, first)
 			} else {
 				ids[s.ID] = at(&s.ID)
 			}
@@ -773,7 +785,7 @@ func (v *validator) signingKeys(u *Upstream) {
 			v.errorf(at(&k.ID), "upstream.signing_keys: key id %q must match [A-Za-z0-9._-]{1,32}", k.ID)
 		default:
 			if first, dup := ids[k.ID]; dup {
-				v.errorf(at(&k.ID), "upstream.signing_keys: key id %q is already listed at line %d", k.ID, first)
+				v.errorf(v.dupLine(at(&k.ID), first, k), "upstream.signing_keys: key id %q is already listed at line %d", k.ID, first)
 			} else {
 				ids[k.ID] = at(&k.ID)
 			}
@@ -785,7 +797,7 @@ func (v *validator) signingKeys(u *Upstream) {
 			v.errorf(at(&k.SecretEnv), "upstream.signing_keys: key %q: secret_env %q is not a valid environment variable name", k.ID, k.SecretEnv)
 		default:
 			if first, dup := envs[k.SecretEnv]; dup {
-				v.errorf(at(&k.SecretEnv), "upstream.signing_keys: key %q: secret_env %s is already used at line %d (each key needs its own secret)", k.ID, k.SecretEnv, first)
+				v.errorf(v.dupLine(at(&k.SecretEnv), first, k), "upstream.signing_keys: key %q: secret_env %s is already used at line %d (each key needs its own secret)", k.ID, k.SecretEnv, first)
 			} else {
 				envs[k.SecretEnv] = at(&k.SecretEnv)
 			}
@@ -814,6 +826,27 @@ func httpURL(s string) string {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
 			return fmt.Sprintf("has a port that is not a number from 1 to 65535: %q", s)
 		}
+	}
+	return ""
+}
+
+// baseURL returns why the http(s) URL s cannot be the shop's base
+// (http(s)://host:port[/base]), or "". Requests are sent to it with their
+// own path appended: sync mode keeps only its path (a query, fragment or
+// user info was silently dropped) while queue mode appended to the text
+// as written, so "http://shop/base?x=1" sent queued buys to /base with
+// the buy's path in the query, and a "#" cut the buy's path off.
+func baseURL(s string) string {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return ""
+	case u.RawQuery != "" || u.ForceQuery || strings.Contains(s, "#"):
+		return fmt.Sprintf("must be http(s)://host:port[/base], without a query or fragment (each request's own path and query are appended), got %q", s)
+	case u.User != nil:
+		return fmt.Sprintf("must not hold user info (user:password@): the proxy does not send it; got %q", s)
+	case u.RawPath != "" || u.EscapedPath() != u.Path:
+		return fmt.Sprintf("base path %q must be written as sent, with no characters to escape", u.Path)
 	}
 	return ""
 }

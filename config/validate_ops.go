@@ -236,11 +236,16 @@ func (v *validator) buyRoutes(c *Config) []buyRoute {
 		}
 		out = append(out, buyRoute{act: a, what: what, method: method, path: path, segs: segs, line: v.m.line(parents...)})
 	}
+	ids := map[string]bool{}
 	for i := range c.Activities {
 		a := &c.Activities[i]
-		if v.m.failed(a) || !idPattern.MatchString(a.ID) {
+		if v.m.failed(a) || !idPattern.MatchString(a.ID) || ids[a.ID] {
+			// A repeated id is reported as such; its routes "overlapping"
+			// the first's would be the same error told twice, confusingly
+			// as one activity overlapping itself.
 			continue
 		}
+		ids[a.ID] = true
 		// Routes whose {sku} does not fit sku_from are reported already.
 		r := &a.Route
 		if v.ok(&r.Method) && v.ok(&r.SkuFrom) && (r.SkuFrom == "path") == hasSegment(r.Path, "{sku}") {
