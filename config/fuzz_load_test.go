@@ -3,10 +3,12 @@ package config
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -103,6 +105,14 @@ func FuzzLoad(f *testing.F) {
 		if err := os.WriteFile(path, data, 0o600); err != nil {
 			t.Fatal(err)
 		}
+		// No hang: a worker stuck on one input shows no progress, only
+		// "hung while minimizing"; this names the input and where it is
+		// stuck (the panic, from another goroutine, prints every stack).
+		watchdog := time.AfterFunc(fuzzHang, func() {
+			debug.SetTraceback("all")
+			panic(fmt.Sprintf("Load of %d bytes still running after %s: %q", len(data), fuzzHang, data))
+		})
+		defer watchdog.Stop()
 		cfg, err := Load(path)
 		if (cfg == nil) == (err == nil) {
 			t.Fatalf("Load must return exactly one of config and error: %v %v", cfg, err)
@@ -123,6 +133,10 @@ func FuzzLoad(f *testing.F) {
 		}
 	})
 }
+
+// fuzzHang is how long one Load of at most 64 KiB may take, generously
+// (the fuzzer runs niced on a busy machine; a Load takes milliseconds).
+const fuzzHang = 30 * time.Second
 
 // checkErrorPositions asserts that err is a non-empty *Errors whose every
 // entry names file and a line of data, and prints as one FILE:LINE:
