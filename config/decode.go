@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +21,10 @@ const (
 )
 
 var (
+	// envRef is a shell or Compose variable reference: ${NAME}, ${NAME:-x}
+	// anywhere, or a value that is just $NAME.
+	envRef = regexp.MustCompile(`\$\{[A-Za-z_][A-Za-z0-9_]*(?:[:?+-][^}]*)?\}|^\$[A-Za-z_][A-Za-z0-9_]*$`)
+
 	durationType = reflect.TypeFor[time.Duration]()
 	timeType     = reflect.TypeFor[time.Time]()
 )
@@ -336,6 +341,13 @@ func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) bool {
 	switch v.Kind() {
 	case reflect.String:
 		// Any scalar is text: `id: 30021` means the SKU "30021", not a number.
+		if envRef.MatchString(n.Value) {
+			// Compose files and shells expand these; this file is read
+			// as written, and "${JWT_ISSUER}" as an issuer validated and
+			// then refused every buyer's token.
+			d.errorf(n.Line, "%s: %q reads like an environment variable, but the config is not expanded; write the value itself (secrets go in the *_env fields, which name the variable)", describe(path), n.Value)
+			return false
+		}
 		if tag != "!!null" {
 			v.SetString(n.Value)
 		}

@@ -296,3 +296,53 @@ func TestLoadManyActivitiesQuickly(t *testing.T) {
 		t.Errorf("errors = %v", errs)
 	}
 }
+
+// The config is not expanded: an operator used to Compose files who wrote
+// ${JWT_ISSUER} got a config that validated and refused every token at
+// serve time (likewise a Redis username, a Sentinel master set). Such a
+// value is an error at its line; *_env fields name variables instead.
+func TestLoadEnvReferences(t *testing.T) {
+	const head = "upstream:\n  url: http://127.0.0.1:8081\n"
+	for _, tt := range []struct {
+		give string
+		line int
+	}{
+		{head + "redis:\n  username: ${REDIS_USER}\n", 4},
+		{head + "redis:\n  sentinel: {master_set: \"${MASTER:-mymaster}\", addrs: [\"127.0.0.1:26379\"]}\n", 4},
+		{head + "identity:\n  user:\n    jwt: {hmac_secret_env: K, issuer: $JWT_ISSUER, audience: shop}\n", 5},
+		{head + "trusted_proxies: [\"${LB_CIDR}\"]\n", 3},
+	} {
+		_, err := Parse("t.yaml", []byte(tt.give))
+		errs := loadErrorsOrNil(t, err)
+		if len(errs) != 1 || errs[0].Line != tt.line || !strings.Contains(errs[0].Msg, "reads like an environment variable, but the config is not expanded") {
+			t.Errorf("%q: errors = %v, want one at line %d", tt.give, errs, tt.line)
+		}
+	}
+	// Text that merely holds a $ is text.
+	if _, err := Parse("t.yaml", []byte(head+"messages: {SOLD_OUT: \"${PRICE} is gone\"}\nredis: {key_prefix: \"sk$1\"}\n")); err != nil {
+		t.Errorf("messages and other $ text: %v", err)
+	}
+}
+
+// A list element of the wrong type is one error: the list checks after
+// decoding also read it, as "", and said so again ('trusted_proxies: ""
+// is neither a CIDR nor an IP address').
+func TestLoadBadListElementOnce(t *testing.T) {
+	for _, give := range []string{
+		"trusted_proxies: [[1]]\n",
+		"upstream: {release_statuses: [{a: 1}]}\n",
+		"identity: {user: {jwt: {hmac_secret_env: K, issuer: i, audience: a, algorithms: [[HS256]]}}}\n",
+		"activities: [{id: a1, start: 2026-12-01T10:00:00Z, end: 2026-12-02T10:00:00Z, skus: [{id: s, stock: 1}], route: {pass_methods: [[GET]]}}]\n",
+	} {
+		if !strings.HasPrefix(give, "upstream:") {
+			give = "upstream: {url: \"http://127.0.0.1:8081\"}\n" + give
+		} else {
+			give = strings.Replace(give, "upstream: {", "upstream: {url: \"http://127.0.0.1:8081\", ", 1)
+		}
+		_, err := Parse("t.yaml", []byte(give))
+		errs := loadErrorsOrNil(t, err)
+		if len(errs) != 1 || !strings.Contains(errs[0].Msg, "want a single value") {
+			t.Errorf("%q: errors = %v", give, errs)
+		}
+	}
+}

@@ -123,7 +123,7 @@ func (v *validator) config(c *Config) {
 		v.errorf(v.m.line(&c.Reconcile.ExceptionsMax, &c.Reconcile), "reconcile.exceptions_max must be between %d and %d entries, got %d", MinExceptionsMax, MaxExceptionsMax, n)
 	}
 	for i, s := range c.TrustedProxies {
-		if _, ok := parsePrefix(s); !ok {
+		if _, ok := parsePrefix(s); !ok && v.ok(&c.TrustedProxies[i]) {
 			v.errorf(v.m.line(&c.TrustedProxies[i], &c.TrustedProxies), "trusted_proxies: %q is neither a CIDR nor an IP address", s)
 		}
 	}
@@ -189,7 +189,7 @@ func (v *validator) upstream(c *Config) {
 		v.errorf(v.m.line(&u.ReplayMaxBytes, &c.Upstream), "upstream.replay_max_bytes must be between 0 and %d, got %d", maxReplayBytes, u.ReplayMaxBytes)
 	}
 	for i, st := range u.ReleaseStatuses {
-		if !releaseStatus.MatchString(st) {
+		if !releaseStatus.MatchString(st) && v.ok(&u.ReleaseStatuses[i]) {
 			v.errorf(v.m.line(&u.ReleaseStatuses[i], &u.ReleaseStatuses, &c.Upstream),
 				"upstream.release_statuses: %q is neither a class like \"4xx\" nor a status like \"409\" (1xx, 3xx, 4xx or 5xx: a 2xx confirms)", st)
 		}
@@ -460,6 +460,7 @@ func (v *validator) route(a *Activity, name string) {
 	for i, m := range r.PassMethods {
 		at := func() int { return v.m.line(&r.PassMethods[i], &r.PassMethods, r, a) }
 		switch {
+		case !v.ok(&r.PassMethods[i]):
 		case !slices.Contains(passMethods, m):
 			v.errorf(at(), "%s: route.pass_methods: %q is not one of %s", name, m, strings.Join(passMethods, " "))
 		case m == r.Method:
@@ -714,6 +715,7 @@ func (v *validator) jwt(j *JWT, parent any) {
 		line := v.m.line(&j.Algorithms[i], &j.Algorithms, j, parent)
 		hs := strings.HasPrefix(alg, "HS")
 		switch {
+		case !v.ok(&j.Algorithms[i]):
 		case strings.EqualFold(alg, "none"):
 			v.errorf(line, "%s: algorithm %q is refused: an unsigned token proves nothing", name, alg)
 		case !jwtAlgorithms[alg]:
