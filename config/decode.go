@@ -5,6 +5,7 @@ import (
 	"math"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -355,7 +356,7 @@ func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) bool {
 	case reflect.Bool:
 		var b bool
 		if tag != "!!bool" || n.Decode(&b) != nil {
-			d.errorf(n.Line, "%s: want true or false, got %q", describe(path), n.Value)
+			d.errorf(n.Line, "%s: want true or false, got %s", describe(path), gotScalar(n, "!!bool"))
 			return false
 		}
 		v.SetBool(b)
@@ -363,7 +364,7 @@ func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) bool {
 	case reflect.Int, reflect.Int64:
 		i, ok := integer(n, tag)
 		if !ok || v.OverflowInt(i) {
-			d.errorf(n.Line, "%s: want a whole number, got %q", describe(path), n.Value)
+			d.errorf(n.Line, "%s: want a whole number, got %s", describe(path), gotScalar(n, "!!int"))
 			return false
 		}
 		v.SetInt(i)
@@ -378,7 +379,7 @@ func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) bool {
 			}
 		}
 		if (tag != "!!int" && tag != "!!float") || err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-			d.errorf(n.Line, "%s: want a number, got %q", describe(path), n.Value)
+			d.errorf(n.Line, "%s: want a number, got %s", describe(path), gotScalar(n, "!!int", "!!float"))
 			return false
 		}
 		v.SetFloat(f)
@@ -389,6 +390,24 @@ func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) bool {
 		d.errorf(n.Line, "%s: unsupported field type %s", describe(path), v.Type())
 		return false
 	}
+}
+
+// gotScalar shows a scalar that is not the number or boolean wanted, and
+// why when it would be one without its quotes or tag: `stock: "5"` said
+// `got "5"`, which reads as no error at all. wants are the YAML tags that
+// would do.
+func gotScalar(n *yaml.Node, wants ...string) string {
+	plain := (&yaml.Node{Kind: yaml.ScalarNode, Value: n.Value}).ShortTag()
+	if !slices.Contains(wants, plain) {
+		return fmt.Sprintf("%q", n.Value)
+	}
+	switch {
+	case n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0:
+		return fmt.Sprintf("%q in quotes, which make it a string; write it without them", n.Value)
+	case n.Style&yaml.TaggedStyle != 0:
+		return fmt.Sprintf("%q tagged %s; drop the tag", n.Value, n.Tag)
+	}
+	return fmt.Sprintf("%q", n.Value)
 }
 
 // integer accepts YAML ints and floats with no fraction, so `stock: 1e6`

@@ -346,3 +346,30 @@ func TestLoadBadListElementOnce(t *testing.T) {
 		}
 	}
 }
+
+// A number or boolean in quotes (or tagged !!str) is a string: the error
+// said `want a whole number, got "5"`, which reads as no error at all. It
+// now says why.
+func TestLoadQuotedScalars(t *testing.T) {
+	const head = "upstream: {url: \"http://127.0.0.1:8081\"}\n"
+	for _, tt := range []struct{ give, want string }{
+		{"watch: \"true\"\n", `t.yaml:2: watch: want true or false, got "true" in quotes, which make it a string; write it without them`},
+		{"limits: {per_ip: {rate: '5'}}\n", `t.yaml:2: limits.per_ip.rate: want a number, got "5" in quotes`},
+		{"reconcile: {exceptions_max: !!str 500}\n", `t.yaml:2: reconcile.exceptions_max: want a whole number, got "500" tagged !!str; drop the tag`},
+		{"reconcile: {exceptions_max: \"many\"}\n", `t.yaml:2: reconcile.exceptions_max: want a whole number, got "many"`},
+	} {
+		_, err := Parse("t.yaml", []byte(head+tt.give))
+		if err == nil || err.Error() != tt.want && !strings.HasPrefix(err.Error(), tt.want) {
+			t.Errorf("%q: err = %v, want %s", tt.give, err, tt.want)
+		}
+		if strings.HasSuffix(tt.want, `"many"`) && err != nil && err.Error() != tt.want {
+			t.Errorf("%q: err = %v, want exactly %s", tt.give, err, tt.want)
+		}
+	}
+	for _, give := range []string{"", "# just a comment\n"} {
+		_, err := Parse("t.yaml", []byte(give))
+		if err == nil || err.Error() != "t.yaml:1: upstream.url is required" {
+			t.Errorf("%q: err = %v, want only t.yaml:1: upstream.url is required", give, err)
+		}
+	}
+}
