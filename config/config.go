@@ -264,11 +264,20 @@ func oddBreakNote(data []byte, e *Error) *Error {
 }
 
 func fileErrors(path string, list []Error) *Errors {
-	for i := range list {
-		list[i].File = path
+	// The same problem at the same line is said once: aliases bring one
+	// node up many times (activities: [*a, *a, ...] made 10,000 identical
+	// "shards must be between 1 and 1024" lines).
+	seen := make(map[Error]bool, len(list))
+	out := list[:0]
+	for _, e := range list {
+		e.File = path
+		if !seen[e] {
+			seen[e] = true
+			out = append(out, e)
+		}
 	}
-	sort.SliceStable(list, func(i, j int) bool { return list[i].Line < list[j].Line })
-	return &Errors{List: list}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Line < out[j].Line })
+	return &Errors{List: out}
 }
 
 // Activity returns the activity with the given id, or nil: an id in a URL or

@@ -373,3 +373,14 @@ func TestLoadQuotedScalars(t *testing.T) {
 		}
 	}
 }
+
+// One activity listed 10,000 times through an alias on one line: each
+// copy's problems were reported again, 20,000 lines for two problems.
+func TestLoadAliasedActivitiesOnce(t *testing.T) {
+	src := "upstream: {url: \"http://127.0.0.1:8081\"}\nx: &a {id: a1, start: 2026-12-01T10:00:00Z, end: 2026-12-02T10:00:00Z, skus: [{id: s, stock: 1}], shards: 0}\nactivities: [" +
+		strings.Repeat("*a, ", 9999) + "*a]\n"
+	_, err := Parse("t.yaml", []byte(src))
+	if errs := loadErrors(t, err); len(errs) != 3 {
+		t.Errorf("all aliases on one line: %d errors, want 3 (x, shards, the repeated id): %v", len(errs), errs[:min(len(errs), 5)])
+	}
+}
