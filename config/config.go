@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/netip"
 	"os"
 	"reflect"
@@ -36,20 +37,43 @@ func Load(path string) (*Config, error) {
 const MaxConfigBytes = 4 << 20
 
 func readConfig(path string) ([]byte, error) {
+	data, err := ReadFileAtMost(path, MaxConfigBytes)
+	if errors.Is(err, errTooLarge) {
+		return nil, fmt.Errorf("is larger than %d MiB: not a config file?", MaxConfigBytes>>20)
+	}
+	return data, err
+}
+
+var errTooLarge = errors.New("file too large")
+
+// withPath names path in err unless err already does (os errors do).
+func withPath(path string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return err
+	}
+	return fmt.Errorf("%s %w", path, err)
+}
+
+// ReadFileAtMost reads a file a config names (the config itself, a JWKS,
+// a TLS certificate) but never more than limit bytes of it: a wrong path
+// to a huge file, /dev/zero or /dev/urandom must not be read whole. A
+// directory is said to be one.
+func ReadFileAtMost(path string, limit int64) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
 	if fi, err := f.Stat(); err == nil && fi.IsDir() {
-		return nil, errors.New("is a directory, not a config file")
+		return nil, errors.New("is a directory, not a file")
 	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(data) > MaxConfigBytes {
-		return nil, fmt.Errorf("is larger than %d MiB: not a config file?", MaxConfigBytes>>20)
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("is larger than %d bytes (%w)", limit, errTooLarge)
 	}
 	return data, nil
 }
@@ -63,7 +87,7 @@ func Parse(path string, data []byte) (*Config, error) {
 
 	root, err := parseYAML(data)
 	if err != nil {
-		return nil, fileErrors(path, []Error{*err})
+		return nil, fileErrors(path, clampLines(data, []Error{*err}))
 	}
 	lines := yamlLines(data)
 	if root != nil {
@@ -73,7 +97,7 @@ func Parse(path string, data []byte) (*Config, error) {
 	if d.exhausted() {
 		// What was decoded is cut short: validating it would add errors
 		// about what the file does say, further on.
-		return nil, fileErrors(path, lines.fix(d.errs))
+		return nil, fileErrors(path, clampLines(data, lines.fix(d.errs)))
 	}
 
 	c.setDefaults(m)
@@ -81,7 +105,7 @@ func Parse(path string, data []byte) (*Config, error) {
 	v.config(c)
 
 	if errs := append(d.errs, v.errs...); len(errs) > 0 {
-		return nil, fileErrors(path, lines.fix(errs))
+		return nil, fileErrors(path, clampLines(data, lines.fix(errs)))
 	}
 	c.PrepareShadows()
 	return c, nil
@@ -261,6 +285,24 @@ func oddBreakNote(data []byte, e *Error) *Error {
 		e.Msg += fmt.Sprintf(" (line %d holds a NEL, U+2028 or U+2029 character, which YAML reads as a line break)", l)
 	}
 	return e
+}
+
+// clampLines keeps every error's line inside the file: yaml.v3 places
+// what ends the input on the line after the last one when the file does
+// not end in a newline ("---" alone: "FILE:2: config: want a mapping").
+func clampLines(data []byte, list []Error) []Error {
+	last := 1
+	for i, c := range data {
+		if c == '\n' || c == '\r' && (i+1 == len(data) || data[i+1] != '\n') {
+			if i+1 < len(data) {
+				last++
+			}
+		}
+	}
+	for i := range list {
+		list[i].Line = min(max(list[i].Line, 1), last)
+	}
+	return list
 }
 
 func fileErrors(path string, list []Error) *Errors {

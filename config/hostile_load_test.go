@@ -384,3 +384,39 @@ func TestLoadAliasedActivitiesOnce(t *testing.T) {
 		t.Errorf("all aliases on one line: %d errors, want 3 (x, shards, the repeated id): %v", len(errs), errs[:min(len(errs), 5)])
 	}
 }
+
+// Found by FuzzLoad (testdata/fuzz/FuzzLoad/a9e88922f87ae8de): a file
+// that does not end in a newline had what ends the input placed on the
+// line after its last ("---" alone: "FILE:2: config: want a mapping, got
+// nothing" in a one-line file).
+func TestLoadLastLineWithoutNewline(t *testing.T) {
+	for _, give := range []string{"---", "upstream: {url: \"http://127.0.0.1:8081\"}\nlisten: [", "upstream:\n  url: \"http://127.0.0.1:8081\"\nactivities: {"} {
+		_, err := Parse("t.yaml", []byte(give))
+		last := strings.Count(give, "\n") + 1
+		for _, e := range loadErrors(t, err) {
+			if e.Line < 1 || e.Line > last {
+				t.Errorf("%q (%d lines): %v", give, last, e)
+			}
+		}
+	}
+}
+
+// Files the config names are read bounded too: jwks_file: /dev/zero (or a
+// log by mistake) made validate read until memory ran out; so did
+// redis.tls files. A directory is said to be one.
+func TestLoadNamedFilesBounded(t *testing.T) {
+	if _, err := os.Stat("/dev/zero"); err != nil {
+		t.Skip("no /dev/zero")
+	}
+	dir := t.TempDir()
+	for _, tt := range []struct{ give, want string }{
+		{"identity: {user: {jwt: {jwks_file: /dev/zero, issuer: i, audience: a}}}\n", "t.yaml:3: identity.user.jwt.jwks_file: /dev/zero is larger than 1048576 bytes"},
+		{"redis: {tls: {ca_file: /dev/zero}}\n", "t.yaml:3: redis.tls.ca_file: /dev/zero is larger than 16777216 bytes"},
+		{"redis: {tls: {ca_file: " + dir + "}}\n", "t.yaml:3: redis.tls.ca_file: " + dir + " is a directory, not a file"},
+	} {
+		_, err := Parse("t.yaml", []byte("upstream: {url: \"http://127.0.0.1:8081\"}\n\n"+tt.give))
+		if err == nil || !strings.HasPrefix(err.Error(), tt.want) {
+			t.Errorf("%q: err = %v, want %s", tt.give, err, tt.want)
+		}
+	}
+}

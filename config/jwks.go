@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"os"
 )
 
 // maxJWKSFileBytes is the largest JWKS the proxy loads (identity's bound).
@@ -20,12 +19,12 @@ const maxJWKSFileBytes = 1 << 20
 // the keys it skips; this catches a wrong, empty or missing file at its
 // line, before serve starts with no key at all.
 func checkJWKSFile(path string) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	if len(data) > maxJWKSFileBytes {
+	data, err := ReadFileAtMost(path, maxJWKSFileBytes)
+	if errors.Is(err, errTooLarge) {
 		return fmt.Errorf("%s is larger than %d bytes", path, maxJWKSFileBytes)
+	}
+	if err != nil {
+		return withPath(path, err)
 	}
 	var doc struct {
 		Keys []map[string]any `json:"keys"`

@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 )
 
 // Config builds the tls.Config for redis.tls: nil when the file has no
@@ -33,10 +32,14 @@ func (t *RedisTLS) Config() (*tls.Config, error) {
 	return c, nil
 }
 
+// maxPEMBytes bounds a TLS file read for redis.tls (a large CA bundle is
+// a few hundred KB).
+const maxPEMBytes = 16 << 20
+
 func loadCAPool(path string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(path)
+	pem, err := ReadFileAtMost(path, maxPEMBytes)
 	if err != nil {
-		return nil, err
+		return nil, withPath(path, err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
@@ -49,7 +52,15 @@ func loadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
 	if certFile == "" || keyFile == "" {
 		return tls.Certificate{}, errors.New("cert_file and key_file go together")
 	}
-	kp, err := tls.LoadX509KeyPair(certFile, keyFile)
+	certPEM, err := ReadFileAtMost(certFile, maxPEMBytes)
+	if err != nil {
+		return tls.Certificate{}, withPath(certFile, err)
+	}
+	keyPEM, err := ReadFileAtMost(keyFile, maxPEMBytes)
+	if err != nil {
+		return tls.Certificate{}, withPath(keyFile, err)
+	}
+	kp, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("%s / %s: %w", certFile, keyFile, err)
 	}

@@ -413,7 +413,9 @@ func (v *JWT) load() time.Duration {
 	next := DefaultRefresh
 	var err error
 	if v.cfg.JWKSFile != "" {
-		data, err = os.ReadFile(v.cfg.JWKSFile)
+		// Bounded like a fetched set: a jwks_file replaced by something
+		// huge is refused, the last good keys kept (config reads it so).
+		data, err = config.ReadFileAtMost(v.cfg.JWKSFile, maxJWKSBytes)
 		if err == nil {
 			v.mu.Lock()
 			v.fileStamp = fileStamp(v.cfg.JWKSFile)
