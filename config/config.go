@@ -128,12 +128,13 @@ func parseYAML(data []byte) (*yaml.Node, *Error) {
 			// leading UTF-8 octet"): it came out at line 1.
 			return nil, &Error{Line: line, Msg: "YAML syntax: " + what}
 		}
-		if line := tabIndent(data); line > 0 {
+		se := yamlLines(data).fix1(syntaxError(err))
+		if line := tabIndent(data, se); line > 0 {
 			// yaml.v3 names a tab in the indentation vaguely ("found
 			// character that cannot start any token") or a line early.
 			return nil, &Error{Line: line, Msg: "YAML syntax: a tab in the indentation; YAML indents with spaces only"}
 		}
-		return nil, oddBreakNote(data, yamlLines(data).fix1(syntaxError(err)))
+		return nil, oddBreakNote(data, se)
 	}
 	var extra yaml.Node
 	switch err := dec.Decode(&extra); {
@@ -154,10 +155,21 @@ func parseYAML(data []byte) (*yaml.Node, *Error) {
 	return &doc, nil
 }
 
-// tabIndent returns the first line (1-based) whose indentation holds a
-// tab, or 0.
-func tabIndent(data []byte) int {
+// tabIndent returns the line (1-based) of the tab in the indentation
+// that syntax error se is about, or 0. Only errors yaml.v3 gives for such
+// a tab count, at its line or the next (it names some a line early): a
+// tab inside a quoted or block scalar is content, and blaming the first
+// tab-indented line of the file for any error sent the operator to a
+// line that was fine (a block scalar's "\tb" for an unclosed "[" lines
+// further down).
+func tabIndent(data []byte, se *Error) int {
+	if !strings.Contains(se.Msg, "tab character") && !strings.Contains(se.Msg, "cannot start any token") {
+		return 0
+	}
 	for i, line := range bytes.Split(data, []byte("\n")) {
+		if i+1 < se.Line || i+1 > se.Line+1 {
+			continue
+		}
 		for _, c := range line {
 			if c == '\t' {
 				return i + 1

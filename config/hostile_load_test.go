@@ -420,3 +420,24 @@ func TestLoadNamedFilesBounded(t *testing.T) {
 		}
 	}
 }
+
+// Any syntax error was blamed on the file's first line with a tab in its
+// leading white space, even a tab that is content (in a block or quoted
+// scalar): an unclosed "[" on line 8 came out as "FILE:6: a tab in the
+// indentation". A real tab indentation is still named at its line.
+func TestLoadTabNotBlamedWrongly(t *testing.T) {
+	for _, tt := range []struct {
+		give string
+		want string
+	}{
+		{"upstream:\n  url: \"http://127.0.0.1:8081\"\nmessages:\n  SOLD_OUT: |\n    a\n    \tb\nlisten: \":8080\"\nx: [\n", "t.yaml:8: YAML syntax: did not find expected node content"},
+		{"upstream:\n  url: \"http://127.0.0.1:8081\"\nmessages:\n  SOLD_OUT: \"a\n\tb\"\nlisten: \":8080\"\nx: [\n", "t.yaml:7: YAML syntax: did not find expected node content"},
+		{"upstream:\n  url: x\n\tlisten: y\n", "t.yaml:3: YAML syntax: a tab in the indentation"},
+		{"upstream:\n\turl: x\n", "t.yaml:2: YAML syntax: a tab in the indentation"},
+	} {
+		_, err := Parse("t.yaml", []byte(tt.give))
+		if err == nil || !strings.HasPrefix(err.Error(), tt.want) {
+			t.Errorf("%q: err = %v, want %s", tt.give, err, tt.want)
+		}
+	}
+}
