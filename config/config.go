@@ -134,13 +134,13 @@ func parseYAML(data []byte) (*yaml.Node, *Error) {
 			// character that cannot start any token") or a line early.
 			return nil, &Error{Line: line, Msg: "YAML syntax: a tab in the indentation; YAML indents with spaces only"}
 		}
-		return nil, oddBreakNote(data, se)
+		return nil, oddBreakNote(data, problemLine(data, se))
 	}
 	var extra yaml.Node
 	switch err := dec.Decode(&extra); {
 	case errors.Is(err, io.EOF):
 	case err != nil:
-		return nil, oddBreakNote(data, yamlLines(data).fix1(syntaxError(err)))
+		return nil, oddBreakNote(data, problemLine(data, yamlLines(data).fix1(syntaxError(err))))
 	default:
 		// A second document would be silently ignored by a plain Unmarshal;
 		// an operator who wrote one meant something by it.
@@ -153,6 +153,61 @@ func parseYAML(data []byte) (*yaml.Node, *Error) {
 		return doc.Content[0], nil
 	}
 	return &doc, nil
+}
+
+// problemLine moves syntax error se from the line yaml.v3 names to the
+// line the problem is on. yaml.v3 names the start of the construct it was
+// parsing when it has one: a key indented one space short on line 126,
+// inside the activities list, came out as "FILE:3: did not find expected
+// '-' indicator" (line 3 being "activities:"). The problem is on the first
+// line whose prefix of the file fails with the same message; prefixes are
+// tried by bisection, from se's line to the end (a few parses). Files with
+// line breaks only YAML sees (lineMap) keep yaml.v3's line.
+func problemLine(data []byte, se *Error) *Error {
+	if oddBreak(data) > 0 || se.Line < 1 || len(data) > maxBisectBytes {
+		return se
+	}
+	var ends []int // ends[k-1]: offset just past line k
+	for i, c := range data {
+		if c == '\n' {
+			ends = append(ends, i+1)
+		}
+	}
+	if len(ends) == 0 || ends[len(ends)-1] != len(data) {
+		ends = append(ends, len(data))
+	}
+	lo, hi := se.Line, len(ends)
+	if lo >= hi {
+		return se
+	}
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if failsAs(data[:ends[mid-1]], se.Msg) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return &Error{Line: lo, Msg: se.Msg}
+}
+
+// maxBisectBytes bounds the files problemLine searches: each step parses
+// a prefix again.
+const maxBisectBytes = 1 << 20
+
+// failsAs reports whether data fails to parse with syntax message msg.
+func failsAs(data []byte, msg string) bool {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var n yaml.Node
+		err := dec.Decode(&n)
+		if errors.Is(err, io.EOF) {
+			return false
+		}
+		if err != nil {
+			return syntaxError(err).Msg == msg
+		}
+	}
 }
 
 // tabIndent returns the line (1-based) of the tab in the indentation

@@ -441,3 +441,30 @@ func TestLoadTabNotBlamedWrongly(t *testing.T) {
 		}
 	}
 }
+
+// yaml.v3 names the start of the construct it was parsing, not the line
+// that broke it: a key one space short on line 126, inside the activities
+// list, came out as "FILE:3: did not find expected '-' indicator" (line 3
+// being "activities:"). Now the line of the problem.
+func TestLoadSyntaxErrorAtItsLine(t *testing.T) {
+	var far strings.Builder
+	far.WriteString("upstream:\n  url: \"http://127.0.0.1:8081\"\nactivities:\n")
+	for i := range 30 {
+		fmt.Fprintf(&far, "  - id: a%d\n    start: 2026-12-01T10:00:00Z\n    end: 2026-12-02T10:00:00Z\n    skus: [{id: s, stock: 1}]\n", i)
+	}
+	far.WriteString("  - id: bad\n    start: 2026-12-01T10:00:00Z\n   end: 2026-12-02T10:00:00Z\n    skus: [{id: s, stock: 1}]\n")
+	for _, tt := range []struct{ give, want string }{
+		{far.String(), "t.yaml:126: YAML syntax: did not find expected '-' indicator"},
+		{"upstream:\n  url: \"http://127.0.0.1:8081\"\n  timeout: 3s\n max_conns: 5\nlisten: \":1\"\n", "t.yaml:4: YAML syntax: did not find expected key"},
+		{"upstream:\n  url: \"http://127.0.0.1:8081\"\nlimits:\n  per_ip: {rate: 1, burst: 2}\n  per_user:\n    rate: 1\n   burst: 2\n", "t.yaml:7: YAML syntax: did not find expected key"},
+		{"activities:\n  - id: a\n    skus:\n      - id: s\n      stock: 1\n    - id: b\n", "t.yaml:5: YAML syntax: did not find expected '-' indicator"},
+		// Already right: kept.
+		{"upstream: {url: \"http://127.0.0.1:8081\"\nlisten: \":1\"\n", "t.yaml:1: YAML syntax: did not find expected ',' or '}'"},
+		{"upstream:\n  url: http://127.0.0.1:8081\nmessages:\n  SOLD_OUT: sold: out\n", "t.yaml:4: YAML syntax: mapping values are not allowed in this context"},
+	} {
+		_, err := Parse("t.yaml", []byte(tt.give))
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("err = %v, want %s", err, tt.want)
+		}
+	}
+}
