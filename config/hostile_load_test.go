@@ -468,3 +468,27 @@ func TestLoadSyntaxErrorAtItsLine(t *testing.T) {
 		}
 	}
 }
+
+// server.write_timeout: 1ns validated and the proxy answered nothing (each
+// answer timed out unwritten; tried with serve). Network timeouts are at
+// least 1ms now.
+func TestLoadNetTimeoutsAtLeastAMillisecond(t *testing.T) {
+	for _, give := range []string{
+		"server: {write_timeout: 1ns}\n", "server: {read_timeout: 999us}\n", "server: {idle_timeout: 1ns}\n",
+		"upstream: {timeout: 1us}\n", "upstream: {pass_timeout: 1ns}\n", "upstream: {idle_timeout: 1ns}\n",
+		"redis: {timeout: 10us}\n",
+	} {
+		src := "upstream: {url: \"http://127.0.0.1:8081\"}\n" + give
+		if strings.HasPrefix(give, "upstream:") {
+			src = strings.Replace(give, "upstream: {", "upstream: {url: \"http://127.0.0.1:8081\", ", 1)
+		}
+		_, err := Parse("t.yaml", []byte(src))
+		line := strings.Count(src, "\n")
+		if err == nil || !strings.HasPrefix(err.Error(), fmt.Sprintf("t.yaml:%d: ", line)) || !strings.Contains(err.Error(), "must be at least 1ms") {
+			t.Errorf("%q: err = %v", give, err)
+		}
+	}
+	if _, err := Parse("t.yaml", []byte("upstream: {url: \"http://127.0.0.1:8081\", timeout: 1ms}\nserver: {write_timeout: 1ms}\nredis: {timeout: 1ms}\n")); err != nil {
+		t.Errorf("1ms: %v", err)
+	}
+}

@@ -102,6 +102,20 @@ func (v *validator) dupLine(line, first int, elem any) int {
 	return line
 }
 
+// MinNetTimeout is the least timeout of a network exchange (the listener's
+// reads and writes, the shop, Redis). Below it nothing completes: a
+// write_timeout of 1ns (a unit typo: ns or us for s) validated, and the
+// proxy answered no request at all, its answers timed out unwritten.
+const MinNetTimeout = time.Millisecond
+
+// minTimeout reports a positive timeout under MinNetTimeout (not positive
+// is said elsewhere).
+func (v *validator) minTimeout(p *time.Duration, name string, parent any) {
+	if v.ok(p) && *p > 0 && *p < MinNetTimeout {
+		v.errorf(v.m.line(p, parent), "%s must be at least %s, got %s: nothing completes in less (a unit typo?)", name, MinNetTimeout, *p)
+	}
+}
+
 // ok reports whether p holds a usable value: defaulted or decoded. Fields that
 // failed to decode were already reported.
 func (v *validator) ok(p any) bool { return !v.m.failed(p) }
@@ -185,6 +199,9 @@ func (v *validator) upstream(c *Config) {
 	if v.ok(&u.IdleTimeout) && u.IdleTimeout <= 0 {
 		v.errorf(v.m.line(&u.IdleTimeout, &c.Upstream), "upstream.idle_timeout must be positive, got %s", u.IdleTimeout)
 	}
+	v.minTimeout(&u.Timeout, "upstream.timeout", &c.Upstream)
+	v.minTimeout(&u.PassTimeout, "upstream.pass_timeout", &c.Upstream)
+	v.minTimeout(&u.IdleTimeout, "upstream.idle_timeout", &c.Upstream)
 	if v.ok(&u.ReplayMaxBytes) && (u.ReplayMaxBytes < 0 || u.ReplayMaxBytes > maxReplayBytes) {
 		v.errorf(v.m.line(&u.ReplayMaxBytes, &c.Upstream), "upstream.replay_max_bytes must be between 0 and %d, got %d", maxReplayBytes, u.ReplayMaxBytes)
 	}
@@ -227,6 +244,7 @@ func (v *validator) upstream(c *Config) {
 		if v.ok(d.p) && *d.p <= 0 {
 			v.errorf(v.m.line(d.p, &c.Server), "server.%s must be positive, got %s", d.name, *d.p)
 		}
+		v.minTimeout(d.p, "server."+d.name, &c.Server)
 	}
 }
 
@@ -250,6 +268,7 @@ func (v *validator) redis(c *Config) {
 	if v.ok(&r.Timeout) && (r.Timeout <= 0 || r.Timeout > MaxRedisTimeout) {
 		v.errorf(v.m.line(&r.Timeout, &c.Redis), "redis.timeout must be positive and at most %s, got %s", MaxRedisTimeout, r.Timeout)
 	}
+	v.minTimeout(&r.Timeout, "redis.timeout", &c.Redis)
 	// Braces would open a hash tag of their own and move keys of one SKU to
 	// different cluster slots, breaking the single-slot scripts.
 	if r.KeyPrefix == "" || strings.ContainsAny(r.KeyPrefix, "{}") {
