@@ -195,8 +195,8 @@ func loadedInvariants(t *testing.T, c *Config) {
 		}
 	}
 	pos := func(name string, d time.Duration) {
-		if d <= 0 {
-			fail("%s %s is not positive", name, d)
+		if d < MinNetTimeout {
+			fail("%s %s is under %s", name, d, MinNetTimeout)
 		}
 	}
 	u := &c.Upstream
@@ -221,7 +221,9 @@ func loadedInvariants(t *testing.T, c *Config) {
 	pos("server.read_timeout", s.ReadTimeout)
 	pos("server.write_timeout", s.WriteTimeout)
 	pos("server.idle_timeout", s.IdleTimeout)
+	pos("upstream.timeout", u.Timeout)
 	r := &c.Redis
+	pos("redis.timeout", r.Timeout)
 	if r.Timeout <= 0 || r.Timeout > MaxRedisTimeout || r.KeyPrefix == "" || r.BuyerMemo < 0 || r.FlushDelay < 0 {
 		fail("redis %+v", r)
 	}
