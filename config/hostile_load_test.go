@@ -492,3 +492,12 @@ func TestLoadNetTimeoutsAtLeastAMillisecond(t *testing.T) {
 		t.Errorf("1ms: %v", err)
 	}
 }
+
+// listen and admin.listen naming one port as "localhost" and "127.0.0.1"
+// validated; serve then failed to bind the second, with no line.
+func TestLoadListenLocalhostSamePort(t *testing.T) {
+	_, err := Parse("t.yaml", []byte("upstream: {url: \"http://127.0.0.1:8081\"}\nlisten: \"127.0.0.1:9090\"\nadmin: {listen: \"localhost:9090\"}\n"))
+	if err == nil || !strings.HasPrefix(err.Error(), "t.yaml:3: admin.listen \"localhost:9090\" is the same address as listen") {
+		t.Errorf("err = %v", err)
+	}
+}

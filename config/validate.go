@@ -896,7 +896,16 @@ func sameListen(a, b string) bool {
 		return false
 	}
 	any := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
-	return ha == hb || any(ha) || any(hb)
+	// localhost is 127.0.0.1 to the listener (Go resolves it to IPv4
+	// first): "localhost:9090" beside "127.0.0.1:9090" validated and
+	// serve failed to bind the second, with no line.
+	v4 := func(h string) string {
+		if strings.EqualFold(h, "localhost") {
+			return "127.0.0.1"
+		}
+		return h
+	}
+	return strings.EqualFold(ha, hb) || v4(ha) == v4(hb) || any(ha) || any(hb)
 }
 
 // routePath returns why p is not a usable route pattern, or "".
