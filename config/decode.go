@@ -308,19 +308,37 @@ func (d *decoder) stringMap(n *yaml.Node, v reflect.Value, path string) bool {
 	m := make(map[string]string, len(n.Content)/2)
 	v.Set(reflect.ValueOf(m))
 	mp := v.Addr().Interface().(*map[string]string)
+	d.stringEntries(n, m, mp, path, 0)
+	return true
+}
+
+// stringEntries adds mapping n's entries to m: its own keys first, then
+// those its merge keys (<<) bring that it does not set itself (the first
+// merged mapping wins), as mapping does for structs. A merge key was
+// read as a key named "<<" ("messages.<<: want a string, got a mapping").
+func (d *decoder) stringEntries(n *yaml.Node, m map[string]string, mp *map[string]string, path string, depth int) {
+	own := make(map[string]bool)
+	var merges []*yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, val := resolve(n.Content[i]), resolve(n.Content[i+1])
 		if !d.spend(k) {
-			return true
+			return
 		}
 		if k.Kind != yaml.ScalarNode {
 			d.errorf(k.Line, "%s: keys must be plain strings", describe(path))
 			continue
 		}
-		if _, dup := m[k.Value]; dup {
-			d.errorf(k.Line, "key %q is already set at line %d", k.Value, d.m.lines[mapEntry{mp, k.Value}])
+		if k.Value == "<<" && k.ShortTag() == "!!merge" {
+			merges = append(merges, val)
 			continue
 		}
+		if _, dup := d.m.lines[mapEntry{mp, k.Value}]; dup {
+			if own[k.Value] || depth == 0 {
+				d.errorf(k.Line, "key %q is already set at line %d", k.Value, d.m.lines[mapEntry{mp, k.Value}])
+			}
+			continue // set by the mapping that merges this one, or earlier
+		}
+		own[k.Value] = true
 		if val.Kind != yaml.ScalarNode {
 			d.errorf(val.Line, "%s: want a string, got %s", describe(join(path, k.Value)), kindName(val))
 			continue
@@ -330,7 +348,24 @@ func (d *decoder) stringMap(n *yaml.Node, v reflect.Value, path string) bool {
 			m[k.Value] = val.Value
 		}
 	}
-	return true
+	for _, mv := range merges {
+		if depth >= maxMergeDepth {
+			d.errorf(mv.Line, "%s: merge keys (<<) nested too deeply", describe(path))
+			return
+		}
+		list := []*yaml.Node{mv}
+		if mv.Kind == yaml.SequenceNode {
+			list = mv.Content
+		}
+		for _, e := range list {
+			e = resolve(e)
+			if e.Kind != yaml.MappingNode {
+				d.errorf(e.Line, "%s: << wants a mapping or a list of mappings, got %s", describe(path), kindName(e))
+				continue
+			}
+			d.stringEntries(e, m, mp, path, depth+1)
+		}
+	}
 }
 
 func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) bool {

@@ -501,3 +501,29 @@ func TestLoadListenLocalhostSamePort(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+// A merge key in messages (or signature.keys) was read as a key named
+// "<<": 'messages.<<: want a string, got a mapping'. It merges, as in
+// every other mapping; keys written out win, and the first merged wins.
+func TestLoadMergeIntoStringMap(t *testing.T) {
+	src := "upstream: {url: \"http://127.0.0.1:8081\"}\n" +
+		"messages:\n  <<: [&t {SOLD_OUT: \"售罄\", PAUSED: \"暂停\"}, &m {BUSY: busy, PAUSED: other}]\n  SOLD_OUT: gone\n"
+	cfg, err := Parse("t.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"SOLD_OUT": "gone", "PAUSED": "暂停", "BUSY": "busy"}
+	if fmt.Sprint(cfg.Messages) != fmt.Sprint(want) {
+		t.Errorf("messages = %v, want %v", cfg.Messages, want)
+	}
+	for _, tt := range []struct{ give, want string }{
+		{"messages:\n  <<: 5\n", "t.yaml:3: messages: << wants a mapping or a list of mappings, got \"5\""},
+		{"messages:\n  SOLD_OUT: a\n  SOLD_OUT: b\n", "t.yaml:4: key \"SOLD_OUT\" is already set at line 3"},
+		{"messages:\n  SOLD_OUT:\n  SOLD_OUT: b\n", "t.yaml:4: key \"SOLD_OUT\" is already set at line 3"},
+	} {
+		_, err := Parse("t.yaml", []byte("upstream: {url: \"http://127.0.0.1:8081\"}\n"+tt.give))
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("%q: err = %v, want %s", tt.give, err, tt.want)
+		}
+	}
+}
