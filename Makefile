@@ -88,6 +88,7 @@ fuzz: redis
 	$(GO) test -run XXX -fuzz FuzzFindOrderID -fuzztime 30s ./proxy/
 	$(GO) test -run XXX -fuzz FuzzCanonicalID -fuzztime 30s ./identity/
 	$(GO) test -run XXX -fuzz FuzzParse -fuzztime 30s ./config/
+	$(GO) test -run XXX -fuzz FuzzLoad -fuzztime 60s -fuzzminimizetime 5s ./config/
 
 vet:
 	$(GO) vet ./...
