@@ -168,9 +168,24 @@ func problemLine(data []byte, se *Error) *Error {
 		return se
 	}
 	var ends []int // ends[k-1]: offset just past line k
-	for i, c := range data {
-		if c == '\n' {
-			ends = append(ends, i+1)
+	switch {
+	case bytes.HasPrefix(data, []byte{0xFF, 0xFE}): // UTF-16LE: "\n" is 0A 00
+		for i := 0; i+1 < len(data); i += 2 {
+			if data[i] == '\n' && data[i+1] == 0 {
+				ends = append(ends, i+2)
+			}
+		}
+	case bytes.HasPrefix(data, []byte{0xFE, 0xFF}): // UTF-16BE: 00 0A
+		for i := 0; i+1 < len(data); i += 2 {
+			if data[i] == 0 && data[i+1] == '\n' {
+				ends = append(ends, i+2)
+			}
+		}
+	default:
+		for i, c := range data {
+			if c == '\n' {
+				ends = append(ends, i+1)
+			}
 		}
 	}
 	if len(ends) == 0 || ends[len(ends)-1] != len(data) {
@@ -253,7 +268,7 @@ func syntaxError(err error) *Error {
 // but NEL; U+FFFE, U+FFFF). It returns the file's line of it and what it
 // is, or 0. UTF-16 files (with a BOM) are left to yaml.v3.
 func encodingProblem(data []byte) (int, string) {
-	if bytes.HasPrefix(data, []byte{0xFE, 0xFF}) || bytes.HasPrefix(data, []byte{0xFF, 0xFE}) {
+	if utf16BOM(data) {
 		return 0, ""
 	}
 	line := 1
@@ -272,6 +287,11 @@ func encodingProblem(data []byte) (int, string) {
 		i += size
 	}
 	return 0, ""
+}
+
+// utf16BOM reports a UTF-16 file (with a BOM), which yaml.v3 reads too.
+func utf16BOM(data []byte) bool {
+	return bytes.HasPrefix(data, []byte{0xFE, 0xFF}) || bytes.HasPrefix(data, []byte{0xFF, 0xFE})
 }
 
 // lineMap maps yaml.v3's line numbers to the file's: yaml.v3 also breaks

@@ -527,3 +527,24 @@ func TestLoadMergeIntoStringMap(t *testing.T) {
 		}
 	}
 }
+
+// yaml.v3 reads UTF-16 files (with a BOM); the search for a syntax
+// error's line cut them mid-character and named a later line (5). It cuts
+// them at their own line breaks, both byte orders.
+func TestLoadUTF16SyntaxLine(t *testing.T) {
+	src := "upstream:\n  url: \"http://127.0.0.1:8081\"\n  timeout: 3s\n max_conns: 5\nlisten: \":1\"\nwatch: false\n"
+	u16 := []byte{0xFF, 0xFE}
+	for _, r := range src {
+		u16 = append(u16, byte(r), 0)
+	}
+	u16be := []byte{0xFE, 0xFF}
+	for _, r := range src {
+		u16be = append(u16be, 0, byte(r))
+	}
+	for _, data := range [][]byte{u16, u16be} {
+		_, err := Parse("t.yaml", data)
+		if err == nil || !strings.HasPrefix(err.Error(), "t.yaml:4: YAML syntax: did not find expected key") {
+			t.Errorf("% x...: err = %v, want line 4", data[:4], err)
+		}
+	}
+}
