@@ -31,10 +31,11 @@ func Load(path string) (*Config, error) {
 }
 
 // MaxConfigBytes bounds the config file Load reads. A real config is a few
-// kilobytes (one with tens of thousands of SKUs, a megabyte or two; the decoder stops at 200,000 values anyway); a path
-// given by mistake (a log, a disk image, /dev/zero, a FIFO nobody writes
-// the end of) must not be read into memory whole.
-const MaxConfigBytes = 4 << 20
+// kilobytes; one near the decoder's 200,000-value budget (some 40,000
+// SKUs) is under 2 MiB. A path given by mistake (a log, a disk image,
+// /dev/zero) must not be read whole, and yaml.v3's node tree of a file is
+// about 100 times its size (a 4 MiB list of "1," took 420 MB).
+const MaxConfigBytes = 2 << 20
 
 func readConfig(path string) ([]byte, error) {
 	data, err := ReadFileAtMost(path, MaxConfigBytes)

@@ -116,7 +116,7 @@ func TestLoadFileProblems(t *testing.T) {
 	cases := []struct{ path, want string }{
 		{dir, "is a directory"},
 		{filepath.Join(dir, "missing.yaml"), "no such file"},
-		{big, "is larger than 4 MiB"},
+		{big, "is larger than 2 MiB"},
 	}
 	if _, err := os.Stat("/dev/zero"); err == nil {
 		cases = append(cases, struct{ path, want string }{"/dev/zero", "is larger than"})
