@@ -375,6 +375,27 @@ func oddBreakNote(data []byte, e *Error) *Error {
 	return e
 }
 
+// maxMsgBytes bounds one message: most quote the value they refuse, and
+// a value can be a megabyte pasted by mistake.
+const maxMsgBytes = 600
+
+// shorten cuts the middle out of a message longer than maxMsgBytes, on
+// rune boundaries.
+func shorten(msg string) string {
+	if len(msg) <= maxMsgBytes {
+		return msg
+	}
+	head, tail := maxMsgBytes/2, maxMsgBytes/4
+	for head > 0 && !utf8.RuneStart(msg[head]) {
+		head--
+	}
+	cut := len(msg) - tail
+	for cut < len(msg) && !utf8.RuneStart(msg[cut]) {
+		cut++
+	}
+	return fmt.Sprintf("%s … (%d bytes) … %s", msg[:head], cut-head, msg[cut:])
+}
+
 // clampLines keeps every error's line inside the file: yaml.v3 places
 // what ends the input on the line after the last one when the file does
 // not end in a newline ("---" alone: "FILE:2: config: want a mapping").
@@ -401,6 +422,7 @@ func fileErrors(path string, list []Error) *Errors {
 	out := list[:0]
 	for _, e := range list {
 		e.File = path
+		e.Msg = shorten(e.Msg)
 		if !seen[e] {
 			seen[e] = true
 			out = append(out, e)

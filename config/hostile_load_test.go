@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // allocated runs f and returns the bytes it allocated.
@@ -546,5 +547,15 @@ func TestLoadUTF16SyntaxLine(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), "t.yaml:4: YAML syntax: did not find expected key") {
 			t.Errorf("% x...: err = %v, want line 4", data[:4], err)
 		}
+	}
+}
+
+// A value pasted by mistake (a megabyte on one line) was quoted whole in
+// its error: one line of a megabyte.
+func TestLoadLongValueMessageShort(t *testing.T) {
+	long := strings.Repeat("界", 300_000)
+	_, err := Parse("t.yaml", []byte("upstream: {url: \"http://127.0.0.1:8081\"}\nlisten: \""+long+"\"\n"))
+	if err == nil || !strings.HasPrefix(err.Error(), "t.yaml:2: listen: want host:port, got \"界") || len(err.Error()) > 1000 || !utf8.ValidString(err.Error()) {
+		t.Errorf("err (%d bytes) = %.200s...", len(fmt.Sprint(err)), err)
 	}
 }
