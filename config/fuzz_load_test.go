@@ -154,8 +154,8 @@ func checkErrorPositions(t *testing.T, file string, data []byte, err error) {
 		if e.File != file || e.Line < 1 || e.Line > lines {
 			t.Fatalf("bad error position (file has %d lines): %+v", lines, e)
 		}
-		if e.Msg == "" || strings.ContainsAny(e.Msg, "\r\n") {
-			t.Fatalf("message must be one non-empty line: %q", e.Msg)
+		if e.Msg == "" || strings.ContainsAny(e.Msg, "\r\n") || len(e.Msg) > maxMsgBytes+64 {
+			t.Fatalf("message must be one non-empty line of at most ~%d bytes: %q", maxMsgBytes, e.Msg)
 		}
 	}
 	printed := strings.Split(err.Error(), "\n")
