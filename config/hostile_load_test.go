@@ -215,7 +215,7 @@ func TestLoadUpstreamBaseURL(t *testing.T) {
 		{"http://127.0.0.1:8081/base?x=1", "without a query or fragment"},
 		{"http://127.0.0.1:8081/base?", "without a query or fragment"},
 		{"http://127.0.0.1:8081/#top", "without a query or fragment"},
-		{"http://user:pw@127.0.0.1:8081", "must not hold user info"},
+		{"http://user:pw@127.0.0.1:8081", "must not hold user info (user:password@): sync mode dropped it and queue mode sent it as Basic auth; got \"http://user:xxxxx@127.0.0.1:8081\""},
 		{"http://127.0.0.1:8081/a b", "must be written as sent"},
 		{"http://127.0.0.1:8081/base/", ""},
 		{"https://shop.example", ""},

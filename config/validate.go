@@ -865,7 +865,8 @@ func baseURL(s string) string {
 	case u.RawQuery != "" || u.ForceQuery || strings.Contains(s, "#"):
 		return fmt.Sprintf("must be http(s)://host:port[/base], without a query or fragment (each request's own path and query are appended), got %q", s)
 	case u.User != nil:
-		return fmt.Sprintf("must not hold user info (user:password@): the proxy does not send it; got %q", s)
+		// Redacted: the message is printed and logged.
+		return fmt.Sprintf("must not hold user info (user:password@): sync mode dropped it and queue mode sent it as Basic auth; got %q", u.Redacted())
 	case u.RawPath != "" || u.EscapedPath() != u.Path:
 		return fmt.Sprintf("base path %q must be written as sent, with no characters to escape", u.Path)
 	}
