@@ -96,6 +96,16 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte(strings.ReplaceAll(okAct, "\n", "\r\n")))
 	f.Add([]byte(okAct + "---\n" + okAct))
 	f.Add([]byte("upstream: &a {<<: *a}\n"))
+	// Shapes of the defects found (hostile_load_test.go), for the
+	// mutator to start from.
+	f.Add([]byte("x: &a {k0: 1, k1: 1}\ny: &b [*a, *a]\nactivities: [{id: a1, skus: *b}, {id: a1, skus: *b}]\n"))
+	f.Add([]byte("# note\u2028\nupstream: {url: \"http://127.0.0.1:8081?x#y\"}\nmessages: {<<: {SOLD_OUT: ${X}}}\n"))
+	f.Add([]byte("upstream:\n  url: http://127.0.0.1:8081\n  timeout: 3s\n max_conns: \"5\"\n\tlisten: \"\xff\"\n"))
+	u16 := []byte{0xFF, 0xFE}
+	for _, r := range "upstream:\n  url: http://127.0.0.1:8081\nlisten: x\n" {
+		u16 = append(u16, byte(r), 0)
+	}
+	f.Add(u16)
 	dir := f.TempDir()
 	path := filepath.Join(dir, "fuzz.yaml")
 	f.Fuzz(func(t *testing.T, data []byte) {
