@@ -182,9 +182,9 @@ func problemLine(data []byte, se *Error) *Error {
 				ends = append(ends, i+2)
 			}
 		}
-	default:
+	default: // LF, CRLF or a lone CR, as yaml.v3 and editors count lines
 		for i, c := range data {
-			if c == '\n' {
+			if c == '\n' || c == '\r' && (i+1 == len(data) || data[i+1] != '\n') {
 				ends = append(ends, i+1)
 			}
 		}

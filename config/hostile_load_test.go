@@ -559,3 +559,18 @@ func TestLoadLongValueMessageShort(t *testing.T) {
 		t.Errorf("err (%d bytes) = %.200s...", len(fmt.Sprint(err)), err)
 	}
 }
+
+// Files with lone CRs (old Mac line ends, or one pasted in): lines are
+// counted as yaml.v3 and editors count them, also by the syntax error
+// line search.
+func TestLoadLoneCRLines(t *testing.T) {
+	for _, tt := range []struct{ give, want string }{
+		{"upstream:\r  url: \"http://127.0.0.1:8081\"\r  timeout: 3s\r max_conns: 5\rlisten: \":1\"\r", "t.yaml:4: YAML syntax: did not find expected key"},
+		{"# a\rupstream:\n  url: \"http://127.0.0.1:8081\"\r\n  timeout: 3s\r max_conns: 5\nlisten: \":1\"\n", "t.yaml:5: YAML syntax: did not find expected key"},
+	} {
+		_, err := Parse("t.yaml", []byte(tt.give))
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("%q: err = %v, want %s", tt.give, err, tt.want)
+		}
+	}
+}
