@@ -835,20 +835,41 @@ func (v *validator) envName(p *string, name, s string, parent any) {
 // httpURL returns why s is not an absolute http(s) URL with a host, or "".
 func httpURL(s string) string {
 	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Sprintf("is not a URL: %q", redactUserinfo(s))
+	}
+	shown := u.Redacted() // messages are printed and logged: no password
 	switch {
-	case err != nil:
-		return fmt.Sprintf("is not a URL: %q", s)
 	case u.Scheme != "http" && u.Scheme != "https":
-		return fmt.Sprintf("must start with http:// or https://, got %q", s)
+		return fmt.Sprintf("must start with http:// or https://, got %q", shown)
 	case u.Host == "":
-		return fmt.Sprintf("needs a host, got %q", s)
+		return fmt.Sprintf("needs a host, got %q", shown)
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return fmt.Sprintf("has a port that is not a number from 1 to 65535: %q", s)
+			return fmt.Sprintf("has a port that is not a number from 1 to 65535: %q", shown)
 		}
 	}
 	return ""
+}
+
+// redactUserinfo hides what stands between "//" and the last "@" of the
+// authority of a URL url.Parse refused (it cannot redact what it did not
+// parse).
+func redactUserinfo(s string) string {
+	i := strings.Index(s, "//")
+	if i < 0 {
+		return s
+	}
+	auth := s[i+2:]
+	if j := strings.IndexAny(auth, "/?#"); j >= 0 {
+		auth = auth[:j]
+	}
+	at := strings.LastIndex(auth, "@")
+	if at < 0 {
+		return s
+	}
+	return s[:i+2] + "xxxxx" + s[i+2+at:]
 }
 
 // baseURL returns why the http(s) URL s cannot be the shop's base
