@@ -376,7 +376,12 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 	}
 	if fresh {
 		if k := st.skus[r.SKU]; k != nil && k.soldOut.Load() {
-			if r.RequestID == "" {
+			// A buyer the reserve took units for may hold one whose
+			// reserve ran after they were told STORE_UNAVAILABLE, its
+			// abort still to come (perhaps another instance's): the
+			// script answers them PENDING, not SOLD_OUT beside their
+			// held unit (red team rv20).
+			if r.RequestID == "" && !p.mayHold(ctx, r, flags.Shards) {
 				return p.refuse(rSoldOut, 0)
 			}
 			soldOut = true
@@ -598,6 +603,13 @@ func (p *Pipeline) claimNonce(ctx context.Context, st *actState, r *Request) (De
 		return p.refuse(rSigReplay, 0), true
 	}
 	return Decision{}, false
+}
+
+// mayHold reports whether r's buyer may hold units of r's sold-out SKU
+// (HolderChecker, local memory); false without one.
+func (p *Pipeline) mayHold(ctx context.Context, r *Request, shards int) bool {
+	h, ok := p.ts.(HolderChecker)
+	return ok && h.MayHold(ctx, r.Activity.ID, r.SKU, shards, r.User)
 }
 
 func (p *Pipeline) reserve(ctx context.Context, r *Request, sku *config.SKU, flags store.Flags, now time.Time) Decision {

@@ -39,6 +39,16 @@ type SoldOutBatcher interface {
 
 var _ SoldOutBatcher = (*store.Store)(nil)
 
+// HolderChecker tells, from local memory, whether a buyer of a sold-out
+// SKU may hold units of it (*store.Store implements it): such a buyer is
+// answered by the reserve script (PENDING for a reservation still held),
+// not SOLD_OUT from the sold-out mark. Without it every buyer is.
+type HolderChecker interface {
+	MayHold(ctx context.Context, act, sku string, shards int, user string) bool
+}
+
+var _ HolderChecker = (*store.Store)(nil)
+
 // RefreshEvery is how often the background refresher re-reads flags,
 // sold-out marks and list versions when the store cannot signal
 // invalidations. Each read is a client-side-cache hit (no network) until

@@ -1182,8 +1182,8 @@ func TestScriptSHA(t *testing.T) {
 		src  string
 		want string
 	}{
-		{name: "reserve", src: lua.Reserve, want: "dd54f9e773e65ef1e82109ce3eaa42cffbea9654"},
-		{name: "reservebatch", src: lua.ReserveBatch, want: "58259cd131dc9144feade228d1e12b3ed53acb4a"},
+		{name: "reserve", src: lua.Reserve, want: "8f4c9b4e59d55cec5575b5faa13d0f9d4b35e633"},
+		{name: "reservebatch", src: lua.ReserveBatch, want: "61882f02282a95bf997784a9c3d1b29a122a983c"},
 		{name: "steal", src: lua.Steal, want: "b6856157fe29f93c2b42255f3e61dea17a3005a9"},
 		{name: "confirm", src: lua.Confirm, want: "c3919655a6b88d9c4b1943f5a116b57181b3a33c"},
 		{name: "release", src: lua.Release, want: "ac53d863f9dc25a56ef52f18e3550acb02e803bc"},

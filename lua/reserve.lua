@@ -32,7 +32,17 @@
 -- KEYS[8] movesin set   move ids already deposited here
 -- KEYS[7..8] may be left out in sync mode with nothing to deposit and no
 --                 request id (issue 10: each key costs Redis time per call)
--- KEYS[9] rid     string (optional) the buyer's request id -> "<code>|<token id>",
+-- KEYS[#KEYS] when KEYS has 7, 9 or 11 keys (the others above, then this one
+--                 last): holders, a bitset of this SKU's shard with the bit
+--                 of every buyer this script reserved for (bit = the first 32
+--                 bits of SHA-1(user) % (8 * STRLEN)); read by every instance
+--                 through client-side caching once the SKU is sold out, so a
+--                 buyer whose bit is set is answered by this script (PENDING
+--                 for a reservation still held, ALREADY_PURCHASED), not
+--                 SOLD_OUT from memory: a reserve that ran after its caller
+--                 gave up (the buyer told STORE_UNAVAILABLE, abort.lua still
+--                 to come) holds the buyer's unit (red team rv20)
+-- KEYS[9] rid     string (optional; with 10 or 11 keys) the buyer's request id -> "<code>|<token id>",
 --                 so a repeated X-Request-Id never reserves twice
 -- KEYS[10] ridbits string (with KEYS[9]) a bitset of this SKU's shard: the bit
 --                 of every request id this script wrote a record for, read by
@@ -84,7 +94,8 @@
 -- up on it).
 local qty = tonumber(ARGV[2])
 local move = ARGV[9] or ''
-local rid = KEYS[9]
+-- KEYS[9] is the request id's record with 10 or 11 keys (with 9, holders).
+local rid = #KEYS >= 10 and KEYS[9] or nil
 -- heldOf reads a users hash value: the buyer's units and the reservations
 -- they hold, most recent first (see KEYS[2]).
 local function heldOf(v)
@@ -144,6 +155,23 @@ if move ~= '' and redis.call('SADD', KEYS[8], move) == 1 then
   r = redis.call('HINCRBY', KEYS[1], 'r', k)
   if r > 0 then redis.call('DEL', KEYS[5]) end
   if redis.call('SCARD', KEYS[8]) == 1 then redis.call('PEXPIREAT', KEYS[8], ARGV[6]) end
+end
+
+-- markHolder sets the buyer's bit in the holders bitset (see KEYS[#KEYS]),
+-- created at 64 bits per unit of the shard (4 Kib to 4 Mib) by its first
+-- buyer; an existing bitset keeps its size.
+local function markHolder()
+  if #KEYS % 2 == 0 then return end
+  local key = KEYS[#KEYS]
+  local bits = redis.call('STRLEN', key) * 8
+  if bits == 0 then
+    local i = tonumber(redis.call('HGET', KEYS[1], 'i') or '0')
+    bits = 4096
+    while bits < 64 * i and bits < 4194304 do bits = bits * 2 end
+    redis.call('SETBIT', key, bits - 1, 0)
+    redis.call('PEXPIREAT', key, ARGV[6])
+  end
+  redis.call('SETBIT', key, tonumber(string.sub(redis.sha1hex(ARGV[1]), 1, 8), 16) % bits, 1)
 end
 
 -- markRid sets the request id's bit (see KEYS[10]).
@@ -232,12 +260,16 @@ end
 
 r = redis.call('HINCRBY', KEYS[1], 'r', -qty)
 redis.call('HINCRBY', KEYS[1], 'p', qty)
-if r == 0 then redis.call('SET', KEYS[5], '1', 'PXAT', ARGV[6]) end
 -- The new reservation first, then those held before (at most one per
 -- unit, 32 in all: see KEYS[2]).
 local list = ARGV[4]
 for j = 1, math.min(#toks, units, 31) do list = list .. '|' .. toks[j] end
 redis.call('HSET', KEYS[2], ARGV[1], (units + qty) .. '|' .. list)
+-- The buyer's bit and users field before the sold-out flag: an instance
+-- that reads the flag after Redis invalidated it has had both invalidated
+-- first (store.Store.MayHold reads them).
+markHolder()
+if r == 0 then redis.call('SET', KEYS[5], '1', 'PXAT', ARGV[6]) end
 if ARGV[7] == '1' then
   -- Queued, not sent: out of the pending index until a worker claims it,
   -- and out of the stream until the buyer's call, having heard this reply,

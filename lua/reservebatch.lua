@@ -7,6 +7,7 @@
 -- and compares every reply and every key.
 --
 -- KEYS[1..6] stock, users, res, pending, out, epoch   (see reserve.lua)
+-- KEYS[7]    holders (optional; reserve.lua's KEYS[#KEYS]): each winner's bit
 -- ARGV[1] now ms (proxy clock)  ARGV[2] expire-at ms
 -- ARGV[3] "0" = with the buyer memo, "2" = without (see reserve.lua ARGV[7])
 -- ARGV[4..] four per buyer: user, qty, per-user limit, token id
@@ -148,13 +149,29 @@ end
 if taken > 0 then
   redis.call('HINCRBY', KEYS[1], 'r', -taken)
   redis.call('HINCRBY', KEYS[1], 'p', taken)
-  if r == 0 then redis.call('SET', KEYS[5], '1', 'PXAT', exp) end
   local userFV = {}
   for k = 1, no do
     local j = order[k]
     userFV[2 * k - 1], userFV[2 * k] = users[j], U[j] .. '|' .. T[j]
   end
   redis.call('HSET', KEYS[2], unpack(userFV))
+  -- The winners' bits and users fields before the sold-out flag, as
+  -- reserve.lua's markHolder.
+  local hk = KEYS[7]
+  if hk then
+    local bits = redis.call('STRLEN', hk) * 8
+    if bits == 0 then
+      local i = tonumber(redis.call('HGET', KEYS[1], 'i') or '0')
+      bits = 4096
+      while bits < 64 * i and bits < 4194304 do bits = bits * 2 end
+      redis.call('SETBIT', hk, bits - 1, 0)
+      redis.call('PEXPIREAT', hk, exp)
+    end
+    for k = 1, no do
+      redis.call('SETBIT', hk, tonumber(sub(redis.sha1hex(users[order[k]]), 1, 8), 16) % bits, 1)
+    end
+  end
+  if r == 0 then redis.call('SET', KEYS[5], '1', 'PXAT', exp) end
   redis.call('HSET', KEYS[3], unpack(resFV))
   local added = redis.call('ZADD', KEYS[4], unpack(pendArgs))
   -- As reserve.lua: the keys this call created expire with the activity.

@@ -392,7 +392,7 @@ func (s *Store) PreheatLocked(ctx context.Context, a *config.Activity, force boo
 				share++
 			}
 			cmds = append(cmds,
-				c.B().Del().Key(sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves).Build(),
+				c.B().Del().Key(sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves, sk.Holders).Build(),
 				c.B().Hset().Key(sk.Stock).FieldValue().FieldValue("r", itoa(share)).FieldValue("i", itoa(share)).
 					FieldValue("p", "0").FieldValue("c", "0").FieldValue("x", "0").FieldValue("g", itoa(gen)).Build(),
 				c.B().Pexpireat().Key(sk.Stock).MillisecondsTimestamp(exp).Build(),
@@ -805,9 +805,9 @@ func (s *Store) wipe(ctx context.Context, c rueidis.Client, act string, meta map
 			continue
 		}
 		for _, sk := range s.keys.getPlaced(act, sku, shards, meta[placeField]).Shards {
-			del := c.B().Del().Key(sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves, sk.Epoch).Build()
+			del := c.B().Del().Key(sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves, sk.Epoch, sk.Holders).Build()
 			if moved {
-				del = c.B().Del().Key(sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves, sk.Epoch, sk.RidBits).Build()
+				del = c.B().Del().Key(sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves, sk.Epoch, sk.RidBits, sk.Holders).Build()
 			}
 			if dels = append(dels, del); len(dels) >= statusBatch {
 				if err := flush(statusBatch); err != nil {
@@ -1206,7 +1206,7 @@ func (s *Store) extendExpiry(ctx context.Context, c rueidis.Client, a *config.Ac
 	var cmds rueidis.Commands
 	for _, sku := range a.SKUs {
 		for _, sk := range s.keys.getPlaced(a.ID, sku.ID, a.Shards, place).Shards {
-			for _, key := range []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves, sk.Fence, sk.Epoch, sk.RidBits} {
+			for _, key := range []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Log, sk.Out, sk.MovesIn, sk.Moves, sk.Fence, sk.Epoch, sk.RidBits, sk.Holders} {
 				cmds = append(cmds, c.B().Pexpireat().Key(key).MillisecondsTimestamp(exp).Gt().Build())
 			}
 		}

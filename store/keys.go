@@ -30,6 +30,7 @@ type ShardKeys struct {
 	Moves   string // hash "<sku>:<move id>" -> "<home>|<units>|<ms>" (moves out, unsettled)
 	Fence   string // string: highest reconciler fencing token seen (see lua/fence.lua)
 	RidBits string // bitset of this SKU's request ids with a record (see lua/reserve.lua KEYS[10])
+	Holders string // bitset of this SKU's buyers the reserve took units for (lua/reserve.lua KEYS[#KEYS])
 	// Epoch is an integer set at preheat and incremented by every script
 	// that lowers a buyer's units (release.lua, abort.lua): a buyer seen at
 	// their limit stays there while it is unchanged, so their repeats are
@@ -42,9 +43,10 @@ type SKUKeys struct {
 	Shards []ShardKeys
 	// reserveKeys and friends are the KEYS slices of each script per shard,
 	// built once so the hot path allocates none. reserve.lua's common call
-	// (sync mode, no deposit, no request id) sends the first
-	// reserveShortKeys of them.
+	// (sync mode, no deposit, no request id) and reservebatch.lua send
+	// shortKeys.
 	reserveKeys [][]string
+	shortKeys   [][]string
 	outKeys     []string
 	// gates bound each shard's reserve calls in flight (see reserveGate).
 	gates []reserveGate
@@ -70,20 +72,30 @@ type outRef struct {
 	i int
 }
 
-// reserveShortKeys is how many of reserveKeys a sync reserve with nothing to
-// deposit and no request id sends: log and movesin are read by neither.
-const reserveShortKeys = 6
-
-// reserveKeys is reserve.lua's KEYS[1..8] of this shard, in its order.
+// reserveKeys is reserve.lua's KEYS of this shard without a request id:
+// KEYS[1..8] in its order, then holders (KEYS[#KEYS]). With a request id,
+// the first 8, the id's record, ridbits and holders (reserveRidKeys).
 func (sk ShardKeys) reserveKeys() []string {
-	return []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Out, sk.Epoch, sk.Log, sk.MovesIn}
+	return []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Out, sk.Epoch, sk.Log, sk.MovesIn, sk.Holders}
+}
+
+// shortKeys is the KEYS of reserve.lua's common call (sync mode, nothing
+// to deposit, no request id: log and movesin are read by neither) and of
+// reservebatch.lua: KEYS[1..6], then holders.
+func (sk ShardKeys) shortKeys() []string {
+	return []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Out, sk.Epoch, sk.Holders}
+}
+
+// reserveRidKeys is reserve.lua's KEYS for a buyer with request id record rid.
+func (sk ShardKeys) reserveRidKeys(rid string) []string {
+	return []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Out, sk.Epoch, sk.Log, sk.MovesIn, rid, sk.RidBits, sk.Holders}
 }
 
 func newSKUKeys(prefix, act, sku string, shards int, salts []string) *SKUKeys {
 	if len(salts) != shards {
 		salts = nil // no placement for this many shards: the original tags
 	}
-	k := &SKUKeys{Shards: make([]ShardKeys, shards), reserveKeys: make([][]string, shards), outKeys: make([]string, shards), gates: make([]reserveGate, shards), batchers: make([]reserveBatcher, shards), outInval: make([]atomic.Bool, shards)}
+	k := &SKUKeys{Shards: make([]ShardKeys, shards), reserveKeys: make([][]string, shards), shortKeys: make([][]string, shards), outKeys: make([]string, shards), gates: make([]reserveGate, shards), batchers: make([]reserveBatcher, shards), outInval: make([]atomic.Bool, shards)}
 	for s := 0; s < shards; s++ {
 		salt := ""
 		if salts != nil {
@@ -93,10 +105,11 @@ func newSKUKeys(prefix, act, sku string, shards int, salts []string) *SKUKeys {
 		sk := ShardKeys{
 			Stock: base + "stock:" + sku, Users: base + "users", Res: base + "res", Pending: base + "pending",
 			Log: base + "log", Out: base + "out:" + sku, MovesIn: base + "movesin", Moves: base + "moves",
-			Fence: base + "fence", RidBits: base + "ridbits:" + sku, Epoch: base + "epoch",
+			Fence: base + "fence", RidBits: base + "ridbits:" + sku, Holders: base + "holders:" + sku, Epoch: base + "epoch",
 		}
 		k.Shards[s] = sk
 		k.reserveKeys[s] = sk.reserveKeys()
+		k.shortKeys[s] = sk.shortKeys()
 		k.outKeys[s] = sk.Out
 	}
 	return k

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -140,7 +142,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 		return ReserveResult{}, err
 	}
 	if allTrue(out) {
-		if r, done, err := s.soldOutAnswer(cctx, c, k.Shards[home].RidBits, rid, ridHash); done {
+		if r, done, err := s.soldOutAnswer(cctx, c, &k.Shards[home], q.User, rid, ridHash); done {
 			return r, err
 		}
 	}
@@ -168,7 +170,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 				return ReserveResult{}, err
 			}
 			if allTrue(out) {
-				if r, done, err := s.soldOutAnswer(cctx, c, k.Shards[home].RidBits, rid, ridHash); done {
+				if r, done, err := s.soldOutAnswer(cctx, c, &k.Shards[home], q.User, rid, ridHash); done {
 					// Sold out: every waiter behind this one is answered
 					// the same way, none needs a turn.
 					g.passAll()
@@ -196,7 +198,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 	}
 	keys := k.reserveKeys[home]
 	if rid != "" {
-		keys = append(keys[:len(keys):len(keys)], rid, k.Shards[home].RidBits)
+		keys = k.Shards[home].reserveRidKeys(rid)
 		args = append(args, strconv.FormatUint(uint64(ridHash), 10), ridBitsFor(q.Stock, q.Shards))
 	}
 	var res ReserveResult
@@ -208,11 +210,13 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 	// Nor for a buyer this instance saw holding units (seenBuyers): their
 	// reserve's limit check answers first, and only EMPTY steals.
 	skipReserve := out[home] && !allTrue(out) && rid == "" && !s.seen.has(q.Activity, q.User)
-	rechecks := 0 // looks at the flags again before SOLD_OUT after the donors were dry
+	rechecks := 0    // looks at the flags again before SOLD_OUT after the donors were dry
+	ranHome := false // the home shard's reserve ran in this call
 	// Every steal is followed by a reserve that deposits it, so a move only
 	// stays in transit when a call fails (SettleMoves finishes those).
 	for {
 		if !skipReserve {
+			ranHome = true
 			var r reserveReply
 			var err error
 			written := true
@@ -298,6 +302,18 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 					continue
 				}
 			}
+			if !ranHome {
+				// The home shard's reserve was skipped (known dry) and never
+				// ran: a buyer the reserve took units for there may hold one
+				// whose reserve ran after they were told STORE_UNAVAILABLE,
+				// not aborted yet (soldOutAnswer). The script answers them:
+				// PENDING, not SOLD_OUT beside their held unit.
+				if s.holds(cctx, c, &k.Shards[home], q.User) {
+					skipReserve = false
+					args[7], args[8], args[12] = "0", "", "0"
+					continue
+				}
+			}
 			return ReserveResult{Code: lua.Empty, Moves: res.Moves}, nil
 		}
 		res.Moves++
@@ -339,7 +355,14 @@ func (s *Store) enqueue(ctx context.Context, c rueidis.Client, sk ShardKeys, tok
 
 // soldOutAnswer answers a buyer of a SKU whose every shard is sold out,
 // before any turn at the reserve gate (done false: the script must answer).
-// Without a request id: SOLD_OUT from local memory. A repeat of a won
+// A buyer the reserve took units for on the home shard (its holders bitset,
+// from local memory) is answered by the script: they may hold a unit of a
+// reserve that ran after they were told STORE_UNAVAILABLE, whose abort has
+// not run yet (it may be another instance's), and are owed PENDING, not
+// SOLD_OUT beside their held unit (red team rv20: a SOLD_OUT so told left
+// 22 of 50 units on sale after every buyer had heard SOLD_OUT); a winner
+// hears ALREADY_PURCHASED. Otherwise, without a request id: SOLD_OUT from
+// local memory. A repeat of a won
 // request is still owed its answer (a replay): the shard's bitset of request
 // ids with a record (bits), read from local memory (client-side caching),
 // answers nearly every fresh request id (rid, hash h); only a possible
@@ -347,11 +370,14 @@ func (s *Store) enqueue(ctx context.Context, c rueidis.Client, sk ShardKeys, tok
 // the reservation. Neither needs a turn: a turn is a place for a reserve
 // call, and the buyers answered here would otherwise queue behind the calls
 // in flight; behind calls stalled in Redis, until their deadline (503).
-func (s *Store) soldOutAnswer(ctx context.Context, c rueidis.Client, bits, rid string, h uint32) (ReserveResult, bool, error) {
+func (s *Store) soldOutAnswer(ctx context.Context, c rueidis.Client, sk *ShardKeys, user, rid string, h uint32) (ReserveResult, bool, error) {
+	if s.holds(ctx, c, sk, user) {
+		return ReserveResult{}, false, nil
+	}
 	if rid == "" {
 		return ReserveResult{Code: lua.Empty, FromMemory: true}, true, nil
 	}
-	if seen, known := s.ridSeen(ctx, c, bits, h); known && !seen {
+	if seen, known := s.ridSeen(ctx, c, sk.RidBits, h); known && !seen {
 		return ReserveResult{Code: lua.Empty, FromMemory: true}, true, nil
 	}
 	err := c.Do(ctx, c.B().Get().Key(rid).Build()).Error()
@@ -432,6 +458,65 @@ func (s *Store) abortLater(cause error, sk ShardKeys, tok Token, q ReserveReques
 // is false when the bitset cannot be read (then the record decides). ctx
 // carries the call's deadline.
 func (s *Store) ridSeen(ctx context.Context, c rueidis.Client, key string, h uint32) (seen, known bool) {
+	return s.bitSeen(ctx, c, key, h)
+}
+
+// MayHold reports whether the reserve took units of act's SKU for user on
+// their home shard (its holders bitset, from client-side cached memory after
+// the first read; false when it cannot be read): a buyer of a sold-out SKU
+// it says so of is answered by the reserve script, not SOLD_OUT from memory
+// (see soldOutAnswer).
+func (s *Store) MayHold(ctx context.Context, act, sku string, shards int, user string) bool {
+	if shards < 1 {
+		return false
+	}
+	c, err := s.Client()
+	if err != nil {
+		return false
+	}
+	k, err := s.skuKeys(ctx, act, sku, shards)
+	if err != nil {
+		return false
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		// A read from memory needs no deadline; a miss must not wait on
+		// Redis for longer than any call (no timer on the common path).
+		var cancel context.CancelFunc
+		ctx, cancel = s.ctx(ctx)
+		defer cancel()
+	}
+	return s.holds(ctx, c, &k.Shards[HomeShard(user, shards)], user)
+}
+
+// holds reports whether user may hold units of sk's SKU on this shard:
+// their bit in its holders bitset, then (a bit may be another buyer's)
+// their users field with units, both read through client-side caching, so
+// after the first read of each neither costs a round trip until Redis
+// invalidates it. Unknown (not readable) is false: SOLD_OUT from memory,
+// as before holders existed.
+func (s *Store) holds(ctx context.Context, c rueidis.Client, sk *ShardKeys, user string) bool {
+	if held, _ := s.bitSeen(ctx, c, sk.Holders, holderHash(user)); !held {
+		return false
+	}
+	v, err := c.DoCache(ctx, c.B().Hget().Key(sk.Users).Field(user).Cache(), flagTTL).ToString()
+	if err != nil {
+		return false // none (nil), or not readable
+	}
+	units, _, _ := strings.Cut(v, "|")
+	return units != "0"
+}
+
+// holderHash is user's hash in a shard's holders bitset: the first 32 bits
+// of SHA-1(user), as reserve.lua's markHolder computes it.
+func holderHash(user string) uint32 {
+	sum := sha1.Sum([]byte(user))
+	return binary.BigEndian.Uint32(sum[:4])
+}
+
+// bitSeen reports whether the bitset at key has h's bit set (h % its size),
+// from client-side cached memory after the first read; known is false when
+// it cannot be read.
+func (s *Store) bitSeen(ctx context.Context, c rueidis.Client, key string, h uint32) (seen, known bool) {
 	if !s.clientCache {
 		return false, false // every read would fetch the whole bitset
 	}

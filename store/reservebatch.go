@@ -74,7 +74,7 @@ func (s *Store) reserveShort(ctx context.Context, c rueidis.Client, k *SKUKeys, 
 	if b.sending < reserveCallsPerShard {
 		b.sending++
 		b.mu.Unlock()
-		r, err = s.runReserve(ctx, c, k.reserveKeys[home][:reserveShortKeys], args)
+		r, err = s.runReserve(ctx, c, k.shortKeys[home], args)
 		if next := b.next(s.worthSending); next != nil {
 			go s.sendBatches(c, k, home, next)
 		}
@@ -165,7 +165,7 @@ func (s *Store) ReserveBatchStats() (calls, buyers int64) {
 func (s *Store) sendBatch(c rueidis.Client, k *SKUKeys, home int, batch []*batchedBuyer) {
 	cctx, cancel := s.ctx(context.Background())
 	defer cancel()
-	keys := k.reserveKeys[home][:reserveShortKeys]
+	keys := k.shortKeys[home]
 	if len(batch) == 1 {
 		w := batch[0]
 		w.reply, w.err = s.runReserve(cctx, c, keys, w.args)

@@ -123,7 +123,9 @@ func TestReplayOfARefusalIsDecidedAfresh(t *testing.T) {
 
 // TestReplayAfterSellOut: the sold-out snapshot answers other buyers from
 // memory, but a repeat of a winner's request after the SKU sold out still
-// gets the shop's answer, not SOLD_OUT.
+// gets the shop's answer, not SOLD_OUT; the winner's new request is
+// ALREADY_PURCHASED (they hold the unit: never SOLD_OUT beside it, red team
+// rv20), a fresh buyer's SOLD_OUT.
 func TestReplayAfterSellOut(t *testing.T) {
 	f := newFixture(t)
 	buy := func(user, rid string) e2e.Resp {
@@ -137,7 +139,8 @@ func TestReplayAfterSellOut(t *testing.T) {
 	if again.Status != first.Status || !bytes.Equal(again.Body, first.Body) || again.Token() != first.Token() {
 		t.Fatalf("repeat after the sell-out = %d %s, want the shop's %d %s", again.Status, again.Body, first.Status, first.Body)
 	}
-	wantCode(t, buy("alice", "r-2"), "SOLD_OUT", 410)
+	wantCode(t, buy("alice", "r-2"), "ALREADY_PURCHASED", 409)
+	wantCode(t, buy("carol", "r-3"), "SOLD_OUT", 410)
 	if n := len(f.shop.Buys()); n != 1 {
 		t.Errorf("the shop got %d buys, want 1", n)
 	}
