@@ -530,7 +530,9 @@ func rv20QueueWave(t *testing.T, shards int, tc rv20Fault) {
 	// Every token a client was told of ends confirmed or released.
 	a := pa.Activity(t, act)
 	final := map[string]store.Reservation{}
-	Eventually(t, 20*time.Second, "every told token settled", func() bool {
+	waveEnd := time.Now()
+	settled := func() bool {
+		all := true
 		for tok := range told {
 			if r, ok := final[tok]; ok && (r.State == store.StateConfirmed || r.State == store.StateReleased) {
 				continue
@@ -542,17 +544,29 @@ func rv20QueueWave(t *testing.T, shards int, tc rv20Fault) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			r, ok, err := pa.Store.Lookup(ctx, tk, a.Shards)
 			cancel()
-			if err != nil || !ok {
-				return false
+			if err == nil && ok {
+				final[tok] = r
 			}
-			final[tok] = r
-			if r.State != store.StateConfirmed && r.State != store.StateReleased {
-				return false
+			if err != nil || !ok || (r.State != store.StateConfirmed && r.State != store.StateReleased) {
+				all = false
 			}
 		}
-		return true
-	})
+		return all
+	}
+	for deadline := time.Now().Add(20 * time.Second); !settled(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			for tok, how := range told {
+				if r := final[tok]; r.State != store.StateConfirmed && r.State != store.StateReleased {
+					t.Errorf("told %v %s: still %q (entry %q, stamp %d ms ago, shop saw it %d times) 20 s after the wave",
+						how, tok, r.State, r.QueueEntry, time.Now().UnixMilli()-r.CreatedMs, shop.sends()[tok])
+				}
+			}
+			t.FailNow()
+		}
+	}
+	settledAfter := time.Since(waveEnd)
 	waitSettled(t, 10*time.Second, pa, pb)
+	t.Logf("every told token settled %v after the wave", settledAfter.Round(time.Millisecond))
 	t.Logf("answers: %v; retrier jobs: %s; queue settlements a %v / b %v", codes, &retries,
 		pa.Counter(pa.Metrics.Settlements, "queue_confirm", "OK"), pb.Counter(pb.Metrics.Settlements, "queue_confirm", "OK"))
 	sends := shop.sends()
