@@ -91,6 +91,36 @@ func (s *Store) ReadQueue(ctx context.Context, act, sku string, shards, shard in
 	return entries(shard, m[key], false), nil
 }
 
+// ReadOwnQueue reads up to count entries of one shard's stream that were
+// delivered to consumer and not acknowledged, with ids above after ("0" to
+// start): a read whose reply never came (Redis stalled) delivered its
+// entries all the same, and a worker that gave up on one before sending it
+// left it there; without this only another consumer's takeover, after
+// ClaimIdle, would send them. It returns the entries and whether more may
+// follow (count of them came back).
+func (s *Store) ReadOwnQueue(ctx context.Context, act, sku string, shards, shard int, consumer, after string, count int64) ([]QueueEntry, bool, error) {
+	c, err := s.Client()
+	if err != nil {
+		return nil, false, err
+	}
+	sk, err := s.shardKeys(ctx, act, sku, shards, shard)
+	if err != nil {
+		return nil, false, err
+	}
+	key := sk.Log
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	m, err := c.Do(cctx, c.B().Xreadgroup().Group(QueueGroup, consumer).Count(count).Streams().Key(key).Id(after).Build()).AsXRead()
+	if rueidis.IsRedisNil(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, noGroup(err)
+	}
+	es := entries(shard, m[key], true)
+	return es, int64(len(es)) >= count, nil
+}
+
 // ClaimQueue takes over up to count entries of one shard's stream that
 // another consumer (a dead worker) has held for longer than minIdle,
 // scanning the pending list from cursor ("0-0" to start). It returns the
