@@ -234,6 +234,9 @@ type job struct {
 	sku    string
 	shards int
 	e      store.QueueEntry
+	// unsent: handle left the entry unacknowledged and unsent on Redis
+	// trouble (see actQueue.recheck).
+	unsent bool
 }
 
 func newActQueue(q *Queue, cfg *config.Config, a *config.Activity) *actQueue {
@@ -324,8 +327,13 @@ func (aq *actQueue) run(readCtx, sendCtx context.Context) {
 			go func() {
 				defer wg.Done()
 				for j := range jobs {
-					aq.handle(readCtx, sendCtx, j)
+					aq.handle(readCtx, sendCtx, &j)
+					// Out of inflight before recheck asks for a re-read,
+					// or the re-read would skip the entry as held.
 					aq.inflight.Delete(entryKey(j.e))
+					if j.unsent {
+						aq.recheck.Store(true)
+					}
 					free <- struct{}{}
 				}
 			}()
@@ -606,7 +614,7 @@ func (aq *actQueue) awaitResume(readCtx, ctx context.Context) bool {
 // and serve's stop took workers × the shop's latency before its drain
 // began: red-team finding, TestRC12SigtermWaitsForQueueWorkersBeyondShutdownTimeout).
 // Only a send already claimed runs on, under ctx.
-func (aq *actQueue) handle(readCtx, ctx context.Context, j job) {
+func (aq *actQueue) handle(readCtx, ctx context.Context, j *job) {
 	a := aq.a
 	st := aq.q.st
 	ack := func() {
@@ -623,7 +631,7 @@ func (aq *actQueue) handle(readCtx, ctx context.Context, j job) {
 	}
 	res, ok, err := st.Lookup(ctx, tok, j.shards)
 	if err != nil {
-		aq.recheck.Store(true) // Redis trouble: read again soon (nothing sent)
+		j.unsent = true // Redis trouble: read again soon (nothing sent)
 		return
 	}
 	if !ok || (res.State != store.StateQueued && res.State != store.StatePending) {
@@ -662,7 +670,7 @@ func (aq *actQueue) handle(readCtx, ctx context.Context, j job) {
 	sentMs := time.Now().UnixMilli()
 	claim, err := st.Claim(ctx, tok, j.shards, sentMs, aq.expireAt)
 	if err != nil {
-		aq.recheck.Store(true) // not sent: read again soon (a claim that ran is Same then)
+		j.unsent = true // not sent: read again soon (a claim that ran is Same then)
 		return
 	}
 	switch claim {
@@ -689,7 +697,7 @@ func (aq *actQueue) handle(readCtx, ctx context.Context, j job) {
 			return
 		}
 	}
-	if st.DurableWinners() && !aq.durable(ctx, tok, j, claim, sentMs, ack) {
+	if st.DurableWinners() && !aq.durable(ctx, tok, *j, claim, sentMs, ack) {
 		return
 	}
 	if config.LateToSend(time.UnixMilli(sentMs), time.Now(), a.PendingTimeout, aq.cfg.Upstream.Timeout) {
@@ -702,7 +710,7 @@ func (aq *actQueue) handle(readCtx, ctx context.Context, j job) {
 		sentMs = time.Now().UnixMilli()
 		again, err := st.Claim(ctx, tok, j.shards, sentMs, aq.expireAt)
 		if err != nil {
-			aq.recheck.Store(true) // not sent: read again soon
+			j.unsent = true // not sent: read again soon
 			return
 		}
 		if again != lua.Same {
