@@ -564,7 +564,7 @@ func rv20QueueWave(t *testing.T, shards int, tc rv20Fault) {
 	// takeover. CLIENT PAUSE ALL is allowed the takeover: in about one run
 	// in ten under load one worker round of entries (4) stayed delivered
 	// and unsent 20 s, both consumers idle, no clock problem; not
-	// explained, and older than rv20's queue change (docs/decisions.md §48).
+	// explained, and older than rv20's queue change (docs/decisions.md §49).
 	within := 20 * time.Second
 	if strings.HasPrefix(tc.name, "pause all") {
 		within = 30*time.Second + 15*time.Second
