@@ -14,8 +14,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
 	"github.com/seckill-proxy/seckill-proxy/metrics"
 	"github.com/seckill-proxy/seckill-proxy/reservation"
+	"github.com/seckill-proxy/seckill-proxy/store"
 )
 
 // ra12Shop is a shop that works on every buy for latency whatever the
@@ -189,4 +191,43 @@ func waitSettled(t *testing.T, drain time.Duration, ps ...*Proxy) {
 		}
 		return true
 	})
+}
+
+// afterRepair runs one reconcile --repair as if past pending_timeout
+// and checks: nothing pending or queued, nothing in transit, stock adds
+// up, every shop order a confirmed reservation, confirmed == orders ==
+// records, nobody above the limit at the shop. It returns the shop's orders.
+func afterRepair(t *testing.T, node *redistest.Server, pa *Proxy, act string, stock, limit int64, orders map[string]string, shop interface{ counts() (int, int) }) (shopOrders int) {
+	t.Helper()
+	a := pa.Activity(t, act)
+	ra12Reconcile(t, pa, act, time.Now().Add(a.PendingTimeout+time.Minute))
+	states := rtAudit(t, node.Addr, act, stock, limit)
+	confirmed := 0
+	for field, st := range states {
+		switch st {
+		case "c":
+			confirmed++
+		case "p", "q":
+			t.Errorf("%s still %s after the reconcile", field, st)
+		}
+	}
+	for tok := range orders {
+		tk, err := store.ParseToken(tok)
+		if err != nil {
+			t.Fatalf("order token %q: %v", tok, err)
+		}
+		if st := states[tk.Field()]; st != "c" {
+			t.Errorf("shop order %s for a reservation in state %q", tok, st)
+		}
+	}
+	n, perUser := shop.counts()
+	k := pa.SKUStatus(t, act)
+	t.Logf("after reconcile %+v; shop orders %d (max per user %d), confirmed records %d", k, n, perUser, confirmed)
+	if !k.OK || k.Pending != 0 || k.Remaining+k.Confirmed != stock || k.InTransit != 0 || k.Confirmed != int64(n) || int64(confirmed) != k.Confirmed {
+		t.Errorf("after reconcile: %+v, shop orders %d, confirmed records %d", k, n, confirmed)
+	}
+	if int64(perUser) > limit || int64(n) > stock {
+		t.Errorf("shop: %d orders, %d of one user (limit %d)", n, perUser, limit)
+	}
+	return n
 }

@@ -178,37 +178,8 @@ func rv19Wave(t *testing.T, shards int, at time.Duration, fault func(t *testing.
 			}
 		}
 	}
-	a := pa.Activity(t, act)
-	ra12Reconcile(t, pa, act, time.Now().Add(a.PendingTimeout+time.Minute))
-	states = rtAudit(t, node.Addr, act, stock, limit)
-	confirmed := 0
-	for field, st := range states {
-		switch st {
-		case "c":
-			confirmed++
-		case "p", "q":
-			t.Errorf("%s still %s after the reconcile", field, st)
-		}
-	}
-	for tok := range orders {
-		tk, err := store.ParseToken(tok)
-		if err != nil {
-			t.Fatalf("order token %q: %v", tok, err)
-		}
-		if st := states[tk.Field()]; st != "c" {
-			t.Errorf("shop order %s for a reservation in state %q", tok, st)
-		}
-	}
-	n, perUser := shop.counts()
-	k := pa.SKUStatus(t, act)
-	t.Logf("final wins %d; before reconcile %+v; after %+v; shop orders %d (max per user %d), confirmed records %d",
-		wins, before, k, n, perUser, confirmed)
-	if !k.OK || k.Pending != 0 || k.Remaining+k.Confirmed != stock || k.InTransit != 0 || k.Confirmed != int64(n) || int64(confirmed) != k.Confirmed {
-		t.Errorf("after reconcile: %+v, shop orders %d, confirmed records %d", k, n, confirmed)
-	}
-	if perUser > limit || n > stock {
-		t.Errorf("shop: %d orders, %d of one user (limit %d)", n, perUser, limit)
-	}
+	t.Logf("final wins %d; before reconcile %+v", wins, before)
+	n := afterRepair(t, node, pa, act, stock, limit, orders, shop)
 	if wins != n {
 		t.Logf("note: %d final wins, %d shop orders", wins, n)
 	}

@@ -257,7 +257,7 @@ func rv20StealWave(t *testing.T, shards int, tc rv20Fault) {
 		}
 	}
 	rv20SoldOutBesidePhantoms(t, node, pa, act, shards, names, finals, finalAt, stalled)
-	rv20AfterRepair(t, node, pa, act, stock, limit, orders, shop)
+	afterRepair(t, node, pa, act, stock, limit, orders, shop)
 	t.Logf("final wins %d; before reconcile %+v", wins, before)
 }
 
@@ -422,44 +422,6 @@ func rv20CheckTold(t *testing.T, node *redistest.Server, act string, stock, limi
 		}
 	}
 	return states
-}
-
-// rv20AfterRepair runs one reconcile --repair as if past pending_timeout
-// and checks: nothing pending or queued, nothing in transit, stock adds
-// up, every shop order a confirmed reservation, confirmed == orders ==
-// records, nobody above the limit at the shop.
-func rv20AfterRepair(t *testing.T, node *redistest.Server, pa *Proxy, act string, stock, limit int64, orders map[string]string, shop *rv20Shop) {
-	t.Helper()
-	a := pa.Activity(t, act)
-	ra12Reconcile(t, pa, act, time.Now().Add(a.PendingTimeout+time.Minute))
-	states := rtAudit(t, node.Addr, act, stock, limit)
-	confirmed := 0
-	for field, st := range states {
-		switch st {
-		case "c":
-			confirmed++
-		case "p", "q":
-			t.Errorf("%s still %s after the reconcile", field, st)
-		}
-	}
-	for tok := range orders {
-		tk, err := store.ParseToken(tok)
-		if err != nil {
-			t.Fatalf("order token %q: %v", tok, err)
-		}
-		if st := states[tk.Field()]; st != "c" {
-			t.Errorf("shop order %s for a reservation in state %q", tok, st)
-		}
-	}
-	n, perUser := shop.counts()
-	k := pa.SKUStatus(t, act)
-	t.Logf("after reconcile %+v; shop orders %d (max per user %d), confirmed records %d", k, n, perUser, confirmed)
-	if !k.OK || k.Pending != 0 || k.Remaining+k.Confirmed != stock || k.InTransit != 0 || k.Confirmed != int64(n) || int64(confirmed) != k.Confirmed {
-		t.Errorf("after reconcile: %+v, shop orders %d, confirmed records %d", k, n, confirmed)
-	}
-	if int64(perUser) > limit || int64(n) > stock {
-		t.Errorf("shop: %d orders, %d of one user (limit %d)", n, perUser, limit)
-	}
 }
 
 // TestRV20QueueStall: queue mode, stock 50, per_user_limit 1, two
@@ -642,6 +604,6 @@ func rv20QueueWave(t *testing.T, shards int, tc rv20Fault) {
 	}
 	rv20CheckTold(t, node, act, stock, limit, told)
 	rv20SoldOutBesidePhantoms(t, node, pa, act, shards, names, finals, finalAt, stalled)
-	rv20AfterRepair(t, node, pa, act, stock, limit, orders, shop)
+	afterRepair(t, node, pa, act, stock, limit, orders, shop)
 	t.Logf("told tokens %d (phantoms shown as PENDING %d), shop sends %d (tokens sent twice %d), orders %d", len(told), phantoms, len(sends), twice, len(orders))
 }
