@@ -9,3 +9,14 @@ func SetLeaseTTL(d time.Duration) (restore func()) {
 	leaseTTL = d
 	return func() { leaseTTL = old }
 }
+
+// SetQueueTrouble makes queue workers started from now on begin as after
+// Redis trouble (reading back their own delivered entries first), and runs
+// after on the reader's goroutine after each answered read-back of a
+// shard's own entries (complete: it reached their end). The returned
+// function restores both.
+func SetQueueTrouble(after func(consumer string, shard int, complete bool)) (restore func()) {
+	oldT, oldA := troubleAtStart, afterOwnRead
+	troubleAtStart, afterOwnRead = true, after
+	return func() { troubleAtStart, afterOwnRead = oldT, oldA }
+}

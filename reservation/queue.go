@@ -228,6 +228,15 @@ type actQueue struct {
 	recheck  atomic.Bool
 }
 
+// Test hooks (export_test.go), unset in production: troubleAtStart starts
+// the workers as after Redis trouble (their own entries read back first);
+// afterOwnRead runs after each answered re-read of a consumer's own
+// entries of a shard, complete when it reached the end of them.
+var (
+	troubleAtStart bool
+	afterOwnRead   func(consumer string, shard int, complete bool)
+)
+
 func entryKey(e store.QueueEntry) string { return strconv.Itoa(e.Shard) + "/" + e.ID }
 
 type job struct {
@@ -315,6 +324,9 @@ func (aq *actQueue) run(readCtx, sendCtx context.Context) {
 	a := aq.a
 	jobs := make(chan job)
 	free := make(chan struct{}, a.Queue.Workers)
+	if troubleAtStart {
+		aq.recheck.Store(true)
+	}
 	var wg sync.WaitGroup
 	// The forwarders start with the first entry to send: draining workers
 	// mostly find nothing.
@@ -486,6 +498,9 @@ func (aq *actQueue) run(readCtx, sendCtx context.Context) {
 					own[ref] = mine[len(mine)-1].ID
 				default:
 					delete(own, ref)
+				}
+				if afterOwnRead != nil && ownErr == nil {
+					afterOwnRead(aq.q.opt.Consumer, ref.shard, !more)
 				}
 				es = mine
 				if len(es) > 0 {
