@@ -365,8 +365,20 @@ func (aq *actQueue) run(readCtx, sendCtx context.Context) {
 		shards  int
 		cursors = map[shardRef]string{}
 		// own: shards whose entries delivered to this consumer are to be
-		// read again (aq.recheck), each with the id to go on from.
+		// read again (aq.recheck), each with the id to go on from; passes:
+		// how many complete re-reads each still needs. Two: a read whose
+		// answer never came can run in Redis after a re-read sent later,
+		// when the two went over different connections of the client
+		// (rueidis spreads a client's keyed commands at random over
+		// 2^min(2, log2 GOMAXPROCS) of them): a stalled Redis runs each
+		// connection's backlog in turn on waking, so the first re-read may
+		// find nothing and the lost XREADGROUP deliver entries to this
+		// consumer just after. The second re-read is sent once the first
+		// is answered, so Redis has woken and run what it held first (red
+		// team rv20: CLIENT PAUSE ALL, 4 entries left to the takeover after
+		// ClaimIdle in 6 of ~270 runs, both consumers reading all along).
 		own     = map[shardRef]string{}
+		passes  = map[shardRef]int{}
 		ensured = map[shardRef]bool{}
 		rr      int
 		idle    = 10 * time.Millisecond
@@ -473,6 +485,7 @@ func (aq *actQueue) run(readCtx, sendCtx context.Context) {
 				if _, ok := own[ref]; !ok {
 					own[ref] = "0"
 				}
+				passes[ref] = 2
 			}
 		}
 		for i := 0; i < len(refs) && len(got) < n && readCtx.Err() == nil; i++ {
@@ -496,8 +509,12 @@ func (aq *actQueue) run(readCtx, sendCtx context.Context) {
 					aq.recheck.Store(true)
 				case more:
 					own[ref] = mine[len(mine)-1].ID
+				case passes[ref] > 1:
+					passes[ref]--
+					own[ref] = "0" // once more, next round (see passes)
 				default:
 					delete(own, ref)
+					delete(passes, ref)
 				}
 				if afterOwnRead != nil && ownErr == nil {
 					afterOwnRead(aq.q.opt.Consumer, ref.shard, !more)

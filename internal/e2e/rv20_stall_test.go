@@ -523,14 +523,14 @@ func rv20QueueWave(t *testing.T, shards int, tc rv20Fault) {
 		return all
 	}
 	// Within 20 s of the wave, well before ClaimIdle: nothing waits for a
-	// takeover. CLIENT PAUSE ALL is allowed the takeover: in about one run
-	// in ten under load one worker round of entries (4) stayed delivered
-	// and unsent 20 s, both consumers idle, no clock problem; not
-	// explained, and older than rv20's queue change (docs/decisions.md §49).
+	// takeover. CLIENT PAUSE ALL was allowed the takeover until qst found
+	// why one worker round (4 entries) waited for it in ~2% of runs: the
+	// lost XREADGROUP ran after the worker's re-read, over the other of the
+	// client's two connections (docs/decisions.md §49; reservation
+	// TestQueueReReadsOwnEntriesDeliveredLate). The worker now reads its
+	// own entries back twice; 450 runs of this subtest after that, none
+	// waited.
 	within := 20 * time.Second
-	if strings.HasPrefix(tc.name, "pause all") {
-		within = 30*time.Second + 15*time.Second
-	}
 	for deadline := time.Now().Add(within); !settled(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			for tok, how := range told {
@@ -540,7 +540,7 @@ func rv20QueueWave(t *testing.T, shards int, tc rv20Fault) {
 				}
 			}
 			for _, sk := range pa.Store.SKUKeys(act, SKU, shards).Shards {
-				xp, _ := node.Do("XPENDING", sk.Log, store.QueueGroup)
+				xp, _ := node.Do("XPENDING", sk.Log, store.QueueGroup, "-", "+", "100") // id, consumer, idle, deliveries
 				xl, _ := node.Do("XLEN", sk.Log)
 				xc, _ := node.Do("XINFO", "CONSUMERS", sk.Log, store.QueueGroup)
 				t.Logf("%s: XLEN %s, XPENDING %q, consumers %q", sk.Log, xl, xp, xc)
@@ -550,9 +550,6 @@ func rv20QueueWave(t *testing.T, shards int, tc rv20Fault) {
 		}
 	}
 	settledAfter := time.Since(waveEnd)
-	if settledAfter > 20*time.Second {
-		t.Logf("NOTE: the last told token settled %v after the wave: it waited for a takeover (see the comment above)", settledAfter.Round(time.Millisecond))
-	}
 	waitSettled(t, 10*time.Second, pa, pb)
 	t.Logf("every told token settled %v after the wave", settledAfter.Round(time.Millisecond))
 	t.Logf("answers: %v; retrier jobs: %s; queue settlements a %v / b %v", codes, &retries,
