@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/seckill-proxy/seckill-proxy/internal/e2e"
 )
@@ -44,7 +45,21 @@ func TestRT10FleetQtyGathersFromEveryShard(t *testing.T) {
 				{"two", "b", 2, "WIN"},               // the last two of b
 				{"three", "b", 1, "SOLD_OUT"},
 			} {
-				r := rt10fleetBuyQty(env.proxies[i%3].Addr, act, tc.sku, tc.user, tc.qty)
+				addr := env.proxies[i%3].Addr
+				r := rt10fleetBuyQty(addr, act, tc.sku, tc.user, tc.qty)
+				if tc.want == "WIN" && r.Code == "SOLD_OUT" {
+					// A unit moved to a shard an instance had seen dry
+					// (a steal's deposit) is buyable there once Redis's
+					// invalidation of the shard's sold-out flag reaches
+					// that instance (README: sold-out from memory); CI,
+					// loaded, once asked the next instance first. A
+					// SOLD_OUT holds nothing: the buyer clicks again.
+					t.Logf("step %d: SOLD_OUT from a snapshot not yet reopened; clicking again", i)
+					e2e.Eventually(t, 5*time.Second, "the unit buyable", func() bool {
+						r = rt10fleetBuyQty(addr, act, tc.sku, tc.user, tc.qty)
+						return r.Code != "SOLD_OUT"
+					})
+				}
 				rt10fleetCheckCode(t, tc.user, r)
 				if r.Code != tc.want {
 					t.Errorf("step %d: %s buys %d of %s: %d %s, want %s", i, tc.user, tc.qty, tc.sku, r.Status, r.Body, tc.want)
