@@ -155,14 +155,7 @@ func TestQueueBacklogBound(t *testing.T) {
 		t.Fatalf("after the drain: %+v", got)
 	}
 	tokens = append(tokens, got.Token)
-	eventually(t, 10*time.Second, "all 6 confirmed", func() bool {
-		for _, tok := range tokens {
-			if reservationState(addr, tok) != store.StateConfirmed {
-				return false
-			}
-		}
-		return true
-	})
+	eventually(t, 10*time.Second, "all 6 confirmed", allConfirmed(addr, tokens))
 }
 
 // A queued reservation released by an operator before its turn is never

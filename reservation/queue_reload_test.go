@@ -10,7 +10,6 @@ import (
 	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
 	"github.com/seckill-proxy/seckill-proxy/metrics"
 	"github.com/seckill-proxy/seckill-proxy/reservation"
-	"github.com/seckill-proxy/seckill-proxy/store"
 )
 
 // A reload whose config no longer has a queue-mode activity (dropped once
@@ -32,14 +31,7 @@ func TestQueueReloadDrainsDroppedActivity(t *testing.T) {
 	next := *cfg
 	next.Activities = nil
 	q.Start(&next)
-	eventually(t, 10*time.Second, "the 3 queued buyers confirmed", func() bool {
-		for _, tok := range tokens {
-			if reservationState(addr, tok) != store.StateConfirmed {
-				return false
-			}
-		}
-		return true
-	})
+	eventually(t, 10*time.Second, "the 3 queued buyers confirmed", allConfirmed(addr, tokens))
 	if n := sh.orderCount(); n != 3 {
 		t.Errorf("the shop got %d orders, want 3", n)
 	}

@@ -126,6 +126,19 @@ func buy(addr, user string) answer {
 	return a
 }
 
+// allConfirmed is a condition for eventually: every token's reservation
+// reads confirmed on the proxy's public endpoint.
+func allConfirmed(addr string, tokens []string) func() bool {
+	return func() bool {
+		for _, tok := range tokens {
+			if reservationState(addr, tok) != store.StateConfirmed {
+				return false
+			}
+		}
+		return true
+	}
+}
+
 func reservationState(addr, tok string) string {
 	resp, err := client.Get("http://" + addr + "/_seckill/reservations/" + tok)
 	if err != nil {
@@ -213,14 +226,7 @@ func TestQueueMode(t *testing.T) {
 	b := reservation.NewQueue(st, metrics.New(), zap.NewNop(), reservation.QueueOptions{Consumer: "B", ClaimIdle: time.Second})
 	b.Start(cfg)
 	t.Cleanup(b.Stop)
-	eventually(t, 30*time.Second, "all 20 confirmed by polling", func() bool {
-		for _, tok := range tokens {
-			if reservationState(addr, tok) != store.StateConfirmed {
-				return false
-			}
-		}
-		return true
-	})
+	eventually(t, 30*time.Second, "all 20 confirmed by polling", allConfirmed(addr, tokens))
 	sh.mu.Lock()
 	orders, requests, times := len(sh.orders), sh.requests, append([]time.Time(nil), sh.times...)
 	sh.mu.Unlock()

@@ -69,14 +69,7 @@ func TestQueueReReadsOwnEntriesDeliveredLate(t *testing.T) {
 	q := reservation.NewQueue(st, metrics.New(), zap.NewNop(), reservation.QueueOptions{Consumer: "w", ClaimIdle: claimIdle})
 	q.Start(cfg)
 	t.Cleanup(q.Stop)
-	eventually(t, 10*time.Second, "every QUEUED buyer confirmed (well before ClaimIdle: none waits for a takeover)", func() bool {
-		for _, tok := range tokens {
-			if reservationState(addr, tok) != store.StateConfirmed {
-				return false
-			}
-		}
-		return true
-	})
+	eventually(t, 10*time.Second, "every QUEUED buyer confirmed (well before ClaimIdle: none waits for a takeover)", allConfirmed(addr, tokens))
 	mu.Lock()
 	defer mu.Unlock()
 	if delivered == 0 {

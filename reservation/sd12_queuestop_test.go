@@ -12,7 +12,6 @@ import (
 	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
 	"github.com/seckill-proxy/seckill-proxy/metrics"
 	"github.com/seckill-proxy/seckill-proxy/reservation"
-	"github.com/seckill-proxy/seckill-proxy/store"
 )
 
 // Stop with the shop's in-flight budget full (upstream.max_inflight 1):
@@ -66,14 +65,7 @@ func TestSD12QueueStopLeavesUnclaimedEntriesForTakeover(t *testing.T) {
 	b := reservation.NewQueue(st, metrics.New(), zap.NewNop(), reservation.QueueOptions{Consumer: "B", ClaimIdle: time.Second})
 	b.Start(cfg)
 	t.Cleanup(b.Stop)
-	eventually(t, 30*time.Second, "every buyer confirmed after the takeover", func() bool {
-		for _, tok := range tokens {
-			if reservationState(addr, tok) != store.StateConfirmed {
-				return false
-			}
-		}
-		return true
-	})
+	eventually(t, 30*time.Second, "every buyer confirmed after the takeover", allConfirmed(addr, tokens))
 	if n, o := requests(), sh.orderCount(); n != buyers || o != buyers {
 		t.Errorf("shop: %d orders from %d requests, want %d from %d", o, n, buyers, buyers)
 	}

@@ -44,14 +44,7 @@ func TestQueueTakeoverOfABacklog(t *testing.T) {
 	t.Cleanup(q.Stop)
 	// ClaimIdle, then the sends: well under the 20 s of one claim per
 	// ClaimIdle/4.
-	eventually(t, claimIdle+6*time.Second, "the dead consumer's 40 entries taken over and confirmed", func() bool {
-		for _, tok := range tokens {
-			if reservationState(addr, tok) != store.StateConfirmed {
-				return false
-			}
-		}
-		return true
-	})
+	eventually(t, claimIdle+6*time.Second, "the dead consumer's 40 entries taken over and confirmed", allConfirmed(addr, tokens))
 	if got := sh.orderCount(); got != n {
 		t.Fatalf("shop orders %d, want %d (each entry sent once)", got, n)
 	}

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -79,71 +78,13 @@ func rv19Wave(t *testing.T, shards int, at time.Duration, fault func(t *testing.
 	pa.Preheat(t, act)
 	pb.WaitPreheated(t, act)
 
-	var mu sync.Mutex
-	told := map[string]bool{}
-	codes := map[string]int{}
-	finals := make([]Resp, users)
-	var odd []string
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	deadline := time.Now().Add(6 * time.Second)
-	for j := 0; j < users+users/5; j++ {
-		i, second := j, false
-		if j >= users {
-			i, second = (j-users)*5, true // a second request of the same user, another request id
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			user, rid := fmt.Sprintf("w%d", i), ""
-			if i%2 == 0 || second {
-				rid = fmt.Sprintf("rid-%d-%v", i, second)
-			}
-			for n := 0; time.Now().Before(deadline); n++ {
-				if second {
-					n++
-				}
-				p := pa
-				if (i+n)%2 == 1 {
-					p = pb
-				}
-				r := ra12Buy(p.Addr, act, user, rid, 5*time.Second)
-				mu.Lock()
-				codes[fmt.Sprintf("%s/%d", r.Code, r.Status)]++
-				if tok := r.Token(); tok != "" {
-					told[tok] = true
-				}
-				if r.Err == nil && !ra12SpecCode(r) {
-					odd = append(odd, fmt.Sprintf("%s: %d %s", user, r.Status, r.Body))
-				}
-				if !second {
-					finals[i] = r
-				} else if r.Code == "WIN" || ra12Replay(r) {
-					finals[i] = r // either copy's win is the user's
-				}
-				mu.Unlock()
-				switch r.Code {
-				case "STORE_UNAVAILABLE", "PENDING", "BUSY":
-					time.Sleep(60 * time.Millisecond)
-					continue
-				}
-				if r.Err != nil {
-					continue
-				}
-				return
-			}
-		}()
+	names := make([]string, users)
+	for i := range names {
+		names[i] = fmt.Sprintf("w%d", i)
 	}
-	faulted := make(chan struct{})
-	close(start)
-	go func() {
-		defer close(faulted)
-		time.Sleep(at)
-		fault(t, node)
-	}()
-	wg.Wait()
-	<-faulted
+	t0 := time.Now()
+	finals, _, _, told, codes, odd := stallWave(t, node, pa, pb, act, names,
+		func(int) bool { return time.Since(t0) >= at }, fault)
 	waitSettled(t, 10*time.Second, pa, pb)
 	t.Logf("answers: %v; confirm retries %v/%v", codes,
 		pa.Counter(pa.Metrics.Settlements, "confirm", "retry"), pb.Counter(pb.Metrics.Settlements, "confirm", "retry"))

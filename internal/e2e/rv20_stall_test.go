@@ -38,6 +38,14 @@ type rv20Fault struct {
 	fault func(t *testing.T, node *redistest.Server)
 }
 
+// ready is stallWave's trigger for f: its wins, moves and shop buys reached.
+func (f rv20Fault) ready(shop *rv20Shop, pa, pb *Proxy, act string) func(won int) bool {
+	return func(won int) bool {
+		moved := pa.Counter(pa.Metrics.StockMoves, act) + pb.Counter(pb.Metrics.StockMoves, act)
+		return won >= f.wins && shop.received.Load() >= f.sent && (f.moves == 0 || moved >= f.moves)
+	}
+}
+
 func rv20Pause(mode string, d time.Duration) func(t *testing.T, node *redistest.Server) {
 	return func(t *testing.T, node *redistest.Server) {
 		_, _ = node.Do("CLIENT", "PAUSE", strconv.FormatInt(d.Milliseconds(), 10), mode)
@@ -215,7 +223,7 @@ func rv20StealWave(t *testing.T, shards int, tc rv20Fault) {
 			names = append(names, u)
 		}
 	}
-	finals, finalAt, stalled, told, codes, odd := rv20Wave(t, node, shop, pa, pb, act, names, false, tc)
+	finals, finalAt, stalled, told, codes, odd := stallWave(t, node, pa, pb, act, names, tc.ready(shop, pa, pb, act), tc.fault)
 	waitSettled(t, 10*time.Second, pa, pb)
 	// The donor's moves: every steal that ran (home >= 0) and every
 	// tombstone left by a settle that came first (home -1). Steals that
@@ -261,13 +269,13 @@ func rv20StealWave(t *testing.T, shards int, tc rv20Fault) {
 	t.Logf("final wins %d; before reconcile %+v", wins, before)
 }
 
-// rv20Wave runs the buyers of names against pa and pb at once, with the
-// fault once tc's progress is reached (wins answered, buys at the shop).
+// stallWave runs the buyers of names against pa and pb at once, and fault
+// once ready (given the WIN or QUEUED answers so far) says so.
 // A buyer answered STORE_UNAVAILABLE, PENDING or BUSY asks again (the
 // other instance every other time) until 6 s have passed. It returns each
 // buyer's final answer, every token a client was told (with the codes it
 // was told with), the answers by code and any answer outside SPEC.
-func rv20Wave(t *testing.T, node *redistest.Server, shop *rv20Shop, pa, pb *Proxy, act string, names []string, queue bool, tc rv20Fault) ([]Resp, []time.Time, [2]time.Time, map[string]map[string]bool, map[string]int, []string) {
+func stallWave(t *testing.T, node *redistest.Server, pa, pb *Proxy, act string, names []string, ready func(won int) bool, fault func(t *testing.T, node *redistest.Server)) ([]Resp, []time.Time, [2]time.Time, map[string]map[string]bool, map[string]int, []string) {
 	users := len(names)
 	var mu sync.Mutex
 	told := map[string]map[string]bool{} // token -> the codes it was told with
@@ -336,12 +344,11 @@ func rv20Wave(t *testing.T, node *redistest.Server, shop *rv20Shop, pa, pb *Prox
 	close(start)
 	go func() {
 		defer close(faulted)
-		moved := func() float64 { return pa.Counter(pa.Metrics.StockMoves, act) + pb.Counter(pb.Metrics.StockMoves, act) }
-		for int(won.Load()) < tc.wins || shop.received.Load() < tc.sent || (tc.moves > 0 && moved() < tc.moves) {
+		for !ready(int(won.Load())) {
 			time.Sleep(500 * time.Microsecond)
 		}
 		stalled[0] = time.Now()
-		tc.fault(t, node)
+		fault(t, node)
 		stalled[1] = time.Now()
 	}()
 	wg.Wait()
@@ -492,7 +499,7 @@ func rv20QueueWave(t *testing.T, shards int, tc rv20Fault) {
 	for i := range names {
 		names[i] = fmt.Sprintf("q%d", i)
 	}
-	finals, finalAt, stalled, told, codes, odd := rv20Wave(t, node, shop, pa, pb, act, names, true, tc)
+	finals, finalAt, stalled, told, codes, odd := stallWave(t, node, pa, pb, act, names, tc.ready(shop, pa, pb, act), tc.fault)
 	if len(odd) > 0 {
 		t.Errorf("answers outside SPEC: %v", odd)
 	}
