@@ -64,12 +64,47 @@ type SKUKeys struct {
 	// client-side cache while it holds (SoldOutMany), whatever other keys
 	// are invalidated meanwhile.
 	outGen atomic.Uint64
+	// holders[s] and ridbits[s] are shard s's holders and request-id
+	// bitsets as last read (Store.bitSeen), kept only while tracked: only
+	// then do Redis's invalidations of their keys reach them.
+	holders, ridbits []bitsView
+	tracked          atomic.Bool
 }
 
-// outRef names one shard's sold-out flag in keyCache.outs.
+// bitsView is one shard's bitset as last read through the client-side
+// cache. A sold-out SKU's every buy without a request id asks its holders
+// bitset before SOLD_OUT from memory (red team rv20), and a DoCache per
+// request was ~5% of the proxy's CPU on the sold-out path (issue 10): the
+// snapshot answers while gen is unchanged — Redis has not invalidated the
+// key since (rueidis drops the cached entry before it calls
+// OnInvalidations, which bumps gen: the cache's own staleness) — and for at
+// most outSnapTTL, should an invalidation ever be lost.
+type bitsView struct {
+	gen  atomic.Uint64
+	snap atomic.Pointer[bitsSnap]
+}
+
+// bitsSnap is a bitset read at unix ns at; v is "" when the key did not
+// exist.
+type bitsSnap struct {
+	gen, epoch uint64 // the view's generation and Store.epoch at the read
+	at         int64
+	v          string
+}
+
+// The kinds of key keyCache.outs tracks.
+const (
+	refOut uint8 = iota
+	refHolders
+	refRidBits
+)
+
+// outRef names one shard's key in keyCache.outs: its sold-out flag, or its
+// holders or request-id bitset.
 type outRef struct {
-	k *SKUKeys
-	i int
+	k    *SKUKeys
+	i    int
+	kind uint8
 }
 
 // reserveKeys is reserve.lua's KEYS of this shard without a request id:
@@ -95,7 +130,8 @@ func newSKUKeys(prefix, act, sku string, shards int, salts []string) *SKUKeys {
 	if len(salts) != shards {
 		salts = nil // no placement for this many shards: the original tags
 	}
-	k := &SKUKeys{Shards: make([]ShardKeys, shards), reserveKeys: make([][]string, shards), shortKeys: make([][]string, shards), outKeys: make([]string, shards), gates: make([]reserveGate, shards), batchers: make([]reserveBatcher, shards), outInval: make([]atomic.Bool, shards)}
+	k := &SKUKeys{Shards: make([]ShardKeys, shards), reserveKeys: make([][]string, shards), shortKeys: make([][]string, shards), outKeys: make([]string, shards), gates: make([]reserveGate, shards), batchers: make([]reserveBatcher, shards), outInval: make([]atomic.Bool, shards),
+		holders: make([]bitsView, shards), ridbits: make([]bitsView, shards)}
 	for s := 0; s < shards; s++ {
 		salt := ""
 		if salts != nil {
@@ -134,30 +170,49 @@ type keyCache struct {
 	m      map[string]*actKeys
 	n      int // SKUs cached, bounded by maxCachedSKUs
 	// outs maps each cached shard's sold-out flag key to its
-	// SKUKeys.outInval entry (see outInvalidated), for the SKUKeys the
-	// cache holds.
+	// SKUKeys.outInval entry, and its holders and request-id bitset keys
+	// to their views (see outInvalidated), for the SKUKeys the cache holds.
 	outs sync.Map
 }
 
-// track adds (or, with drop, removes) k's flag keys in c.outs; c.mu is held.
+// track adds (or, with drop, removes) k's flag and bitset keys in c.outs;
+// c.mu is held.
 func (c *keyCache) track(k *SKUKeys, drop bool) {
-	for i, key := range k.outKeys {
-		if drop {
-			c.outs.Delete(key)
-		} else {
-			c.outs.Store(key, outRef{k: k, i: i})
+	if drop {
+		k.tracked.Store(false) // before the keys go: no view outlives them
+	}
+	for i := range k.Shards {
+		sk := &k.Shards[i]
+		for kind, key := range [...]string{refOut: sk.Out, refHolders: sk.Holders, refRidBits: sk.RidBits} {
+			if drop {
+				c.outs.Delete(key)
+			} else {
+				c.outs.Store(key, outRef{k: k, i: i, kind: uint8(kind)})
+			}
 		}
+	}
+	if !drop {
+		k.tracked.Store(true) // after: every invalidation reaches a view
 	}
 }
 
 // outInvalidated marks the shard whose sold-out flag key Redis
-// invalidated, if the cache holds it. It runs on rueidis's reading
-// goroutine for every invalidated key.
+// invalidated, or ends the view of its bitset, if the cache holds it. It
+// runs on rueidis's reading goroutine for every invalidated key.
 func (c *keyCache) outInvalidated(key string) {
-	if v, ok := c.outs.Load(key); ok {
-		r := v.(outRef)
+	v, ok := c.outs.Load(key)
+	if !ok {
+		return
+	}
+	r := v.(outRef)
+	switch r.kind {
+	case refOut:
 		r.k.outInval[r.i].Store(true)
 		r.k.outGen.Add(1)
+	case refHolders:
+		r.k.holders[r.i].gen.Add(1)
+	case refRidBits:
+		r.k.ridbits[r.i].gen.Add(1)
 	}
 }
 

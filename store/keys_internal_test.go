@@ -25,8 +25,10 @@ func TestKeyCacheBounded(t *testing.T) {
 }
 
 // TestKeyCacheTracksFlagKeys: an invalidation of a cached shard's sold-out
-// flag marks that shard only; keys the cache dropped (a new placement, a
-// new shard count) are no longer tracked, so the index stays the cache's size.
+// flag marks that shard only, and of its holders or request-id bitset ends
+// that shard's view only; keys the cache dropped (a new placement, a new
+// shard count) are no longer tracked, so the index stays the cache's size
+// (three keys a shard), and their views are never used again.
 func TestKeyCacheTracksFlagKeys(t *testing.T) {
 	c := keyCache{prefix: "p"}
 	k := c.get("act", "s", 2)
@@ -35,17 +37,28 @@ func TestKeyCacheTracksFlagKeys(t *testing.T) {
 	if k.outInval[0].Load() || !k.outInval[1].Load() {
 		t.Fatalf("marks %v %v, want shard 1 only", k.outInval[0].Load(), k.outInval[1].Load())
 	}
+	c.outInvalidated(k.Shards[0].Holders)
+	c.outInvalidated(k.Shards[1].RidBits)
+	if k.holders[0].gen.Load() != 1 || k.holders[1].gen.Load() != 0 || k.ridbits[0].gen.Load() != 0 || k.ridbits[1].gen.Load() != 1 {
+		t.Fatal("a bitset's invalidation reached another shard's view")
+	}
 	count := func() (n int) {
 		c.outs.Range(func(any, any) bool { n++; return true })
 		return n
 	}
 	k3 := c.get("act", "s", 3) // the shard count changed: new keys
-	if n := count(); n != 3 {
-		t.Fatalf("%d flag keys tracked after a new shard count, want 3", n)
+	if n := count(); n != 9 {
+		t.Fatalf("%d keys tracked after a new shard count, want 9", n)
+	}
+	if k.tracked.Load() || !k3.tracked.Load() {
+		t.Fatal("the dropped keys' views are still used, or the new ones' not")
 	}
 	c.setPlace("act", "x,y,z") // a placement: the cached keys go
 	if n := count(); n != 0 {
-		t.Fatalf("%d flag keys tracked after the keys were dropped, want 0", n)
+		t.Fatalf("%d keys tracked after the keys were dropped, want 0", n)
+	}
+	if k3.tracked.Load() {
+		t.Fatal("keys dropped by a placement: their views are still used")
 	}
 	c.outInvalidated(k3.outKeys[0])
 	if k3.outInval[0].Load() {

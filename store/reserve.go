@@ -142,7 +142,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 		return ReserveResult{}, err
 	}
 	if allTrue(out) {
-		if r, done, err := s.soldOutAnswer(cctx, c, &k.Shards[home], q.User, rid, ridHash); done {
+		if r, done, err := s.soldOutAnswer(cctx, c, k, home, q.User, rid, ridHash); done {
 			return r, err
 		}
 	}
@@ -170,7 +170,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 				return ReserveResult{}, err
 			}
 			if allTrue(out) {
-				if r, done, err := s.soldOutAnswer(cctx, c, &k.Shards[home], q.User, rid, ridHash); done {
+				if r, done, err := s.soldOutAnswer(cctx, c, k, home, q.User, rid, ridHash); done {
 					// Sold out: every waiter behind this one is answered
 					// the same way, none needs a turn.
 					g.passAll()
@@ -308,7 +308,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 				// whose reserve ran after they were told STORE_UNAVAILABLE,
 				// not aborted yet (soldOutAnswer). The script answers them:
 				// PENDING, not SOLD_OUT beside their held unit.
-				if s.holds(cctx, c, &k.Shards[home], q.User) {
+				if s.holds(cctx, c, k, home, q.User) {
 					skipReserve = false
 					args[7], args[8], args[12] = "0", "", "0"
 					continue
@@ -370,14 +370,14 @@ func (s *Store) enqueue(ctx context.Context, c rueidis.Client, sk ShardKeys, tok
 // the reservation. Neither needs a turn: a turn is a place for a reserve
 // call, and the buyers answered here would otherwise queue behind the calls
 // in flight; behind calls stalled in Redis, until their deadline (503).
-func (s *Store) soldOutAnswer(ctx context.Context, c rueidis.Client, sk *ShardKeys, user, rid string, h uint32) (ReserveResult, bool, error) {
-	if s.holds(ctx, c, sk, user) {
+func (s *Store) soldOutAnswer(ctx context.Context, c rueidis.Client, k *SKUKeys, home int, user, rid string, h uint32) (ReserveResult, bool, error) {
+	if s.holds(ctx, c, k, home, user) {
 		return ReserveResult{}, false, nil
 	}
 	if rid == "" {
 		return ReserveResult{Code: lua.Empty, FromMemory: true}, true, nil
 	}
-	if seen, known := s.ridSeen(ctx, c, sk.RidBits, h); known && !seen {
+	if seen, known := s.ridSeen(ctx, c, k, home, h); known && !seen {
 		return ReserveResult{Code: lua.Empty, FromMemory: true}, true, nil
 	}
 	err := c.Do(ctx, c.B().Get().Key(rid).Build()).Error()
@@ -453,19 +453,21 @@ func (s *Store) abortLater(cause error, sk ShardKeys, tok Token, q ReserveReques
 	})
 }
 
-// ridSeen reports whether the request-id bitset of a sold-out shard has
-// h's bit set, from client-side cached memory after the first read; known
-// is false when the bitset cannot be read (then the record decides). ctx
-// carries the call's deadline.
-func (s *Store) ridSeen(ctx context.Context, c rueidis.Client, key string, h uint32) (seen, known bool) {
-	return s.bitSeen(ctx, c, key, h)
+// ridSeen reports whether the request-id bitset of k's sold-out shard i
+// has h's bit set, from local memory after the first read; known is false
+// when the bitset cannot be read (then the record decides). ctx carries
+// the call's deadline.
+func (s *Store) ridSeen(ctx context.Context, c rueidis.Client, k *SKUKeys, i int, h uint32) (seen, known bool) {
+	return s.bitSeen(ctx, c, &k.ridbits[i], k.Shards[i].RidBits, k, h)
 }
 
 // MayHold reports whether the reserve took units of act's SKU for user on
-// their home shard (its holders bitset, from client-side cached memory after
-// the first read; false when it cannot be read): a buyer of a sold-out SKU
-// it says so of is answered by the reserve script, not SOLD_OUT from memory
-// (see soldOutAnswer).
+// their home shard (its holders bitset, from local memory after the first
+// read; false when it cannot be read): a buyer of a sold-out SKU it says so
+// of is answered by the reserve script, not SOLD_OUT from memory (see
+// soldOutAnswer). It is asked before every such SOLD_OUT without a request
+// id: for a buyer whose bit is clear (nearly all), the bitset's snapshot
+// answers with no context and no call into the client.
 func (s *Store) MayHold(ctx context.Context, act, sku string, shards int, user string) bool {
 	if shards < 1 {
 		return false
@@ -478,27 +480,35 @@ func (s *Store) MayHold(ctx context.Context, act, sku string, shards int, user s
 	if err != nil {
 		return false
 	}
+	home, h := HomeShard(user, shards), holderHash(user)
+	if held, ok := s.bitSnapped(&k.holders[home], k, h); ok && !held {
+		return false
+	}
 	if _, ok := ctx.Deadline(); !ok {
 		// A read from memory needs no deadline; a miss must not wait on
-		// Redis for longer than any call (no timer on the common path).
+		// Redis for longer than any call.
 		var cancel context.CancelFunc
 		ctx, cancel = s.ctx(ctx)
 		defer cancel()
 	}
-	return s.holds(ctx, c, &k.Shards[HomeShard(user, shards)], user)
+	return s.holdsHash(ctx, c, k, home, user, h)
 }
 
-// holds reports whether user may hold units of sk's SKU on this shard:
-// their bit in its holders bitset, then (a bit may be another buyer's)
-// their users field with units, both read through client-side caching, so
-// after the first read of each neither costs a round trip until Redis
-// invalidates it. Unknown (not readable) is false: SOLD_OUT from memory,
-// as before holders existed.
-func (s *Store) holds(ctx context.Context, c rueidis.Client, sk *ShardKeys, user string) bool {
-	if held, _ := s.bitSeen(ctx, c, sk.Holders, holderHash(user)); !held {
+// holds reports whether user may hold units of k's SKU on shard i: their
+// bit in its holders bitset, then (a bit may be another buyer's) their
+// users field with units, both from local memory after the first read of
+// each, until Redis invalidates them. Unknown (not readable) is false:
+// SOLD_OUT from memory, as before holders existed.
+func (s *Store) holds(ctx context.Context, c rueidis.Client, k *SKUKeys, i int, user string) bool {
+	return s.holdsHash(ctx, c, k, i, user, holderHash(user))
+}
+
+// holdsHash is holds with user's holderHash h.
+func (s *Store) holdsHash(ctx context.Context, c rueidis.Client, k *SKUKeys, i int, user string, h uint32) bool {
+	if held, _ := s.bitSeen(ctx, c, &k.holders[i], k.Shards[i].Holders, k, h); !held {
 		return false
 	}
-	v, err := c.DoCache(ctx, c.B().Hget().Key(sk.Users).Field(user).Cache(), flagTTL).ToString()
+	v, err := c.DoCache(ctx, c.B().Hget().Key(k.Shards[i].Users).Field(user).Cache(), flagTTL).ToString()
 	if err != nil {
 		return false // none (nil), or not readable
 	}
@@ -513,22 +523,55 @@ func holderHash(user string) uint32 {
 	return binary.BigEndian.Uint32(sum[:4])
 }
 
-// bitSeen reports whether the bitset at key has h's bit set (h % its size),
-// from client-side cached memory after the first read; known is false when
-// it cannot be read.
-func (s *Store) bitSeen(ctx context.Context, c rueidis.Client, key string, h uint32) (seen, known bool) {
+// bitSnapped answers bitSeen from view's snapshot (see bitsView) when it
+// is current: ok false when it is not (none yet, an invalidation since,
+// older than outSnapTTL, a connection's cache dropped since, or k no
+// longer tracked).
+func (s *Store) bitSnapped(view *bitsView, k *SKUKeys, h uint32) (seen, ok bool) {
+	sn := view.snap.Load()
+	if sn == nil || sn.gen != view.gen.Load() || sn.epoch != s.epoch.Load() || !k.tracked.Load() {
+		return false, false
+	}
+	// Unsigned: a snapshot "read in the future" (the clock stepped back
+	// since) is as stale as an old one.
+	if uint64(time.Now().UnixNano()-sn.at) >= uint64(outSnapTTL) {
+		return false, false
+	}
+	return bitIn(sn.v, h), true
+}
+
+// bitSeen reports whether the bitset at key (view's, of k) has h's bit set
+// (h % its size), from view's snapshot or client-side cached memory after
+// the first read; known is false when it cannot be read.
+func (s *Store) bitSeen(ctx context.Context, c rueidis.Client, view *bitsView, key string, k *SKUKeys, h uint32) (seen, known bool) {
 	if !s.clientCache {
 		return false, false // every read would fetch the whole bitset
 	}
+	if seen, ok := s.bitSnapped(view, k, h); ok {
+		return seen, true
+	}
+	// The generation before the read: an invalidation that lands during
+	// it leaves the snapshot stale-marked, never a stale one current.
+	gen, epoch, now := view.gen.Load(), s.epoch.Load(), time.Now().UnixNano()
 	v, err := c.DoCache(ctx, c.B().Get().Key(key).Cache(), flagTTL).ToString()
 	if rueidis.IsRedisNil(err) {
-		return false, true // no request id ever recorded on this shard
+		v, err = "", nil // no bit ever set on this shard
 	}
-	if err != nil || len(v) == 0 {
+	if err != nil {
 		return false, false
 	}
+	view.snap.Store(&bitsSnap{gen: gen, epoch: epoch, at: now, v: v})
+	return bitIn(v, h), true
+}
+
+// bitIn reports whether bitset v has h's bit set (h % its size); an empty
+// v has none.
+func bitIn(v string, h uint32) bool {
+	if len(v) == 0 {
+		return false
+	}
 	bit := uint64(h) % (uint64(len(v)) * 8)
-	return v[bit/8]&(0x80>>(bit%8)) != 0, true
+	return v[bit/8]&(0x80>>(bit%8)) != 0
 }
 
 // ridBitsFor sizes a new request-id bitset: about 64 bits per unit of the
@@ -955,7 +998,7 @@ func (s *Store) Repeat(ctx context.Context, q ReserveRequest) (res ReserveResult
 	// A request id the shard's bitset never saw (client-side cached memory)
 	// has no record: answered here, so a crowd of fresh ids after the end
 	// costs Redis nothing (they come before the rate limits).
-	if seen, known := s.ridSeen(cctx, c, sk.RidBits, fnv32(rid)); known && !seen {
+	if seen, known := s.ridSeen(cctx, c, k, home, fnv32(rid)); known && !seen {
 		return ReserveResult{}, false, nil
 	}
 	arr, err := repeatScript.Exec(cctx, c, []string{rid, sk.Res}, nil).ToArray()
