@@ -709,8 +709,7 @@ func (s *Server) pass(ctx *fasthttp.RequestCtx, st *state) {
 		// goes with a Content-Length; a larger one is a 502 and a close.
 		b, err := io.ReadAll(io.LimitReader(ctx.Response.BodyStream(), pass10Max+1))
 		if err != nil || len(b) > pass10Max {
-			ctx.Response.Reset()
-			ctx.Error("bad gateway", fasthttp.StatusBadGateway)
+			writeAnswer(ctx, &answer{code: admission.UpstreamFailed, message: "the shop's answer is too large for an HTTP/1.0 client"})
 			ctx.SetConnectionClose()
 			s.obs.passError.Inc()
 			return
@@ -720,13 +719,14 @@ func (s *Server) pass(ctx *fasthttp.RequestCtx, st *state) {
 }
 
 // answerUnreachable answers, as a plain proxy does, a request the shop did
-// not answer: 504 when it timed out, 502 otherwise.
+// not answer: 504 when it timed out, 502 otherwise. The body is SPEC §4's
+// JSON (every answer the proxy gives itself is), with the codes of those
+// statuses; no reservation is involved on an ordinary route.
 func answerUnreachable(ctx *fasthttp.RequestCtx, err error) {
-	ctx.Response.Reset()
 	if errors.Is(err, fasthttp.ErrTimeout) {
-		ctx.Error("upstream timeout", fasthttp.StatusGatewayTimeout)
+		writeAnswer(ctx, &answer{code: admission.UpstreamTimeout, message: "the shop did not answer in time"})
 	} else {
-		ctx.Error("bad gateway", fasthttp.StatusBadGateway)
+		writeAnswer(ctx, &answer{code: admission.UpstreamFailed, message: "the shop could not be reached"})
 	}
 }
 

@@ -65,9 +65,21 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, body []byte) {
 	ctx.SetBody(body)
 }
 
+// jsonError refuses a request to a public endpoint with SPEC §4's body
+// ({"code","message"}, application/json): a 404 (no such endpoint,
+// activity or reservation) is UNKNOWN_ITEM, a 405 (the endpoints are
+// read-only) is BAD_REQUEST with Allow, as on a buy route's path.
 func jsonError(ctx *fasthttp.RequestCtx, status int, msg string) {
-	b := append([]byte(`{"error":`), appendJSONString(nil, msg)...)
-	writeJSON(ctx, status, append(b, '}'))
+	code := admission.UnknownItem
+	if status == fasthttp.StatusMethodNotAllowed {
+		code = admission.BadRequest
+	}
+	writeAnswer(ctx, &answer{code: code, message: msg})
+	ctx.SetStatusCode(status)
+	ctx.Response.Header.Set("Cache-Control", "no-store")
+	if status == fasthttp.StatusMethodNotAllowed {
+		ctx.Response.Header.Set("Allow", "GET, HEAD")
+	}
 }
 
 // displayCache keeps each activity's public state, so a page refreshed by
