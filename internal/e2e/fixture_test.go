@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -109,9 +110,22 @@ func wantWin(t *testing.T, r e2e.Resp) {
 	}
 }
 
+// wantRetryAfter: SPEC §4's codes marked (`Retry-After`) carry the header,
+// in whole seconds (RFC 9110 §10.2.3: delay-seconds), and the body's
+// retry_after_ms says the same wait (the header rounds it up).
 func wantRetryAfter(t *testing.T, r e2e.Resp) {
 	t.Helper()
-	if r.Header["Retry-After"] == "" {
-		t.Errorf("%s: no Retry-After header", r.Code)
+	secs, err := strconv.Atoi(r.Header["Retry-After"])
+	if err != nil || secs < 1 {
+		t.Errorf("%s: Retry-After %q, want a positive number of seconds", r.Code, r.Header["Retry-After"])
+		return
+	}
+	ms, ok := r.Num("retry_after_ms")
+	if !ok || ms <= 0 {
+		t.Errorf("%s: retry_after_ms missing or not positive in %s", r.Code, r.Body)
+		return
+	}
+	if want := (int64(ms) + 999) / 1000; int64(secs) != want {
+		t.Errorf("%s: Retry-After %d s beside retry_after_ms %d (want %d s)", r.Code, secs, int64(ms), want)
 	}
 }
