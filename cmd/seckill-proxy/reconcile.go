@@ -17,7 +17,7 @@ import (
 )
 
 // reconcileEvery is how often serve's background reconciler runs.
-const reconcileEvery = time.Minute
+var reconcileEvery = time.Minute // a var only so a test can shorten it
 
 // backgroundReconciler runs a repairing reconcile pass every minute on the
 // one instance that gets the reconciler lease; the others skip the round.
