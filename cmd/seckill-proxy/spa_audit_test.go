@@ -94,7 +94,10 @@ func TestSPABackgroundReconcilerSettlesStalePending(t *testing.T) {
 		t.Cleanup(ist.Close)
 		rec := reservation.NewReconciler(ist, metrics.New(), zap.NewNop())
 		wg.Add(1)
-		go func() { defer wg.Done(); backgroundReconciler(ctx, rec, func() *config.Config { return cfg }, zap.NewNop()) }()
+		go func() {
+			defer wg.Done()
+			backgroundReconciler(ctx, rec, func() *config.Config { return cfg }, zap.NewNop())
+		}()
 	}
 	t.Cleanup(func() { cancel(); wg.Wait() })
 
