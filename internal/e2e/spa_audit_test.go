@@ -83,3 +83,39 @@ func TestSPAPassThroughFailuresAreJSON(t *testing.T) {
 		}
 	})
 }
+
+// SPEC §2: "pause ... / resume ...: kill switch for one activity; every
+// proxy instance obeys within 1 s" — both ways, and also with
+// redis.client_cache off (no invalidation to carry the flag). The pause
+// half with the cache on is TestSpecAPauseObeyedWithinOneSecond.
+func TestSPAPauseAndResumeObeyedWithinOneSecond(t *testing.T) {
+	for _, cache := range []bool{true, false} {
+		t.Run("client_cache="+strconv.FormatBool(cache), func(t *testing.T) {
+			f := newFixture(t, func(o *e2e.Options) {
+				if !cache {
+					o.RedisExtra = append(o.RedisExtra, "client_cache: false")
+				}
+			})
+			p2 := e2e.StartProxy(t, f.opts.Config(t))
+			p2.WaitPreheated(t, actOpen)
+			addrs := []string{f.p.Addr, p2.Addr}
+			for i, addr := range addrs {
+				wantWin(t, e2e.Buy(addr, actOpen, "warm-"+strconv.Itoa(i)))
+			}
+			f.setPaused(t, actOpen, true)
+			time.Sleep(time.Second)
+			for i, addr := range addrs {
+				if r := e2e.Buy(addr, actOpen, "paused-"+strconv.Itoa(i)); r.Code != "PAUSED" {
+					t.Errorf("instance %d, 1 s after pause: %d %s, want 503 PAUSED", i, r.Status, r.Body)
+				}
+			}
+			f.setPaused(t, actOpen, false)
+			time.Sleep(time.Second)
+			for i, addr := range addrs {
+				if r := e2e.Buy(addr, actOpen, "resumed-"+strconv.Itoa(i)); r.Code != "WIN" {
+					t.Errorf("instance %d, 1 s after resume: %d %s, want a win", i, r.Status, r.Body)
+				}
+			}
+		})
+	}
+}
