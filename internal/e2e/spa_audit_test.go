@@ -5,10 +5,13 @@ package e2e_test
 // recording shop; nothing Redis decides is mocked.
 
 import (
+	"bufio"
 	"net"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/seckill-proxy/seckill-proxy/internal/e2e"
 	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
@@ -116,6 +119,79 @@ func TestSPAPauseAndResumeObeyedWithinOneSecond(t *testing.T) {
 					t.Errorf("instance %d, 1 s after resume: %d %s, want a win", i, r.Status, r.Body)
 				}
 			}
+		})
+	}
+}
+
+// SPEC §4: "Every answer the proxy gives itself is JSON". A connection past
+// server.max_conns or server.max_conns_per_ip got fasthttp's own text/plain
+// "503 Service Unavailable" / "429 Too Many Requests" (written on accept).
+// Want: 503 BUSY / 429 RATE_LIMITED as JSON with Retry-After, and the
+// connections within the bounds still served.
+func TestSPAConnectionLimitAnswersAreJSON(t *testing.T) {
+	hold := func(t *testing.T, addr string) net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	ask := func(t *testing.T, addr string) e2e.Resp {
+		t.Helper()
+		c := hold(t, addr)
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write([]byte("GET /_seckill/time HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+			// The refusal may be written and the connection closed
+			// before the request goes out; the answer is still there.
+			t.Logf("write: %v", err)
+		}
+		resp := fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseResponse(resp)
+		if err := resp.Read(bufio.NewReader(c)); err != nil {
+			return e2e.Resp{Err: err}
+		}
+		return e2e.ReadResp(resp)
+	}
+	for _, tc := range []struct {
+		name, server string
+		held         int
+		code         string
+		status       int
+	}{
+		{"max_conns", "{ max_conns: 2, warm_workers: 0 }", 2, "BUSY", 503},
+		{"max_conns_per_ip", "{ max_conns_per_ip: 1 }", 1, "RATE_LIMITED", 429},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, func(o *e2e.Options) { o.Server = tc.server })
+			var held []net.Conn
+			for i := 0; i < tc.held; i++ {
+				held = append(held, hold(t, f.p.Addr))
+			}
+			// The held connections are served: one asks and is answered.
+			_ = held[0].SetDeadline(time.Now().Add(10 * time.Second))
+			if _, err := held[0].Write([]byte("GET /_seckill/time HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+				t.Fatal(err)
+			}
+			resp := fasthttp.AcquireResponse()
+			if err := resp.Read(bufio.NewReader(held[0])); err != nil || resp.StatusCode() != 200 {
+				t.Fatalf("a connection within the bound: %v %d %s", err, resp.StatusCode(), resp.Body())
+			}
+			fasthttp.ReleaseResponse(resp)
+
+			r := ask(t, f.p.Addr)
+			if r.Err != nil || r.Status != tc.status || r.Header["Content-Type"] != "application/json" || r.Code != tc.code || r.Str("message") == "" {
+				t.Fatalf("a connection past %s: %d %q (%s, %v), want %d JSON %s", tc.name, r.Status, r.Body, r.Header["Content-Type"], r.Err, tc.status, tc.code)
+			}
+			wantRetryAfter(t, r)
+			// Once a held connection goes, a new one is served again.
+			for _, c := range held {
+				c.Close()
+			}
+			e2e.Eventually(t, 5*time.Second, "a connection served after the others closed", func() bool {
+				return ask(t, f.p.Addr).Status == 200
+			})
 		})
 	}
 }
