@@ -52,16 +52,19 @@ var _ Book = (*store.Store)(nil)
 
 // Server is the public listener.
 type Server struct {
-	cur     atomic.Pointer[state]
-	decide  Deciders
-	book    Book
-	m       *metrics.Metrics
-	log     *zap.Logger
-	srv     *fasthttp.Server
-	warm    warmer
-	display displayCache
-	obs     observers
-	refused routeRefusals
+	cur    atomic.Pointer[state]
+	decide Deciders
+	book   Book
+	m      *metrics.Metrics
+	log    *zap.Logger
+	srv    *fasthttp.Server
+	// maxConns and maxConnsPerIP are server.max_conns and
+	// max_conns_per_ip as started with, enforced by limitConns (connlimit.go).
+	maxConns, maxConnsPerIP int
+	warm                    warmer
+	display                 displayCache
+	obs                     observers
+	refused                 routeRefusals
 	// confirms are winners' confirms settled after their answers (issue 10);
 	// batcher is the Book's batch confirm, nil when it has none.
 	confirms confirms
@@ -125,11 +128,12 @@ func New(cfg *config.Config, d Deciders, b Book, m *metrics.Metrics, log *zap.Lo
 		// A proxy forwards multipart bodies as they are; parsing them
 		// would spool uploads to temporary files first.
 		DisablePreParseMultipartForm: true,
-		Concurrency:                  sv.MaxConns,
+		// max_conns is enforced on accept (limitConns), with a SPEC
+		// answer; fasthttp's limit is a backstop just above it.
+		Concurrency: sv.MaxConns + connSlack,
 		// Workers a wave made (or a warm-up: warm.go) wait this long for
 		// the next wave, rather than fasthttp's 10 s.
 		MaxIdleWorkerDuration: workerIdle,
-		MaxConnsPerIP:         sv.MaxConnsPerIP,
 		ReadTimeout:           sv.ReadTimeout,
 		WriteTimeout:          sv.WriteTimeout,
 		IdleTimeout:           sv.IdleTimeout,
@@ -142,6 +146,7 @@ func New(cfg *config.Config, d Deciders, b Book, m *metrics.Metrics, log *zap.Lo
 		// the header (cookies, Authorization) into the log: never.
 		SecureErrorLogMessage: true,
 	}
+	s.maxConns, s.maxConnsPerIP = sv.MaxConns, sv.MaxConnsPerIP
 	return s, nil
 }
 
@@ -238,7 +243,9 @@ func (s *Server) jwtFor(prev *state, c config.JWT, canon identity.Canon) (*jwtUs
 }
 
 // Serve accepts connections on ln until Shutdown.
-func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+// Connections past server.max_conns / max_conns_per_ip are answered 503
+// BUSY / 429 RATE_LIMITED and closed (connlimit.go).
+func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(s.limitConns(ln)) }
 
 // Shutdown stops accepting and waits for requests in flight, then for the
 // confirms of winners already answered.

@@ -112,10 +112,10 @@ func (w *warmer) take(ctx *fasthttp.RequestCtx) bool {
 // of each connection are this process's); with max_conns_per_ip there is
 // no warm-up.
 func (s *Server) warmCap(n int) int {
-	if c := s.srv.Concurrency; c > 0 {
+	if c := s.maxConns; c > 0 {
 		n = min(n, (c-int(s.srv.GetOpenConnectionsCount()))/2)
 	}
-	if s.srv.MaxConnsPerIP > 0 {
+	if s.maxConnsPerIP > 0 {
 		// The warm-up's connections all come from the proxy's own
 		// address, which may be the buyers' too (a balancer on the host):
 		// how many it holds is not known, so nothing is taken from it.
