@@ -276,6 +276,13 @@ func rv20StealWave(t *testing.T, shards int, tc rv20Fault) {
 // buyer's final answer, every token a client was told (with the codes it
 // was told with), the answers by code and any answer outside SPEC.
 func stallWave(t *testing.T, node *redistest.Server, pa, pb *Proxy, act string, names []string, ready func(won int) bool, fault func(t *testing.T, node *redistest.Server)) ([]Resp, []time.Time, [2]time.Time, map[string]map[string]bool, map[string]int, []string) {
+	buy := func(p *Proxy, user, rid string) Resp { return ra12Buy(p.Addr, act, user, rid, 5*time.Second) }
+	return stallWaveBy(t, node, pa, pb, names, buy, ready, fault)
+}
+
+// stallWaveBy is stallWave with each request sent by buy (a bundle, a
+// buy of another SKU).
+func stallWaveBy(t *testing.T, node *redistest.Server, pa, pb *Proxy, names []string, buy func(p *Proxy, user, rid string) Resp, ready func(won int) bool, fault func(t *testing.T, node *redistest.Server)) ([]Resp, []time.Time, [2]time.Time, map[string]map[string]bool, map[string]int, []string) {
 	users := len(names)
 	var mu sync.Mutex
 	told := map[string]map[string]bool{} // token -> the codes it was told with
@@ -308,7 +315,7 @@ func stallWave(t *testing.T, node *redistest.Server, pa, pb *Proxy, act string, 
 				if (i+n)%2 == 1 {
 					p = pb
 				}
-				r := ra12Buy(p.Addr, act, user, rid, 5*time.Second)
+				r := buy(p, user, rid)
 				mu.Lock()
 				codes[fmt.Sprintf("%s/%d", r.Code, r.Status)]++
 				if tok := r.Token(); tok != "" {
@@ -367,7 +374,13 @@ func stallWave(t *testing.T, node *redistest.Server, pa, pb *Proxy, act string, 
 // been given beside a held unit (no script ran): its unit was in transit,
 // taken from shard 0 by a steal whose deposit was stalled, and landed
 // after the stall (README known limit); those are counted, not failed.
-func rv20SoldOutBesidePhantoms(t *testing.T, node *redistest.Server, p *Proxy, act string, shards int, names []string, finals []Resp, finalAt []time.Time, stalled [2]time.Time) {
+//
+// node is the single node, or anything that sends a command to the node
+// of its key (a cluster: keyedDo). It returns the late reservations, the
+// buyers told SOLD_OUT beside theirs after the stall (failed) and during it.
+func rv20SoldOutBesidePhantoms(t *testing.T, node interface {
+	Do(args ...string) (string, error)
+}, p *Proxy, act string, shards int, names []string, finals []Resp, finalAt []time.Time, stalled [2]time.Time) (late, bad, inTransit int) {
 	t.Helper()
 	releasedAt := map[string][]int64{} // user -> release ms of their late reservations
 	for _, sk := range p.Store.SKUKeys(act, SKU, shards).Shards {
@@ -385,7 +398,6 @@ func rv20SoldOutBesidePhantoms(t *testing.T, node *redistest.Server, p *Proxy, a
 			releasedAt[parts[1]] = append(releasedAt[parts[1]], ms)
 		}
 	}
-	late, bad, inTransit := 0, 0, 0
 	for _, v := range releasedAt {
 		late += len(v)
 	}
@@ -409,6 +421,7 @@ func rv20SoldOutBesidePhantoms(t *testing.T, node *redistest.Server, p *Proxy, a
 		}
 	}
 	t.Logf("late reservations released by their aborts: %d; buyers told SOLD_OUT before theirs was released: %d after the stall, %d during it (their unit in transit)", late, bad, inTransit)
+	return late, bad, inTransit
 }
 
 // rv20CheckTold audits Redis (rtAudit: per shard i = r + p + c, counters
