@@ -370,9 +370,11 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 	// repeat; every other buy of a sold-out SKU is answered here.
 	soldOut := false
 	if fresh && r.Items != nil {
-		if d, out := p.bundleSoldOut(st, r); out {
+		d, out, held := p.bundleSoldOut(ctx, st, r, flags.Shards)
+		if out {
 			return d
 		}
+		soldOut = held
 	}
 	if fresh {
 		if k := st.skus[r.SKU]; k != nil && k.soldOut.Load() {

@@ -48,16 +48,38 @@ func (p *Pipeline) checkBundle(r *Request) (Decision, bool) {
 }
 
 // bundleSoldOut answers SOLD_OUT, naming the SKU, when the local snapshot
-// marks any item's SKU sold out.
-func (p *Pipeline) bundleSoldOut(st *actState, r *Request) (Decision, bool) {
+// marks any item's SKU sold out, unless the buyer may hold units of one of
+// the items (HolderChecker, local memory): a bundle of theirs may have run
+// after they were told STORE_UNAVAILABLE, its abort still to come (perhaps
+// another instance's), and bundle.lua answers them PENDING, not SOLD_OUT
+// beside the units it holds (red team bh). held reports that case: the
+// buy goes on, as a single buy of a sold-out SKU that may hold does.
+func (p *Pipeline) bundleSoldOut(ctx context.Context, st *actState, r *Request, shards int) (d Decision, out, held bool) {
 	for _, it := range r.Items {
 		if k := st.skus[it.SKU]; k != nil && k.soldOut.Load() {
+			if p.bundleMayHold(ctx, r, shards) {
+				return Decision{}, false, true
+			}
 			d := p.refuse(rSoldOut, 0)
 			d.Short = it.SKU
-			return d, true
+			return d, true, false
 		}
 	}
-	return Decision{}, false
+	return Decision{}, false, false
+}
+
+// bundleMayHold is mayHold for a bundle: any of its items' SKUs.
+func (p *Pipeline) bundleMayHold(ctx context.Context, r *Request, shards int) bool {
+	h, ok := p.ts.(HolderChecker)
+	if !ok {
+		return false
+	}
+	for _, it := range r.Items {
+		if h.MayHold(ctx, r.Activity.ID, it.SKU, shards, r.User) {
+			return true
+		}
+	}
+	return false
 }
 
 // reserveBundle is step 5 for a bundle: bundle.lua on the buyer's home shard.

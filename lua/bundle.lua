@@ -10,6 +10,12 @@
 --
 -- KEYS[1] users  KEYS[2] res  KEYS[3] pending  KEYS[4] movesin  (see reserve.lua)
 -- then per item i (1..n): KEYS[3+2i] stock of its SKU, KEYS[4+2i] out of its SKU
+-- then, when KEYS has 4+3n keys, per item i: KEYS[4+2n+i] holders of its SKU
+--         (reserve.lua KEYS[#KEYS]): the buyer's bit is set in each, so a
+--         buyer whose late bundle holds units (run after they were told
+--         STORE_UNAVAILABLE, its abort still to come) is answered by this
+--         script (PENDING), not SOLD_OUT from memory (red team bh; with the
+--         4+2n keys of old, nothing is written)
 -- ARGV[1] user  ARGV[2] per-user limit  ARGV[3] token field ("*:<id>")
 -- ARGV[4] now ms  ARGV[5] expire-at ms  ARGV[6] items "<sku>:<qty>,..." (kept
 --         in res under "<field>:i", read by bundlerelease/bundleconfirm)
@@ -78,14 +84,35 @@ for i = 1, n do
 end
 for i = 1, n do
   local stock = KEYS[3 + 2 * i]
-  local r = redis.call('HINCRBY', stock, 'r', -qs[i])
+  rs[i] = redis.call('HINCRBY', stock, 'r', -qs[i])
   redis.call('HINCRBY', stock, 'p', qs[i])
-  if r == 0 then redis.call('SET', KEYS[4 + 2 * i], '1', 'PXAT', ARGV[5]) end
 end
 -- The bundle first, then those held before (as reserve.lua: 32 in all).
 local list = ARGV[3]
 for j = 1, math.min(#toks, units, 31) do list = list .. '|' .. toks[j] end
 redis.call('HSET', KEYS[1], ARGV[1], (units + total) .. '|' .. list)
+-- The buyer's bit in every item's holders bitset (reserve.lua's markHolder:
+-- 64 bits per unit of the shard, 4 Kib to 4 Mib, an existing one keeps its
+-- size), with the users field, before any sold-out flag: an instance that
+-- reads a flag after its invalidation has had both invalidated first.
+if #KEYS == 4 + 3 * n then
+  local h = tonumber(string.sub(redis.sha1hex(ARGV[1]), 1, 8), 16)
+  for i = 1, n do
+    local key = KEYS[4 + 2 * n + i]
+    local bits = redis.call('STRLEN', key) * 8
+    if bits == 0 then
+      local ini = tonumber(redis.call('HGET', KEYS[3 + 2 * i], 'i') or '0')
+      bits = 4096
+      while bits < 64 * ini and bits < 4194304 do bits = bits * 2 end
+      redis.call('SETBIT', key, bits - 1, 0)
+      redis.call('PEXPIREAT', key, ARGV[5])
+    end
+    redis.call('SETBIT', key, h % bits, 1)
+  end
+end
+for i = 1, n do
+  if rs[i] == 0 then redis.call('SET', KEYS[4 + 2 * i], '1', 'PXAT', ARGV[5]) end
+end
 redis.call('HSET', KEYS[2], ARGV[3], 'p|' .. ARGV[1] .. '|' .. total .. '|' .. ARGV[4] .. '||',
   ARGV[3] .. ':i', ARGV[6])
 redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])

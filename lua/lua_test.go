@@ -1193,7 +1193,7 @@ func TestScriptSHA(t *testing.T) {
 		{name: "abort", src: lua.Abort, want: "30b097040cce394846382debf986de8eda01b9d4"},
 		{name: "settlemove", src: lua.SettleMove, want: "d18a52fc394960a482388ca298c0cc0b63ab4e27"},
 		{name: "fleet", src: lua.Fleet, want: "ba92c253300e8a8d4e53ed053e50fea443aa81c7"},
-		{name: "bundle", src: lua.Bundle, want: "45d19598acf8b62d59fcda1cf42e63280c58bee4"},
+		{name: "bundle", src: lua.Bundle, want: "f2ff18e23e035bf9b73c144cad4613fc55ea50f1"},
 		{name: "bundlerelease", src: lua.BundleRelease, want: "039420a8b0dc64aa3876e688513a6268d54dcb40"},
 		{name: "bundleconfirm", src: lua.BundleConfirm, want: "f2e4893e32a4c119be0df8fbb6593c6a28f3d1c8"},
 		{name: "inflight", src: lua.Inflight, want: "fdb195e6a728ae701bed333f29abee511ffbd408"},

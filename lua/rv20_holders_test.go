@@ -121,3 +121,56 @@ func TestReserveBatchMarksHoldersAsReserve(t *testing.T) {
 		}
 	}
 }
+
+// TestBundleMarksHolders (red team bh): bundle.lua with 4+3n keys sets the
+// buyer's bit in every item's holders bitset (its last n keys), sized as
+// reserve.lua sizes them (64 bits a unit of the item's shard, at least 4
+// Kib), expiring with the activity, before the sold-out flag; nothing for
+// a buyer it refuses (short, at the limit), and nothing with the 4+2n keys
+// of old. A buyer who holds a bundle is then answered PENDING by the
+// script, which is where the store sends a buyer whose bit is set.
+func TestBundleMarksHolders(t *testing.T) {
+	f := newFx(t)
+	exp := strconv.FormatInt(f.exp, 10)
+	const kHoldersB = "t:{a:s:0}:holders:b"
+	seed := [][]string{
+		{"HSET", kStock, "r", "2", "i", "2", "p", "0", "c", "0", "x", "0"},
+		{"HSET", kStockB, "r", "1", "i", "300", "p", "0", "c", "0", "x", "0"},
+	}
+	old := []string{kUsers, kRes, kPending, kMovesIn, kStock, kOut, kStockB, kOutB}
+	keys := append(append([]string{}, old...), kHolders, kHoldersB)
+	args := func(user, field string) []string {
+		return []string{user, "2", field, "1000", exp, "a:1,b:1", "2", "1", "0", "", "0", "1", "0", "", "0"}
+	}
+	f.reset(seed)
+	wantReply(t, f.run(lua.Bundle, keys, args("u1", "*:x1")), []string{"1"})
+	if n := f.int("STRLEN", kHolders); n != 4096/8 {
+		t.Errorf("holders of a: %d bytes, want %d (the 4 Kib floor)", n, 4096/8)
+	}
+	if n := f.int("STRLEN", kHoldersB); n != 32768/8 {
+		t.Errorf("holders of b: %d bytes, want %d (64 bits a unit of 300, a power of two)", n, 32768/8)
+	}
+	f.wantTTL(kHolders)
+	f.wantTTL(kHoldersB)
+	for _, k := range []string{kHolders, kHoldersB} {
+		bits := 8 * f.int("STRLEN", k)
+		if f.int("GETBIT", k, strconv.FormatInt(holderBit("u1", bits), 10)) != 1 || f.int("BITCOUNT", k) != 1 {
+			t.Errorf("%s: u1's bit not the one set", k)
+		}
+	}
+	if !f.exists(kOutB) {
+		t.Error("b's last unit taken, no sold-out flag")
+	}
+	// Refused: b short (u2), u1 at the limit (PENDING names the bundle).
+	wantReply(t, f.run(lua.Bundle, keys, args("u2", "*:x2")), []string{"2", "2", "0"})
+	wantReply(t, f.run(lua.Bundle, keys, args("u1", "*:x3")), []string{"3", "*:x1"})
+	if f.int("BITCOUNT", kHolders) != 1 || f.int("BITCOUNT", kHoldersB) != 1 {
+		t.Error("a refused bundle set a bit")
+	}
+	// The keys of old: nothing written.
+	f.reset(seed)
+	wantReply(t, f.run(lua.Bundle, old, args("u1", "*:x1")), []string{"1"})
+	if f.exists(kHolders) || f.exists(kHoldersB) {
+		t.Error("a call without the holders keys wrote them")
+	}
+}

@@ -163,14 +163,14 @@ func (s *Store) ReserveBundle(ctx context.Context, q BundleRequest) (BundleResul
 		if outs[i], err = s.outFlags(ctx, c, ks[i]); err != nil {
 			return BundleResult{}, err
 		}
-		if allTrue(outs[i]) {
+		if allTrue(outs[i]) && !s.holdsAny(ctx, c, ks, home, q.User) {
 			return BundleResult{Code: lua.Empty, Short: q.Items[i].SKU, FromMemory: true}, nil
 		}
 	}
 	tok := Token{Activity: q.Activity, SKU: BundleSKU, Shard: home, ID: newID()}
 	items := FormatItems(q.Items)
 	hk := ks[0].Shards[home]
-	keys := make([]string, 0, 4+2*n)
+	keys := make([]string, 0, 4+3*n)
 	keys = append(keys, hk.Users, hk.Res, hk.Pending, hk.MovesIn)
 	args := make([]string, 0, 7+4*n)
 	args = append(args, q.User, itoa(q.Limit), tok.Field(), itoa(q.NowMs), itoa(q.ExpireAt), items, strconv.Itoa(n))
@@ -179,8 +179,14 @@ func (s *Store) ReserveBundle(ctx context.Context, q BundleRequest) (BundleResul
 		keys = append(keys, sk.Stock, sk.Out)
 		args = append(args, itoa(it.Qty), "0", "", "0")
 	}
+	// Every item's holders bitset last (bundle.lua KEYS[4+2n+i]): the
+	// buyer's bit set in each, as reserve.lua sets it (red team bh).
+	for i := range q.Items {
+		keys = append(keys, ks[i].Shards[home].Holders)
+	}
 	var res BundleResult
 	moves := make([]int, n)
+	rechecks := 0 // looks at the flags again before SOLD_OUT after the donors were dry
 	for {
 		cctx, cancel := s.ctx(ctx)
 		arr, err := bundleScript.Exec(cctx, c, keys, args).ToArray()
@@ -244,6 +250,22 @@ func (s *Store) ReserveBundle(ctx context.Context, q BundleRequest) (BundleResul
 				return BundleResult{}, err
 			}
 			if moved == 0 {
+				// Every donor was dry when asked, by flags read before this
+				// bundle's first run. Units of this SKU another bundle moved
+				// onto its home shard and could not use (another item was
+				// short there, or another buyer took it first) sit on a
+				// shard those flags showed dry; its deposit reopened that
+				// shard, and Redis's invalidation brings a fresh read: look
+				// once more before saying SOLD_OUT, as Reserve does (red
+				// team bh: 3 of 25 bundles left on sale after every buyer
+				// was told SOLD_OUT, no stall involved).
+				if rechecks < 2 && s.clientCache {
+					rechecks++
+					if fresh, err := s.outFlags(ctx, c, ks[i]); err == nil && !allTrue(fresh) {
+						outs[i] = fresh
+						continue
+					}
+				}
 				return BundleResult{Code: lua.Empty, Short: it.SKU, Moves: res.Moves}, nil
 			}
 			moves[i]++
@@ -254,6 +276,23 @@ func (s *Store) ReserveBundle(ctx context.Context, q BundleRequest) (BundleResul
 			return BundleResult{}, ErrInvalidResponse
 		}
 	}
+}
+
+// holdsAny reports whether user may hold units of one of a bundle's SKUs
+// on their home shard (holds: the SKU's holders bitset, then the users
+// field, from client-side cached memory): a bundle buyer of a sold-out SKU
+// it says so of is answered by bundle.lua (PENDING for a late bundle whose
+// abort is still to come), not SOLD_OUT from memory beside the units that
+// bundle holds (red team bh).
+func (s *Store) holdsAny(ctx context.Context, c rueidis.Client, ks []*SKUKeys, home int, user string) bool {
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	for _, k := range ks {
+		if s.holds(cctx, c, &k.Shards[home], user) {
+			return true
+		}
+	}
+	return false
 }
 
 // abortBundleLater settles a bundle.lua call whose reply never came, as
@@ -290,8 +329,9 @@ func (s *Store) abortBundleLater(cause error, q BundleRequest, hk ShardKeys, tok
 				return err
 			}
 		}
-		// bundlerelease.lua's KEYS: users res pending epoch, then the items'.
-		rk := append([]string{hk.Users, hk.Res, hk.Pending, hk.Epoch}, keys[4:]...)
+		// bundlerelease.lua's KEYS: users res pending epoch, then the items'
+		// stock and out (not bundle.lua's holders after them).
+		rk := append([]string{hk.Users, hk.Res, hk.Pending, hk.Epoch}, keys[4:4+2*n]...)
 		cctx, cancel := s.ctx(ctx)
 		defer cancel()
 		r, err := ints(bundleReleaseScript.Exec(cctx, c, rk, []string{tok.Field(), abortReason,

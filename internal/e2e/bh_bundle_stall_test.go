@@ -312,7 +312,7 @@ func bhBundleWave(t *testing.T, shards int, tc rv20Fault) {
 		}
 	}
 	rv20SoldOutBesidePhantoms(t, node, pa, act, shards, names, finals, finalAt, stalled)
-	leftAfterWave := bhSweep(t, node.Do, pa, act, skus, shards, bhBundleBuy(act, skus), soldOutDuring)
+	leftAfterWave := bhSweep(t, node.Do, pa, act, skus, shards, bhBundleBuy(act, skus))
 	if left := bhAfterRepair(t, node.Do, pa, act, skus, shards, stock, limit, orders, shop); left != 0 {
 		t.Errorf("%d bundles still on sale after the sweep", left)
 	}
@@ -326,7 +326,7 @@ func bhBundleWave(t *testing.T, shards int, tc rv20Fault) {
 // end game of competing bundles (decisions §51): each bundle took one
 // SKU's unit onto its home shard, found the other SKU's units taken or in
 // transit and gave up, and the halves were left on different shards.
-func bhSweep(t *testing.T, do func(args ...string) (string, error), p *Proxy, act string, skus []string, shards int, buy func(p *Proxy, user, rid string) Resp, soldOutDuring int) int64 {
+func bhSweep(t *testing.T, do func(args ...string) (string, error), p *Proxy, act string, skus []string, shards int, buy func(p *Proxy, user, rid string) Resp) int64 {
 	t.Helper()
 	left := p.Status(t, act).SKUs[0].Remaining
 	if left > 0 {
