@@ -95,3 +95,62 @@ func TestRetrierDropsOtherErrorsAndAbandonsAtClose(t *testing.T) {
 		t.Fatal("Submit after Close accepted")
 	}
 }
+
+// TestRetrierDrainsKeysSideBySide (red team bh): once Redis answers again,
+// the jobs left run many at a time, keys side by side, never two jobs of
+// one key at once. One at a time, the settles of steals that ran late
+// waited behind hundreds of aborts after a cluster master woke (e2e
+// TestBHClusterDonorStall).
+func TestRetrierDrainsKeysSideBySide(t *testing.T) {
+	r := NewRetrier(zap.NewNop(), 100, time.Second)
+	defer r.Close()
+	var down atomic.Bool
+	down.Store(true)
+	var cur, peak, ran atomic.Int32
+	var perKey [8]atomic.Int32
+	release := make(chan struct{})
+	for k := 0; k < 8; k++ {
+		for n := 0; n < 3; n++ {
+			r.Submit("abort", "u"+string(rune('a'+k)), func(context.Context) error {
+				if down.Load() {
+					return ErrUnavailable
+				}
+				if perKey[k].Add(1) > 1 {
+					t.Errorf("two jobs of key %d at once", k)
+				}
+				defer perKey[k].Add(-1)
+				c := cur.Add(1)
+				defer cur.Add(-1)
+				for p := peak.Load(); c > p && !peak.CompareAndSwap(p, c); p = peak.Load() {
+				}
+				if c == 1 {
+					// Wait a while for a second one to run beside it (the
+					// worker's own first attempt runs alone: not forever).
+					select {
+					case <-release:
+					case <-time.After(time.Second):
+					}
+				} else {
+					select {
+					case release <- struct{}{}:
+					default:
+					}
+				}
+				ran.Add(1)
+				return nil
+			})
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // a few failed probes
+	down.Store(false)
+	deadline := time.Now().Add(10 * time.Second)
+	for r.Len() != 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if r.Len() != 0 || ran.Load() != 24 {
+		t.Fatalf("%d jobs left, %d ran", r.Len(), ran.Load())
+	}
+	if peak.Load() < 2 {
+		t.Errorf("at most %d job at once after Redis answered", peak.Load())
+	}
+}

@@ -305,8 +305,13 @@ func wrap(err error) error {
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
+// ctx bounds one Redis call by redis.timeout; a retrier's job (see
+// retryCall) gets its attempt's whole deadline instead.
 func (s *Store) ctx(parent context.Context) (context.Context, context.CancelFunc) {
 	if parent.Done() != nil {
+		if parent.Value(retryCall{}) != nil {
+			return context.WithCancel(parent)
+		}
 		return context.WithTimeout(parent, s.timeout)
 	}
 	return s.deadlines.get(s.timeout)
