@@ -234,9 +234,10 @@ func (r *Retrier) next() *retryJob {
 // stop of a cluster master while every buyer heard SOLD_OUT (red team bh).
 type retryCall struct{}
 
-// attempt runs j once; it reports whether Redis answered. Close's attempts
-// keep redis.timeout per call (short false): shutdown does not wait on a
-// stalled node.
+// attempt runs j once, its calls waiting up to the attempt's deadline (the
+// loop's probe); it reports whether Redis answered. attemptAs(j, false)
+// bounds each call by redis.timeout: the drain's and Close's attempts
+// (shutdown does not wait on a stalled node).
 func (r *Retrier) attempt(j *retryJob) bool { return r.attemptAs(j, true) }
 
 func (r *Retrier) attemptAs(j *retryJob, long bool) bool {
@@ -303,8 +304,11 @@ func (r *Retrier) run() {
 
 // drain runs the queued jobs once Redis has answered one, many at a time:
 // the jobs of one key one after the other, in their order, the keys side
-// by side, at most retryParallel at once. It stops starting jobs once one
-// finds Redis not answering (the caller's loop backs off as before).
+// by side, at most retryParallel at once, each call bounded by
+// redis.timeout (only the loop's one probe waits out a stall: a node that
+// stays silent holds the drain up for redis.timeout, not the attempt's
+// deadline). It stops starting jobs once one finds Redis not answering
+// (the caller's loop backs off as before).
 //
 // One at a time, the queue left after a stall took a round trip or three
 // per job: after a cluster master that held a donor shard woke from a
@@ -352,7 +356,7 @@ func (r *Retrier) drain() {
 				if done {
 					continue // RunNow got there first
 				}
-				if !r.attempt(j) {
+				if !r.attemptAs(j, false) {
 					failed.Store(true)
 					return
 				}
