@@ -262,13 +262,46 @@ func TestBHBundleStall(t *testing.T) {
 	}
 }
 
-func bhBundleWave(t *testing.T, shards int, tc rv20Fault) {
+// TestBHBundleClusterDonorStall is TestBHBundleStall on a real 3-master
+// cluster with only the master of the donor shard (shard 0: both SKUs'
+// units, one hash tag) stopped or paused: bundle.lua's holders keys are
+// the home shard's, one slot, and the same invariants hold.
+func TestBHBundleClusterDonorStall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster per fault")
+	}
+	for _, tc := range []rv20Fault{
+		{"donor sigstop short after 6 steals", 0, 6, 0, rv20Stop(150 * time.Millisecond)},
+		{"donor sigstop long after 20 steals", 0, 20, 0, rv20Stop(1300 * time.Millisecond)},
+		{"donor pause write after 10 steals", 0, 10, 0, rv20Pause("WRITE", 500*time.Millisecond)},
+	} {
+		for _, shards := range []int{4, 8} {
+			t.Run(fmt.Sprintf("%s/shards %d", tc.name, shards), func(t *testing.T) { bhBundleWaveOn(t, shards, tc, true) })
+		}
+	}
+}
+
+func bhBundleWave(t *testing.T, shards int, tc rv20Fault) { bhBundleWaveOn(t, shards, tc, false) }
+
+// bhBundleWaveOn runs the bundle wave on a single node (stalled whole) or,
+// with cluster, on a 3-master cluster whose donor's master is stalled.
+func bhBundleWaveOn(t *testing.T, shards int, tc rv20Fault, cluster bool) {
 	const stock, limit, users = 25, 2, 300
 	const act = "bhb"
 	skus := []string{"a", "b"}
-	node := redistest.Start(t, "--enable-debug-command", "yes")
+	var node *redistest.Server
+	var cl *redistest.Cluster
+	var addrs []string
+	do := func(args ...string) (string, error) { return node.Do(args...) }
+	if cluster {
+		cl = redistest.StartCluster(t, 3)
+		addrs, do = cl.Addrs(), bhKeyedDo(cl)
+	} else {
+		node = redistest.Start(t, "--enable-debug-command", "yes")
+		addrs = []string{node.Addr}
+	}
 	shop := rv20StartShop(t, 100*time.Millisecond)
-	o := Options{Redis: []string{node.Addr}, ShopURL: shop.URL, RedisTimeout: 100 * time.Millisecond,
+	o := Options{Redis: addrs, Cluster: cluster, ShopURL: shop.URL, RedisTimeout: 100 * time.Millisecond,
 		UpstreamTimeout: 2 * time.Second,
 		Activities: []Activity{{ID: act, SKUs: []config.SKU{{ID: "a", Stock: stock}, {ID: "b", Stock: stock}},
 			PerUserLimit: limit, Shards: shards, Pending: 10 * time.Second, BundleRoute: bhBundleRoute}}}
@@ -276,7 +309,13 @@ func bhBundleWave(t *testing.T, shards int, tc rv20Fault) {
 	pb := StartProxy(t, o.Config(t))
 	pa.Preheat(t, act)
 	pb.WaitPreheated(t, act)
-	bhOneShard(t, node.Do, pa, act, skus, stock, shards)
+	bhOneShard(t, do, pa, act, skus, stock, shards)
+	if cluster {
+		var err error
+		if node, err = cl.MasterFor(pa.Store.SKUKeys(act, skus[0], shards).Shards[0].Stock); err != nil {
+			t.Fatalf("donor's master: %v", err)
+		}
+	}
 	var retries rv20Retries
 	retries.watch(pa, pb)
 
@@ -293,7 +332,7 @@ func bhBundleWave(t *testing.T, shards int, tc rv20Fault) {
 	if len(odd) > 0 {
 		t.Errorf("answers outside SPEC: %v", odd)
 	}
-	bhCheckTold(t, bhAudit(t, node.Do, pa, act, skus, shards, stock, limit), told)
+	bhCheckTold(t, bhAudit(t, do, pa, act, skus, shards, stock, limit), told)
 	orders := shop.orderMap()
 	soldOutDuring := 0
 	for i, r := range finals {
@@ -311,9 +350,9 @@ func bhBundleWave(t *testing.T, shards int, tc rv20Fault) {
 			t.Errorf("token %s sent to the shop %d times", tok, n)
 		}
 	}
-	rv20SoldOutBesidePhantoms(t, node, pa, act, shards, names, finals, finalAt, stalled)
-	leftAfterWave := bhSweep(t, node.Do, pa, act, skus, shards, bhBundleBuy(act, skus))
-	if left := bhAfterRepair(t, node.Do, pa, act, skus, shards, stock, limit, orders, shop); left != 0 {
+	rv20SoldOutBesidePhantoms(t, bhKeyed(do), pa, act, shards, names, finals, finalAt, stalled)
+	leftAfterWave := bhSweep(t, do, pa, act, skus, shards, bhBundleBuy(act, skus))
+	if left := bhAfterRepair(t, do, pa, act, skus, shards, stock, limit, orders, shop); left != 0 {
 		t.Errorf("%d bundles still on sale after the sweep", left)
 	}
 	t.Logf("bundles left on sale after the wave %d (swept); buyers told SOLD_OUT during the stall %d", leftAfterWave, soldOutDuring)
