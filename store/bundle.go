@@ -28,8 +28,8 @@ import (
 // no configured SKU can be named so (ids match [A-Za-z0-9_-]).
 const BundleSKU = "*"
 
-// MaxBundleItems bounds the items of one bundle: each costs two keys and
-// four arguments of bundle.lua, and a steal round trip when its SKU's
+// MaxBundleItems bounds the items of one bundle: each costs three keys
+// (stock, out, holders) and four arguments of bundle.lua, and a steal round trip when its SKU's
 // units are on another shard.
 const MaxBundleItems = 16
 
