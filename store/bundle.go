@@ -288,7 +288,7 @@ func (s *Store) holdsAny(ctx context.Context, c rueidis.Client, ks []*SKUKeys, h
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
 	for _, k := range ks {
-		if s.holds(cctx, c, &k.Shards[home], user) {
+		if s.holds(cctx, c, k, home, user) {
 			return true
 		}
 	}
