@@ -283,12 +283,14 @@ func (s *Store) ReserveBundle(ctx context.Context, q BundleRequest) (BundleResul
 // field, from client-side cached memory): a bundle buyer of a sold-out SKU
 // it says so of is answered by bundle.lua (PENDING for a late bundle whose
 // abort is still to come), not SOLD_OUT from memory beside the units that
-// bundle holds (red team bh).
+// bundle holds (red team bh). A check that cannot be read counts as "may
+// hold" (red team chaos): the script decides, or the call fails
+// STORE_UNAVAILABLE, never SOLD_OUT beside held units.
 func (s *Store) holdsAny(ctx context.Context, c rueidis.Client, ks []*SKUKeys, home int, user string) bool {
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
 	for _, k := range ks {
-		if s.holds(cctx, c, k, home, user) {
+		if held, err := s.holds(cctx, c, k, home, user); held || err != nil {
 			return true
 		}
 	}

@@ -63,19 +63,33 @@ func (s *Store) AcquireLease(ctx context.Context, name, holder string, ttl time.
 }
 
 // ReleaseLease gives the lease up if holder has it, so the next pass (on
-// any instance) need not wait for it to expire.
+// any instance) need not wait for it to expire. A pass that stops because
+// Redis does not answer releases in the same blip: each try gets
+// redis.timeout, and the release (compare-and-delete, safe to repeat) is
+// tried again until ctx ends (red team chaos: one try left the lease held
+// for its TTL, and `reconcile --repair` was refused for two minutes after
+// a 0.8 s pause). A ctx without a deadline gets one try.
 func (s *Store) ReleaseLease(ctx context.Context, name, holder string) error {
 	c, err := s.Client()
 	if err != nil {
 		return err
 	}
-	cctx, cancel := s.ctx(ctx)
-	defer cancel()
 	keys := s.leaseKeys(name)
-	err = c.Do(cctx, c.B().Eval().Script(`local v = redis.call('GET', KEYS[1])
+	for {
+		cctx, cancel := s.ctx(ctx)
+		err = wrap(c.Do(cctx, c.B().Eval().Script(`local v = redis.call('GET', KEYS[1])
 if v and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. '|' then return redis.call('DEL', KEYS[1]) end
-return 0`).Numkeys(1).Key(keys[0]).Arg(holder).Build()).Error()
-	return wrap(err)
+return 0`).Numkeys(1).Key(keys[0]).Arg(holder).Build()).Error())
+		cancel()
+		if err == nil || !Retryable(err) || ctx.Done() == nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // ConfirmFenced is Confirm for the reconciler: refused (lua.Fenced) when a

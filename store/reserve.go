@@ -308,7 +308,9 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 				// whose reserve ran after they were told STORE_UNAVAILABLE,
 				// not aborted yet (soldOutAnswer). The script answers them:
 				// PENDING, not SOLD_OUT beside their held unit.
-				if s.holds(cctx, c, k, home, q.User) {
+				// One whose holders check could not be read (Redis stalled,
+				// the cache dropped) may hold one too: the script decides.
+				if held, err := s.holds(cctx, c, k, home, q.User); held || err != nil {
 					skipReserve = false
 					args[7], args[8], args[12] = "0", "", "0"
 					continue
@@ -371,7 +373,15 @@ func (s *Store) enqueue(ctx context.Context, c rueidis.Client, sk ShardKeys, tok
 // call, and the buyers answered here would otherwise queue behind the calls
 // in flight; behind calls stalled in Redis, until their deadline (503).
 func (s *Store) soldOutAnswer(ctx context.Context, c rueidis.Client, k *SKUKeys, home int, user, rid string, h uint32) (ReserveResult, bool, error) {
-	if s.holds(ctx, c, k, home, user) {
+	held, err := s.holds(ctx, c, k, home, user)
+	if err != nil {
+		// Not readable (Redis stalled with the entries not in local
+		// memory): the buyer may hold a unit, so not SOLD_OUT; nothing
+		// was reserved, they ask again (red team chaos: confirmed winners
+		// clicking again during a stall were told SOLD_OUT).
+		return ReserveResult{}, true, err
+	}
+	if held {
 		return ReserveResult{}, false, nil
 	}
 	if rid == "" {
@@ -380,7 +390,7 @@ func (s *Store) soldOutAnswer(ctx context.Context, c rueidis.Client, k *SKUKeys,
 	if seen, known := s.ridSeen(ctx, c, k, home, h); known && !seen {
 		return ReserveResult{Code: lua.Empty, FromMemory: true}, true, nil
 	}
-	err := c.Do(ctx, c.B().Get().Key(rid).Build()).Error()
+	err = c.Do(ctx, c.B().Get().Key(rid).Build()).Error()
 	if rueidis.IsRedisNil(err) {
 		return ReserveResult{Code: lua.Empty}, true, nil
 	}
@@ -480,6 +490,9 @@ func (s *Store) MayHold(ctx context.Context, act, sku string, shards int, user s
 	if err != nil {
 		return false
 	}
+	if !s.clientCache {
+		return false
+	}
 	home, h := HomeShard(user, shards), holderHash(user)
 	if held, ok := s.bitSnapped(&k.holders[home], k, h); ok && !held {
 		return false
@@ -491,29 +504,43 @@ func (s *Store) MayHold(ctx context.Context, act, sku string, shards int, user s
 		ctx, cancel = s.ctx(ctx)
 		defer cancel()
 	}
-	return s.holdsHash(ctx, c, k, home, user, h)
+	held, err := s.holdsHash(ctx, c, k, home, user, h)
+	// Not readable is "may hold": the store's own sold-out answer reads
+	// again and says STORE_UNAVAILABLE if it still cannot tell.
+	return held || err != nil
 }
 
 // holds reports whether user may hold units of k's SKU on shard i: their
 // bit in its holders bitset, then (a bit may be another buyer's) their
 // users field with units, both from local memory after the first read of
-// each, until Redis invalidates them. Unknown (not readable) is false:
-// SOLD_OUT from memory, as before holders existed.
-func (s *Store) holds(ctx context.Context, c rueidis.Client, k *SKUKeys, i int, user string) bool {
+// each, until Redis invalidates them. err is set when either could not be
+// read (Redis stalled or unreachable, the entry not in local memory): the
+// buyer may hold a unit, and a caller must not answer SOLD_OUT beside it
+// (red team chaos; until then not readable counted as "holds nothing").
+// Without client_cache nothing is read: false, SOLD_OUT from memory as
+// before holders existed.
+func (s *Store) holds(ctx context.Context, c rueidis.Client, k *SKUKeys, i int, user string) (bool, error) {
 	return s.holdsHash(ctx, c, k, i, user, holderHash(user))
 }
 
 // holdsHash is holds with user's holderHash h.
-func (s *Store) holdsHash(ctx context.Context, c rueidis.Client, k *SKUKeys, i int, user string, h uint32) bool {
-	if held, _ := s.bitSeen(ctx, c, &k.holders[i], k.Shards[i].Holders, k, h); !held {
-		return false
+func (s *Store) holdsHash(ctx context.Context, c rueidis.Client, k *SKUKeys, i int, user string, h uint32) (bool, error) {
+	if !s.clientCache {
+		return false, nil
+	}
+	held, err := s.bitRead(ctx, c, &k.holders[i], k.Shards[i].Holders, k, h)
+	if err != nil || !held {
+		return false, err
 	}
 	v, err := c.DoCache(ctx, c.B().Hget().Key(k.Shards[i].Users).Field(user).Cache(), flagTTL).ToString()
+	if rueidis.IsRedisNil(err) {
+		return false, nil // none
+	}
 	if err != nil {
-		return false // none (nil), or not readable
+		return false, wrap(err)
 	}
 	units, _, _ := strings.Cut(v, "|")
-	return units != "0"
+	return units != "0", nil
 }
 
 // holderHash is user's hash in a shard's holders bitset: the first 32 bits
@@ -547,8 +574,15 @@ func (s *Store) bitSeen(ctx context.Context, c rueidis.Client, view *bitsView, k
 	if !s.clientCache {
 		return false, false // every read would fetch the whole bitset
 	}
+	seen, err := s.bitRead(ctx, c, view, key, k, h)
+	return seen, err == nil
+}
+
+// bitRead is bitSeen with the read's error (client_cache on): a bitset
+// that is not there (no bit ever set on the shard) has no bit set.
+func (s *Store) bitRead(ctx context.Context, c rueidis.Client, view *bitsView, key string, k *SKUKeys, h uint32) (bool, error) {
 	if seen, ok := s.bitSnapped(view, k, h); ok {
-		return seen, true
+		return seen, nil
 	}
 	// The generation before the read: an invalidation that lands during
 	// it leaves the snapshot stale-marked, never a stale one current.
@@ -558,10 +592,10 @@ func (s *Store) bitSeen(ctx context.Context, c rueidis.Client, view *bitsView, k
 		v, err = "", nil // no bit ever set on this shard
 	}
 	if err != nil {
-		return false, false
+		return false, wrap(err)
 	}
 	view.snap.Store(&bitsSnap{gen: gen, epoch: epoch, at: now, v: v})
-	return bitIn(v, h), true
+	return bitIn(v, h), nil
 }
 
 // bitIn reports whether bitset v has h's bit set (h % its size); an empty

@@ -121,6 +121,17 @@ func (s *ra12Shop) counts() (orders int, maxPerUser int) {
 	return len(s.orders), maxPerUser
 }
 
+// orderMap is a copy of the shop's orders, token -> order id.
+func (s *ra12Shop) orderMap() map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]string, len(s.orders))
+	for k, v := range s.orders {
+		out[k] = v
+	}
+	return out
+}
+
 func (s *ra12Shop) setVerify(v func(w http.ResponseWriter, r *http.Request, id string, ok bool) bool) {
 	s.mu.Lock()
 	s.verify = v

@@ -114,60 +114,91 @@ func TestRedTeamFaultOverflowWaitOutlivesPendingTimeout(t *testing.T) {
 // its state.
 func rtAudit(t *testing.T, addr, act string, initial, limit int64) map[string]string {
 	t.Helper()
-	keysOut, err := redistest.Do(addr, "KEYS", "*{"+act+":*")
-	if err != nil {
-		t.Fatalf("KEYS: %v", err)
-	}
 	states := map[string]string{}
+	for field, r := range rtAuditAt(t, []string{addr}, act, initial, limit) {
+		states[field] = r.State
+	}
+	return states
+}
+
+// rtRecord is one reservation record as rtAuditAt read it: state letter
+// (q, p, c, x), user, units, created ms, release reason and ms.
+type rtRecord struct {
+	State, User, Reason        string
+	Qty, CreatedMs, ReleasedMs int64
+}
+
+// rtAuditAt is rtAudit over every master of a cluster (addrs; one address
+// for a single node): each key lives on one of them, and the sums and the
+// per-user units are taken over all. It returns the records by token field.
+func rtAuditAt(t *testing.T, addrs []string, act string, initial, limit int64) map[string]rtRecord {
+	t.Helper()
+	records := map[string]rtRecord{}
 	var sumI int64
 	heldBy := map[string]int64{}
 	usersUnits := map[string]int64{}
-	for _, key := range rtLines(keysOut) {
-		switch {
-		case strings.Contains(key, ":stock:"):
-			h := rtHash(t, addr, key)
-			r, i, pp, c := h["r"], h["i"], h["p"], h["c"]
-			sumI += i
-			if i != r+pp+c || r < 0 || pp < 0 || c < 0 {
-				t.Errorf("%s: i %d != r %d + p %d + c %d", key, i, r, pp, c)
-			}
-			// Records of this SKU on this shard.
-			sku := key[strings.LastIndex(key, ":stock:")+len(":stock:"):]
-			resKey := strings.TrimSuffix(key, "stock:"+sku) + "res"
-			raw, err := redistest.Do(addr, "HGETALL", resKey)
-			if err != nil {
-				t.Fatalf("HGETALL %s: %v", resKey, err)
-			}
-			f := rtLines(raw)
-			var recP, recC int64
-			for j := 0; j+1 < len(f); j += 2 {
-				if !strings.HasPrefix(f[j], sku+":") {
-					continue
+	for _, addr := range addrs {
+		keysOut, err := redistest.Do(addr, "KEYS", "*{"+act+":*")
+		if err != nil {
+			t.Fatalf("KEYS: %v", err)
+		}
+		for _, key := range rtLines(keysOut) {
+			switch {
+			case strings.Contains(key, ":stock:"):
+				h := rtHash(t, addr, key)
+				r, i, pp, c := h["r"], h["i"], h["p"], h["c"]
+				sumI += i
+				if i != r+pp+c || r < 0 || pp < 0 || c < 0 {
+					t.Errorf("%s: i %d != r %d + p %d + c %d", key, i, r, pp, c)
 				}
-				parts := strings.Split(f[j+1], "|")
-				q, _ := strconv.ParseInt(parts[2], 10, 64)
-				states[f[j]] = parts[0]
-				switch parts[0] {
-				case "p", "q":
-					recP += q
-					heldBy[parts[1]] += q
-				case "c":
-					recC += q
-					heldBy[parts[1]] += q
+				// Records of this SKU on this shard.
+				sku := key[strings.LastIndex(key, ":stock:")+len(":stock:"):]
+				resKey := strings.TrimSuffix(key, "stock:"+sku) + "res"
+				raw, err := redistest.Do(addr, "HGETALL", resKey)
+				if err != nil {
+					t.Fatalf("HGETALL %s: %v", resKey, err)
 				}
-			}
-			if recP != pp || recC != c {
-				t.Errorf("%s: counters p %d c %d, records p %d c %d", key, pp, c, recP, recC)
-			}
-		case strings.HasSuffix(key, ":users"):
-			raw, err := redistest.Do(addr, "HGETALL", key)
-			if err != nil {
-				t.Fatalf("HGETALL %s: %v", key, err)
-			}
-			f := rtLines(raw)
-			for j := 0; j+1 < len(f); j += 2 {
-				u, _ := strconv.ParseInt(strings.SplitN(f[j+1], "|", 2)[0], 10, 64)
-				usersUnits[f[j]] += u
+				f := rtLines(raw)
+				var recP, recC int64
+				for j := 0; j+1 < len(f); j += 2 {
+					if !strings.HasPrefix(f[j], sku+":") {
+						continue
+					}
+					parts := strings.Split(f[j+1], "|")
+					q, _ := strconv.ParseInt(parts[2], 10, 64)
+					rec := rtRecord{State: parts[0], User: parts[1], Qty: q}
+					if len(parts) > 3 {
+						rec.CreatedMs, _ = strconv.ParseInt(parts[3], 10, 64)
+					}
+					if len(parts) > 5 {
+						rec.Reason = parts[5]
+					}
+					if len(parts) > 6 {
+						rec.ReleasedMs, _ = strconv.ParseInt(parts[6], 10, 64)
+					}
+					records[f[j]] = rec
+					switch parts[0] {
+					case "p", "q":
+						recP += q
+						heldBy[parts[1]] += q
+					case "c":
+						recC += q
+						heldBy[parts[1]] += q
+					}
+				}
+				if recP != pp || recC != c {
+					t.Errorf("%s: counters p %d c %d, records p %d c %d", key, pp, c, recP, recC)
+				}
+			case strings.HasSuffix(key, ":users"):
+				raw, err := redistest.Do(addr, "HGETALL", key)
+				if err != nil {
+					t.Fatalf("HGETALL %s: %v", key, err)
+				}
+				f := rtLines(raw)
+				for j := 0; j+1 < len(f); j += 2 {
+					u, _ := strconv.ParseInt(strings.SplitN(f[j+1], "|", 2)[0], 10, 64)
+					usersUnits[f[j]] += u
+				}
 			}
 		}
 	}
@@ -187,7 +218,7 @@ func rtAudit(t *testing.T, addr, act string, initial, limit int64) map[string]st
 			t.Errorf("user %s: users hash says %d units, records %d", u, n, heldBy[u])
 		}
 	}
-	return states
+	return records
 }
 
 func rtHash(t *testing.T, addr, key string) map[string]int64 {

@@ -101,15 +101,6 @@ func (s *rv20Shop) sends() map[string]int {
 	return out
 }
 
-func (s *rv20Shop) orderMap() map[string]string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make(map[string]string, len(s.orders))
-	for k, v := range s.orders {
-		out[k] = v
-	}
-	return out
-}
 
 // rv20Retries counts the background settlements (retrier jobs) of p by
 // kind and outcome: "move" and "abort" jobs carrying a move are the units
