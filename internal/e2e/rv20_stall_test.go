@@ -101,7 +101,6 @@ func (s *rv20Shop) sends() map[string]int {
 	return out
 }
 
-
 // rv20Retries counts the background settlements (retrier jobs) of p by
 // kind and outcome: "move" and "abort" jobs carrying a move are the units
 // a stall caught in transit.
