@@ -200,14 +200,17 @@ func (r *Reconciler) Run(ctx context.Context, acts []*config.Activity, repair bo
 	if repair {
 		l, err := r.acquire(ctx)
 		if err != nil {
+			if !errors.Is(err, ErrLeaseHeld) {
+				// A lease call whose reply never came (a Redis blip) may
+				// still run: it would hold the lease for a pass that gave
+				// up, and keep every other reconciler out for leaseTTL
+				// (red team chaos). Give up what it may take.
+				r.letGo()
+			}
 			return rep, err
 		}
 		rep.Fence = l.Token
-		defer func() {
-			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			_ = r.st.ReleaseLease(cctx, LeaseName, r.holder)
-		}()
+		defer r.letGo()
 	}
 	for _, a := range acts {
 		ar, err := r.activity(ctx, a, repair, rep.Fence, now)
@@ -224,6 +227,15 @@ func (r *Reconciler) Run(ctx context.Context, acts []*config.Activity, repair bo
 		rep.Activities = append(rep.Activities, ar)
 	}
 	return rep, nil
+}
+
+// letGo releases the lease if this reconciler holds it, with 2 s of its
+// own for the call and its retries (ReleaseLease), whatever the pass's
+// context says.
+func (r *Reconciler) letGo() {
+	cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = r.st.ReleaseLease(cctx, LeaseName, r.holder)
 }
 
 func (r *Reconciler) acquire(ctx context.Context) (store.Lease, error) {

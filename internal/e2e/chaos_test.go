@@ -652,11 +652,33 @@ func (c *chaosEnv) refund(pick int) {
 	c.refunds.Add(1)
 	go func() {
 		defer c.refunds.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		code, waited, err := c.op.OperatorRelease(ctx, tk, shards, chaosRefund, config.MinPendingTimeout(c.ps[0].Cfg.Upstream), false)
-		out := fmt.Sprintf("%v (waited %v, err %v)", code, waited, err)
-		if err == nil && code == lua.OK {
+		// The command is idempotent: an operator whose release got no
+		// answer (Redis stalled) runs it again until it answers. SAME
+		// then may be their own earlier try that landed late.
+		var code lua.Code
+		var waited time.Duration
+		var err error
+		out := ""
+		for try := 0; try < 20; try++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			code, waited, err = c.op.OperatorRelease(ctx, tk, shards, chaosRefund, config.MinPendingTimeout(c.ps[0].Cfg.Upstream), false)
+			cancel()
+			out += fmt.Sprintf("%v (waited %v, err %v) ", code, waited, err)
+			if err == nil {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		ours := err == nil && code == lua.OK
+		if err == nil && code == lua.Same {
+			// Released before: by this refund's earlier try (its reply
+			// lost), or by someone else (then the shop keeps what it has).
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			r, ok, lerr := c.op.Lookup(ctx, tk, shards)
+			cancel()
+			ours = lerr == nil && ok && r.Reason == chaosRefund
+		}
+		if ours {
 			c.shop.refund(tok)
 		}
 		c.mu.Lock()
