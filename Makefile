@@ -4,7 +4,7 @@ BIN       := bin
 GOLANGCI  := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 export CGO_ENABLED := 0
 
-.PHONY: all build demo run test race test-short test-cluster test-failover test-failover-lagging bench compare shop-protect-bench fuzz lint fmt vet redis clean
+.PHONY: all build demo run test race test-short test-cluster test-failover test-failover-lagging chaos bench compare shop-protect-bench fuzz lint fmt vet redis clean
 
 all: build
 
@@ -65,6 +65,15 @@ test-failover: redis
 # for `test`; .ci/run runs them on their own.
 test-failover-lagging: redis
 	$(GO) test -tags failover -count=1 -run 'ClusterFailoverLagging|ClusterFailoverDurable' -v ./internal/e2e/
+
+# Red team chaos (docs/decisions.md §50): TestChaos (single Redis) and
+# TestChaosCluster (3 masters, one stalled) over CHAOS_RUNS seeds from
+# CHAOS_SEED (default: the clock); each seed is buyers, operators and faults
+# at once against two instances. A failing seed prints its replay line
+# (CHAOS_SEED=n). `test` runs a fixed few (~30 s). ~7 s a seed.
+CHAOS_RUNS ?= 50
+chaos: redis
+	CHAOS_RUNS=$(CHAOS_RUNS) nice -n 19 $(GO) test -count=1 -timeout 90m -run 'TestChaos$$|TestChaosCluster$$' -v ./internal/e2e/
 
 # Go benchmarks plus the standard seckill-bench profiles (see BENCHMARKS.md).
 bench: redis build

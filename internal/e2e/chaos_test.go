@@ -906,7 +906,12 @@ func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaos
 		}
 		return false
 	}
-	transit, bad := 0, 0
+	transit, bad, late := 0, 0, 0
+	for _, r := range recs {
+		if r.State == "x" && r.Reason == "store_timeout" {
+			late++
+		}
+	}
 	for _, a := range answers {
 		if a.act != x.a.ID || a.code != "SOLD_OUT" {
 			continue
@@ -939,7 +944,7 @@ func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaos
 			}
 		}
 	}
-	t.Logf("%s: SOLD_OUT beside a late reservation: %d during a fault (units in transit, §49), %d after", x.a.ID, transit, bad)
+	t.Logf("%s: late reservations released by their aborts %d; SOLD_OUT beside one: %d during a fault (units in transit, §49), %d after", x.a.ID, late, transit, bad)
 }
 
 func chaosSorted(m map[string]int) string {
