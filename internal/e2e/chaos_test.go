@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"math/rand"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -292,6 +294,7 @@ type chaosEnv struct {
 	windows  []chaosWindow
 	refunded map[string]string // token -> release outcome
 	refunds  sync.WaitGroup
+	mon      *chaosMonitor
 	log      []string // what the schedule did, for a failing run
 }
 
@@ -367,6 +370,7 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 	defer c.op.Close()
 	c.ps[0].Preheat(t, chaosA)
 	c.ps[1].WaitPreheated(t, chaosA)
+	c.mon = chaosStartMonitor(t, c.redis.Addrs)
 
 	const chaosFor = 4 * time.Second
 	c.end = time.Now().Add(chaosFor + 3*time.Second)
@@ -756,7 +760,10 @@ func (c *chaosEnv) check() {
 			wins[a.token] = a
 		}
 	}
-	t.Logf("answers (%d, %d without one): %v; redis faults %d", len(answers), errs, chaosSorted(codes), len(windows))
+	c.mon.mu.Lock()
+	seen := len(c.mon.first)
+	c.mon.mu.Unlock()
+	t.Logf("answers (%d, %d without one): %v; redis faults %d; token ids in scripts (MONITOR) %d", len(answers), errs, chaosSorted(codes), len(windows), seen)
 
 	acts := []chaosAct{{c.actA, chaosStockA, chaosLimitA}}
 	if c.bReady.Load() {
@@ -872,25 +879,36 @@ func (c *chaosEnv) check() {
 }
 
 // soldOut fails for a buyer told SOLD_OUT beside their own held unit
-// (docs/decisions.md §49):
+// (docs/decisions.md §49, §50):
 //
 //   - a late reservation (the reserve ran after its caller heard
-//     STORE_UNAVAILABLE, abort.lua released it, reason store_timeout) that
-//     held a unit when the buyer was told SOLD_OUT and was released after:
-//     that unit went back on sale after the buyer heard there was none.
-//     Documented limit (§49 "units in transit"): an answer given while
-//     Redis was held by a fault cannot have seen a script's work; those are
-//     counted, not failed — precisely the SOLD_OUTs answered inside a
-//     fault window;
+//     STORE_UNAVAILABLE; abort.lua released it, reason store_timeout) that
+//     Redis had run before the buyer asked (MONITOR's clock: the record's
+//     stamp is the proxy's, taken before the call) and released after the
+//     answer: that unit went back on sale after the buyer heard there was
+//     none. A reserve Redis ran while the request was in flight is
+//     concurrent with it (either order is a true history): counted, not
+//     failed. An answer given inside a Redis fault window comes from local
+//     memory whose invalidations Redis had not delivered (§49 "units in
+//     transit", the documented limit): counted, not failed;
 //   - with per_user_limit 1, a buyer whose last answer was SOLD_OUT while
 //     a reservation of theirs still holds (pending or confirmed) at the end:
 //     they should have heard PENDING or ALREADY_PURCHASED.
 func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaosAnswer, windows []chaosWindow) {
 	t := c.t
 	t.Helper()
-	byUser := map[string][]rtRecord{}
-	for _, r := range recs {
-		byUser[r.User] = append(byUser[r.User], r)
+	type held struct {
+		id string
+		r  rtRecord
+	}
+	byUser := map[string][]held{}
+	late := 0
+	for field, r := range recs {
+		_, id, _ := strings.Cut(field, ":")
+		byUser[r.User] = append(byUser[r.User], held{id, r})
+		if r.State == "x" && r.Reason == "store_timeout" {
+			late++
+		}
 	}
 	last := map[string]chaosAnswer{}
 	for _, a := range answers {
@@ -906,45 +924,54 @@ func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaos
 		}
 		return false
 	}
-	transit, bad, late := 0, 0, 0
-	for _, r := range recs {
-		if r.State == "x" && r.Reason == "store_timeout" {
-			late++
-		}
-	}
+	transit, concurrent, unseen, bad := 0, 0, 0, 0
 	for _, a := range answers {
 		if a.act != x.a.ID || a.code != "SOLD_OUT" {
 			continue
 		}
 		ms := a.got.UnixMilli()
-		for _, r := range byUser[a.user] {
+		for _, h := range byUser[a.user] {
+			r := h.r
 			if r.State != "x" || r.Reason != "store_timeout" || r.CreatedMs > ms || r.ReleasedMs <= ms {
 				continue
 			}
-			if inFault(a.got) {
+			ran, ok := c.mon.ran(h.id)
+			switch {
+			case !ok:
+				unseen++
+				continue
+			case ran.After(a.got):
+				continue // not run yet when answered: nothing held
+			case !ran.Before(a.sent):
+				concurrent++
+				continue
+			case inFault(a.got):
 				transit++
 				continue
 			}
 			bad++
-			t.Errorf("%s: %s told SOLD_OUT at %s (asked %s on %d, request id %q) while their late reservation (created %s) held a unit until %s",
-				x.a.ID, a.user, a.got.Format("15:04:05.000"), a.sent.Format("15:04:05.000"), a.inst, a.rid,
-				time.UnixMilli(r.CreatedMs).Format("15:04:05.000"), time.UnixMilli(r.ReleasedMs).Format("15:04:05.000"))
+			t.Errorf("%s: %s told SOLD_OUT at %s (asked %s on %d, request id %q) while their late reservation %s (stamped %s, run by Redis %s) held a unit until %s",
+				x.a.ID, a.user, a.got.Format("15:04:05.000"), a.sent.Format("15:04:05.000"), a.inst, a.rid, h.id,
+				time.UnixMilli(r.CreatedMs).Format("15:04:05.000"), ran.Format("15:04:05.000000"), time.UnixMilli(r.ReleasedMs).Format("15:04:05.000"))
 		}
+	}
+	if unseen > 0 {
+		t.Errorf("%s: %d late reservations beside a SOLD_OUT that MONITOR never showed", x.a.ID, unseen)
 	}
 	if x.limit == 1 {
 		for u, a := range last {
 			if a.code != "SOLD_OUT" {
 				continue
 			}
-			for _, r := range byUser[u] {
-				if r.State == "p" || r.State == "q" || r.State == "c" {
+			for _, h := range byUser[u] {
+				if st := h.r.State; st == "p" || st == "q" || st == "c" {
 					t.Errorf("%s: %s's last answer was SOLD_OUT (at %s on %d, request id %q, during a fault %v) while a reservation of theirs (created %s) is %s",
-						x.a.ID, u, a.got.Format("15:04:05.000"), a.inst, a.rid, inFault(a.got), time.UnixMilli(r.CreatedMs).Format("15:04:05.000"), r.State)
+						x.a.ID, u, a.got.Format("15:04:05.000"), a.inst, a.rid, inFault(a.got), time.UnixMilli(h.r.CreatedMs).Format("15:04:05.000"), st)
 				}
 			}
 		}
 	}
-	t.Logf("%s: late reservations released by their aborts %d; SOLD_OUT beside one: %d during a fault (units in transit, §49), %d after", x.a.ID, late, transit, bad)
+	t.Logf("%s: late reservations released by their aborts %d; SOLD_OUT beside one: %d concurrent with its run, %d during a fault (§49), %d after", x.a.ID, late, concurrent, transit, bad)
 }
 
 func chaosSorted(m map[string]int) string {
@@ -958,4 +985,85 @@ func chaosSorted(m map[string]int) string {
 		fmt.Fprintf(&b, "%s=%d ", k, m[k])
 	}
 	return b.String()
+}
+
+// chaosMonitor records, from Redis's MONITOR, when Redis first ran a script
+// call naming each token id (by Redis's clock, this host's): the moment a
+// late reserve took its unit, which the proxy's stamp in the record (taken
+// before the call) does not tell.
+type chaosMonitor struct {
+	mu    sync.Mutex
+	first map[string]time.Time // token id -> first EVAL/EVALSHA naming it
+}
+
+func chaosStartMonitor(t *testing.T, addrs []string) *chaosMonitor {
+	m := &chaosMonitor{first: map[string]time.Time{}}
+	for _, addr := range addrs {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			t.Fatalf("monitor %s: %v", addr, err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
+			t.Fatalf("monitor %s: %v", addr, err)
+		}
+		br := bufio.NewReaderSize(conn, 1<<20)
+		if l, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(l, "+OK") {
+			t.Fatalf("monitor %s: %q %v", addr, l, err)
+		}
+		go func() {
+			for {
+				l, err := br.ReadString('\n')
+				if err != nil {
+					return
+				}
+				m.line(l)
+			}
+		}()
+	}
+	return m
+}
+
+// line reads one MONITOR line: +<sec>.<usec> [<db> <client>] "CMD" "arg"...
+func (m *chaosMonitor) line(l string) {
+	sp := strings.IndexByte(l, ' ')
+	if len(l) < 2 || l[0] != '+' || sp < 0 {
+		return
+	}
+	rest := l[sp:]
+	if !strings.Contains(rest, "] \"EVALSHA\"") && !strings.Contains(rest, "] \"EVAL\"") {
+		return
+	}
+	sec, usec, ok := strings.Cut(l[1:sp], ".")
+	if !ok {
+		return
+	}
+	si, err1 := strconv.ParseInt(sec, 10, 64)
+	ui, err2 := strconv.ParseInt(usec, 10, 64)
+	if err1 != nil || err2 != nil {
+		return
+	}
+	at := time.Unix(si, ui*1000)
+	for _, f := range strings.Split(rest, "\" \"") {
+		// Scripts name a reservation by its field, "<sku>:<id>".
+		if i := strings.LastIndexByte(f, ':'); i >= 0 {
+			f = f[i+1:]
+		}
+		if len(f) == 22 && !strings.ContainsAny(f, " \\\"|{}") {
+			m.mu.Lock()
+			if _, seen := m.first[f]; !seen {
+				m.first[f] = at
+			}
+			m.mu.Unlock()
+		}
+	}
+}
+
+// ran is when Redis first ran a script call naming token id; ok false if
+// none was seen.
+func (m *chaosMonitor) ran(id string) (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	at, ok := m.first[id]
+	return at, ok
 }
