@@ -295,6 +295,8 @@ type chaosEnv struct {
 	refunded map[string]string // token -> release outcome
 	refunds  sync.WaitGroup
 	mon      *chaosMonitor
+	queues   []*reservation.Queue
+	canary   int
 	log      []string // what the schedule did, for a failing run
 }
 
@@ -323,17 +325,78 @@ func (c *chaosEnv) options(withB bool, variant int) Options {
 	return o
 }
 
+// canaryRead measures when every instance has worked through what Redis
+// sent it on waking from a fault. Before the fault each instance caches a
+// canary key through its own client (client-side caching, as it caches
+// flags and bitsets); after it, the canary is written and each instance
+// reads it until its cache shows the new value, i.e. until it has
+// processed Redis's invalidation, which reaches it behind the replies and
+// invalidations of the backlog the fault left. Until then an instance's
+// memory may be older than Redis (§49, §50): answers from memory in that
+// window are judged as answers given during the fault. It returns when
+// the last instance caught up (after: the fault is over), or now.
+func (c *chaosEnv) canaryRead(after bool) time.Time {
+	key := "chaos:{canary}:" + strconv.FormatInt(c.seed, 10)
+	if after {
+		c.canary++
+		for try := 0; try < 100; try++ {
+			if _, err := redistest.Do(c.canaryAddr(key), "SET", key, strconv.Itoa(c.canary)); err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	want := strconv.Itoa(c.canary)
+	deadline := time.Now().Add(5 * time.Second)
+	for _, p := range c.ps {
+		cl, err := p.Store.Client()
+		if err != nil {
+			continue
+		}
+		for time.Now().Before(deadline) {
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			v, err := cl.DoCache(ctx, cl.B().Get().Key(key).Cache(), time.Minute).ToString()
+			cancel()
+			if !after || (err == nil && v == want) {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return time.Now()
+}
+
+// canaryAddr is the node that holds key.
+func (c *chaosEnv) canaryAddr(key string) string {
+	if c.cluster {
+		if n, err := c.redis.Nodes.MasterFor(key); err == nil {
+			return n.Addr
+		}
+	}
+	return c.redis.Addrs[0]
+}
+
+// config parses options(withB, variant), B's queue workers kept few.
+func (c *chaosEnv) config(withB bool, variant int) *config.Config {
+	cfg := c.options(withB, variant).Config(c.t)
+	if b := cfg.Activity(chaosB); b != nil {
+		b.Queue.Workers, b.Queue.Rate = 4, 500
+	}
+	return cfg
+}
+
 // reload is serve's SIGHUP on every instance: the proxy first (it may
 // refuse), then admission. The listeners stay where they are.
 func (c *chaosEnv) reload(withB bool, variant int) {
 	for i, p := range c.ps {
-		next := c.options(withB, variant).Config(c.t)
+		next := c.config(withB, variant)
 		next.Listen, next.Admin.Listen = p.Cfg.Listen, p.Cfg.Admin.Listen
 		if err := p.Server.Apply(next); err != nil {
 			c.logf("reload %d on %d refused: %v", variant, i, err)
 			continue
 		}
 		p.Pipeline.Apply(next)
+		c.queues[i].Start(next)
 		c.logf("reload %d (B %v) on %d", variant, withB, i)
 	}
 }
@@ -356,13 +419,24 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 		Activities: []Activity{
 			{ID: chaosA, Stock: chaosStockA, PerUserLimit: chaosLimitA, Shards: 4, Pending: 4 * time.Second, Start: start, End: end},
 			{ID: chaosB, Stock: chaosStockB, PerUserLimit: chaosLimitB, Shards: 2, Pending: 4 * time.Second, Start: start, End: end,
-				QtyFrom: "query:qty"},
+				QtyFrom: "query:qty", Mode: "queue"},
 		}}
 	for i := 0; i < 2; i++ {
-		c.ps = append(c.ps, StartProxy(t, c.options(false, 0).Config(t)))
+		cfg := c.config(false, 0)
+		p := StartProxy(t, cfg)
+		c.ps = append(c.ps, p)
+		// Queue workers in every instance, as serve runs them (B is a
+		// queue-mode activity once a reload adds it).
+		q := reservation.NewQueue(p.Store, p.Metrics, zap.NewNop(), reservation.QueueOptions{
+			Consumer: fmt.Sprintf("chaos-%d", i), Inflight: p.Server.Inflight(), Hold: p.Pipeline.ClockProblem,
+			ClaimIdle: 3 * time.Second, Poll: 50 * time.Millisecond,
+		})
+		q.Start(cfg)
+		t.Cleanup(q.Stop)
+		c.queues = append(c.queues, q)
 	}
 	c.actA = c.ps[0].Activity(t, chaosA)
-	c.actB = c.options(true, 0).Config(t).Activity(chaosB)
+	c.actB = c.config(true, 0).Activity(chaosB)
 	var err error
 	if c.op, err = store.OpenNow(c.ps[0].Cfg.Redis, zap.NewNop()); err != nil {
 		t.Fatalf("operator store: %v", err)
@@ -443,9 +517,11 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 		label := fmt.Sprintf("%s %v", what, d)
 		redisFaults = append(redisFaults, chaosStep{at, func() {
 			c.logf("redis fault: %s on %s", label, c.victim.Addr)
+			c.canaryRead(false)
 			w := chaosWindow{what: label, start: time.Now()}
 			fault()
-			w.end = time.Now()
+			w.end = c.canaryRead(true)
+			c.logf("redis fault over; instances caught up %v after", time.Since(w.end).Round(time.Millisecond))
 			c.mu.Lock()
 			c.windows = append(c.windows, w)
 			c.mu.Unlock()
@@ -506,6 +582,19 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 	c.refunds.Wait()
 	c.setPaused(false) // a pause that lost its resume to a fault
 	c.shop.setMode(shopNormal)
+	if c.bReady.Load() {
+		// Queued buyers sent by the workers (a stall's lost reads are read
+		// back; a takeover comes after ClaimIdle).
+		Eventually(t, 20*time.Second, "B's queue drained", func() bool {
+			n := 0
+			for _, r := range rtAuditAt(t, c.redis.Addrs, chaosB, chaosStockB, chaosLimitB) {
+				if r.State == "q" {
+					n++
+				}
+			}
+			return n == 0
+		})
+	}
 	Eventually(t, 10*time.Second, "the shop idle", func() bool { return c.shop.cur.Load() == 0 })
 	waitSettled(t, 15*time.Second, c.ps...)
 	c.check()
@@ -756,14 +845,18 @@ func (c *chaosEnv) check() {
 		} else {
 			t.Errorf("%s told token %q: %v", a.user, a.token, err)
 		}
-		if a.win {
+		if a.win || a.code == "QUEUED" {
 			wins[a.token] = a
 		}
 	}
 	c.mon.mu.Lock()
 	seen := len(c.mon.first)
 	c.mon.mu.Unlock()
-	t.Logf("answers (%d, %d without one): %v; redis faults %d; token ids in scripts (MONITOR) %d", len(answers), errs, chaosSorted(codes), len(windows), seen)
+	var ws []string
+	for _, w := range windows {
+		ws = append(ws, fmt.Sprintf("%s: %v to caught up", w.what, w.end.Sub(w.start).Round(time.Millisecond)))
+	}
+	t.Logf("answers (%d, %d without one): %v; redis faults %v; token ids in scripts (MONITOR) %d", len(answers), errs, chaosSorted(codes), ws, seen)
 
 	acts := []chaosAct{{c.actA, chaosStockA, chaosLimitA}}
 	if c.bReady.Load() {
@@ -870,6 +963,10 @@ func (c *chaosEnv) check() {
 			switch {
 			case r.State == "c" && orders[tok] != "":
 			case r.State == "x" && r.Reason == chaosRefund:
+			case a.code == "QUEUED" && r.State == "x" && sends[tok].n > 0 && orders[tok] == "":
+				// Sent, and the shop took no order (it refused, reset the
+				// connection before taking it, or verify said absent):
+				// released with a reason, as SPEC §9 says a QUEUED buyer ends.
 			default:
 				t.Errorf("%s: %s told a win (%s %d at %s) with %s: now %q (%s), shop order %q", id, a.user, a.code, a.status,
 					a.got.Format("15:04:05.000"), tok, r.State, r.Reason, orders[tok])
@@ -965,6 +1062,8 @@ func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaos
 			}
 			for _, h := range byUser[u] {
 				if st := h.r.State; st == "p" || st == "q" || st == "c" {
+					ran, _ := c.mon.ran(h.id)
+					t.Logf("%s: %s's reservation %s run by Redis %s; their answers: %s", x.a.ID, u, h.id, ran.Format("15:04:05.000000"), c.answersOf(answers, x.a.ID, u))
 					t.Errorf("%s: %s's last answer was SOLD_OUT (at %s on %d, request id %q, during a fault %v) while a reservation of theirs (created %s) is %s",
 						x.a.ID, u, a.got.Format("15:04:05.000"), a.inst, a.rid, inFault(a.got), time.UnixMilli(h.r.CreatedMs).Format("15:04:05.000"), st)
 				}
@@ -972,6 +1071,17 @@ func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaos
 		}
 	}
 	t.Logf("%s: late reservations released by their aborts %d; SOLD_OUT beside one: %d concurrent with its run, %d during a fault (§49), %d after", x.a.ID, late, concurrent, transit, bad)
+}
+
+// answersOf lists user's answers for act, in the order they came.
+func (c *chaosEnv) answersOf(answers []chaosAnswer, act, user string) string {
+	var out []string
+	for _, a := range answers {
+		if a.act == act && a.user == user {
+			out = append(out, fmt.Sprintf("[%s..%s on %d rid %q: %s %d %s]", a.sent.Format("15:04:05.000"), a.got.Format("15:04:05.000"), a.inst, a.rid, a.code, a.status, a.token))
+		}
+	}
+	return strings.Join(out, " ")
 }
 
 func chaosSorted(m map[string]int) string {
