@@ -275,7 +275,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 				need = max(q.Qty-r.remaining, 1)
 				if res.Moves >= 2*q.Shards {
 					// Every deposit went to other buyers first: the SKU is all but gone.
-					return ReserveResult{Code: lua.Empty, Moves: res.Moves}, nil
+					return s.emptyOrPending(cctx, c, k, home, q, res.Moves), nil
 				}
 			default:
 				return ReserveResult{}, ErrInvalidResponse
@@ -316,7 +316,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 					continue
 				}
 			}
-			return ReserveResult{Code: lua.Empty, Moves: res.Moves}, nil
+			return s.emptyOrPending(cctx, c, k, home, q, res.Moves), nil
 		}
 		res.Moves++
 		args[7], args[8], args[12] = itoa(moved), moveID, itoa(gen)
@@ -461,6 +461,47 @@ func (s *Store) abortLater(cause error, sk ShardKeys, tok Token, q ReserveReques
 			return fmt.Errorf("abort %s: %v", tok, code)
 		}
 	})
+}
+
+// emptyOrPending is the answer to a buyer the reserve found no unit for:
+// EMPTY (SOLD_OUT), unless a reservation they hold on their home shard is
+// still pending or queued: then PENDING with it. The script's limit check
+// answers that only at the limit; a buyer under it (per_user_limit above
+// their units) whose reservation ran after they were told
+// STORE_UNAVAILABLE, its abort still to come, heard SOLD_OUT beside the
+// unit they held, which the abort then put back on sale (red team chaos:
+// §49 for per_user_limit > 1). Read only for a buyer the holders bitset
+// (local memory after the first read) may name; not readable is EMPTY, as
+// the script said.
+func (s *Store) emptyOrPending(ctx context.Context, c rueidis.Client, k *SKUKeys, home int, q ReserveRequest, moves int) ReserveResult {
+	empty := ReserveResult{Code: lua.Empty, Moves: moves}
+	sk := &k.Shards[home]
+	if held, err := s.holds(ctx, c, k, home, q.User); err != nil || !held {
+		return empty
+	}
+	v, err := c.Do(ctx, c.B().Hget().Key(sk.Users).Field(q.User).Build()).ToString()
+	if err != nil {
+		return empty
+	}
+	_, list, _ := strings.Cut(v, "|")
+	fields := strings.Split(list, "|")
+	if list == "" || len(fields) == 0 {
+		return empty
+	}
+	recs, err := c.Do(ctx, c.B().Hmget().Key(sk.Res).Field(fields...).Build()).ToArray()
+	if err != nil {
+		return empty
+	}
+	for i, r := range recs {
+		rec, err := r.ToString()
+		if err != nil || rec == "" || (rec[0] != 'p' && rec[0] != 'q') || i >= len(fields) {
+			continue
+		}
+		if tok, ok := tokenOfField(q.Activity, home, fields[i]); ok {
+			return ReserveResult{Code: lua.Pending, Token: tok, Moves: moves}
+		}
+	}
+	return empty
 }
 
 // ridSeen reports whether the request-id bitset of k's sold-out shard i

@@ -1,10 +1,15 @@
 package e2e
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
+	"github.com/seckill-proxy/seckill-proxy/lua"
+	"github.com/seckill-proxy/seckill-proxy/store"
 )
 
 // Defects red team chaos found (docs/decisions.md §50), each replayed
@@ -48,4 +53,52 @@ func TestChaosWinnerReclickDuringStallIsNotSoldOut(t *testing.T) {
 	Eventually(t, 5*time.Second, "ALREADY_PURCHASED after the stall", func() bool {
 		return Buy(p.Addr, act, "winner").Code == "ALREADY_PURCHASED"
 	})
+}
+
+// TestChaosUnderLimitHolderOfALateReservationIsNotSoldOut: per_user_limit
+// 2, the last unit held by a reservation of buyer X whose reply never
+// reached them (a reserve that ran after its caller heard
+// STORE_UNAVAILABLE, its abort still to come on another instance: made
+// here with a client of its own, whose answer nobody is told). X asks
+// again. With per_user_limit 1 the script's limit check answers PENDING
+// (§49); with 2, X is under the limit, the script found no unit and said
+// EMPTY, and X heard 410 SOLD_OUT beside the unit they hold — which the
+// abort then put back on sale (TestChaos seed 211: activity B, limit 2, a
+// DEBUG SLEEP). A buyer told SOLD_OUT while a reservation of theirs is in
+// flight now hears PENDING (store.emptyOrPending).
+func TestChaosUnderLimitHolderOfALateReservationIsNotSoldOut(t *testing.T) {
+	const act = "chl"
+	node := redistest.Start(t)
+	shop := ra12StartShop(t, 0)
+	o := Options{Redis: []string{node.Addr}, ShopURL: shop.URL, RedisTimeout: 100 * time.Millisecond,
+		UpstreamTimeout: time.Second, Activities: []Activity{{ID: act, Stock: 1, Shards: 1, PerUserLimit: 2, MaxQty: 1}}}
+	p := StartProxy(t, o.Config(t))
+	p.Preheat(t, act)
+	a := p.Activity(t, act)
+	other, err := store.OpenNow(p.Cfg.Redis, zap.NewNop())
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	defer other.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	late, err := other.Reserve(ctx, store.ReserveRequest{Activity: act, SKU: SKU, User: "x", Qty: 1, Limit: 2,
+		Shards: 1, NowMs: time.Now().UnixMilli(), ExpireAt: store.ExpireAt(a), Stock: 1})
+	if err != nil || late.Code != lua.OK {
+		t.Fatalf("the late reservation: %+v %v", late, err)
+	}
+	Eventually(t, 5*time.Second, "the sell-out seen", func() bool { return Buy(p.Addr, act, "y").Code == "SOLD_OUT" })
+	r := Buy(p.Addr, act, "x")
+	if r.Code == "SOLD_OUT" {
+		t.Fatalf("x, under the limit with a reservation in flight: 410 SOLD_OUT beside the unit they hold (%s)", r.Body)
+	}
+	// (The token is shown only to a verified buyer: X-User-Id is not.)
+	if r.Code != "PENDING" || r.Status != 202 {
+		t.Fatalf("x: %d %s, want 202 PENDING", r.Status, r.Body)
+	}
+	// Once the late reservation is given back (its abort), x buys it.
+	if code, err := other.Release(ctx, late.Token, 1, "store_timeout", time.Now().UnixMilli(), true); err != nil || code != lua.OK {
+		t.Fatalf("release: %v %v", code, err)
+	}
+	Eventually(t, 5*time.Second, "x wins the unit back", func() bool { return Buy(p.Addr, act, "x").Code == "WIN" })
 }
