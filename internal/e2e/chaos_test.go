@@ -608,9 +608,9 @@ type chaosStep struct {
 // click is one buyer's click, retried on the other instance while the
 // answer says to come back, then maybe clicked again.
 func (c *chaosEnv) click(b chaosBuyer, i int) {
-	act, limitQty := chaosA, int64(1)
+	act, qty := chaosA, int64(1)
 	if b.wantB && c.bReady.Load() {
-		act, limitQty = chaosB, b.qty
+		act, qty = chaosB, b.qty
 	}
 	user := fmt.Sprintf("u%d", b.user)
 	rid := ""
@@ -620,7 +620,7 @@ func (c *chaosEnv) click(b chaosBuyer, i int) {
 	inst := b.inst
 	for round := 0; round < 2; round++ {
 		for try := 0; try < 12 && time.Now().Before(c.end); try++ {
-			a := c.buy(act, user, rid, limitQty, inst)
+			a := c.buy(act, user, rid, qty, inst)
 			retry := a.err != nil
 			switch a.code {
 			case "STORE_UNAVAILABLE", "PENDING", "BUSY", "PAUSED", "NOT_READY":
