@@ -226,6 +226,14 @@ type actQueue struct {
 	// ClaimIdle, 30 s and more by default).
 	inflight sync.Map
 	recheck  atomic.Bool
+	// sentHere holds the entries this instance sent to the shop and could
+	// not acknowledge (Redis did not answer the ack, or the settle before
+	// it), with when: a re-read of this consumer's own entries skips them
+	// until ClaimIdle has passed, as a takeover would. Sent again at once,
+	// the verify before it may find no order yet while the shop is still
+	// working on the first send, and the shop gets the buy twice (red team
+	// chaos: a slow shop and CLIENT PAUSE ALL, three tokens sent twice).
+	sentHere sync.Map
 }
 
 // Test hooks (export_test.go), unset in production: troubleAtStart starts
@@ -525,7 +533,7 @@ func (aq *actQueue) run(readCtx, sendCtx context.Context) {
 				if afterOwnRead != nil && ownErr == nil {
 					afterOwnRead(aq.q.opt.Consumer, ref.shard, !more)
 				}
-				es = mine
+				es = aq.notSentHere(mine)
 				if len(es) > 0 {
 					aq.q.log.Info("queue: entries delivered here earlier and left unhandled, handled now", zap.String("activity", a.ID), zap.Int("entries", len(es)))
 				}
@@ -658,11 +666,26 @@ func (aq *actQueue) awaitResume(readCtx, ctx context.Context) bool {
 func (aq *actQueue) handle(readCtx, ctx context.Context, j *job) {
 	a := aq.a
 	st := aq.q.st
+	acked := false
 	ack := func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		if err := st.AckQueue(cctx, a.ID, j.sku, j.shards, j.e.Shard, j.e.ID, j.e.Token); err != nil {
-			aq.q.log.Warn("queue: ack failed; the entry will be delivered again", zap.Error(err))
+		// Tried again through a blip (each try gets redis.timeout): an
+		// entry left unacknowledged is read back or taken over later.
+		for {
+			err := st.AckQueue(cctx, a.ID, j.sku, j.shards, j.e.Shard, j.e.ID, j.e.Token)
+			if err == nil {
+				acked = true
+				return
+			}
+			if !store.Retryable(err) || cctx.Err() != nil {
+				aq.q.log.Warn("queue: ack failed; the entry will be delivered again", zap.Error(err))
+				return
+			}
+			select {
+			case <-cctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
 		}
 	}
 	tok, err := store.ParseToken(j.e.Token)
@@ -763,6 +786,11 @@ func (aq *actQueue) handle(readCtx, ctx context.Context, j *job) {
 	t0 := time.Now()
 	status, oid, err := aq.forward(ctx, tok, res, j.e.Request)
 	done(time.Since(t0), sendOutcome(ctx, status, err))
+	defer func() {
+		if !acked {
+			aq.sentHere.Store(entryKey(j.e), time.Now()) // see sentHere
+		}
+	}()
 	switch {
 	case ctx.Err() != nil:
 		return // killed: the outcome is unknown, leave the entry for a takeover
@@ -796,6 +824,24 @@ func (aq *actQueue) handle(readCtx, ctx context.Context, j *job) {
 		aq.q.m.Settlements.WithLabelValues("queue_unknown", "PENDING").Inc()
 	}
 	ack()
+}
+
+// notSentHere drops from es, entries read back as this consumer's own, the
+// ones this instance sent less than ClaimIdle ago and could not
+// acknowledge (sentHere): the shop may still be working on them. Older
+// ones are forgotten and handled (verify first), as a takeover would.
+func (aq *actQueue) notSentHere(es []store.QueueEntry) []store.QueueEntry {
+	out := es[:0:0]
+	for _, e := range es {
+		if v, ok := aq.sentHere.Load(entryKey(e)); ok {
+			if time.Since(v.(time.Time)) < aq.claimIdle {
+				continue
+			}
+			aq.sentHere.Delete(entryKey(e))
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // verifyTrusted reports whether the activity's verify.url may be believed

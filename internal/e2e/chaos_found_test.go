@@ -9,6 +9,7 @@ import (
 
 	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
 	"github.com/seckill-proxy/seckill-proxy/lua"
+	"github.com/seckill-proxy/seckill-proxy/reservation"
 	"github.com/seckill-proxy/seckill-proxy/store"
 )
 
@@ -101,4 +102,46 @@ func TestChaosUnderLimitHolderOfALateReservationIsNotSoldOut(t *testing.T) {
 		t.Fatalf("release: %v %v", code, err)
 	}
 	Eventually(t, 5*time.Second, "x wins the unit back", func() bool { return Buy(p.Addr, act, "x").Code == "WIN" })
+}
+
+// TestChaosQueueSendNotRepeatedAfterALostAck: queue mode, a shop slower
+// than upstream.timeout (it takes the order after 4 s, whatever the proxy
+// does), Redis paused 2.5 s right after the worker sent a buy. The worker
+// gives up on the shop (outcome unknown: pending for the reconciler) and
+// its ack of the entry is not answered; its reader meets the pause too and
+// reads the consumer's own entries back once Redis answers (§49). That
+// read-back handled the sent entry as one a dead worker left: the claim
+// said SAME, verify found no order yet (the shop still working) and the
+// buy was sent again (TestChaos seed 497: three tokens sent twice). An
+// entry this instance sent and could not acknowledge is now left to a
+// takeover after ClaimIdle, as an entry left after a send always was
+// meant to be.
+func TestChaosQueueSendNotRepeatedAfterALostAck(t *testing.T) {
+	const act = "chq"
+	node := redistest.Start(t)
+	shop := chaosStartShop(t)
+	shop.latency.Store(int64(4 * time.Second))
+	o := Options{Redis: []string{node.Addr}, ShopURL: shop.URL, RedisTimeout: 100 * time.Millisecond,
+		UpstreamTimeout: 300 * time.Millisecond,
+		Activities:      []Activity{{ID: act, Stock: 5, Shards: 1, Mode: "queue", Pending: 10 * time.Second}}}
+	cfg := o.Config(t)
+	p := StartProxy(t, cfg)
+	p.Preheat(t, act)
+	q := reservation.NewQueue(p.Store, p.Metrics, zap.NewNop(), reservation.QueueOptions{
+		Consumer: "w", Inflight: p.Server.Inflight(), ClaimIdle: 20 * time.Second, Poll: 20 * time.Millisecond})
+	q.Start(cfg)
+	t.Cleanup(q.Stop)
+	r := Buy(p.Addr, act, "buyer")
+	if r.Code != "QUEUED" {
+		t.Fatalf("buy: %d %s", r.Status, r.Body)
+	}
+	tok := r.Token()
+	Eventually(t, 5*time.Second, "the worker sent the buy", func() bool { return shop.received.Load() == 1 })
+	if _, err := node.Do("CLIENT", "PAUSE", "2500", "ALL"); err != nil {
+		t.Fatalf("CLIENT PAUSE: %v", err)
+	}
+	time.Sleep(2500*time.Millisecond + time.Second) // the pause, then the read-back's round
+	if n := shop.sends()[tok].n; n != 1 {
+		t.Fatalf("token %s sent to the shop %d times while the shop was still working on the first", tok, n)
+	}
 }
