@@ -72,6 +72,8 @@ type Queue struct {
 	// acts are the activities the last Start served, by id: one a later
 	// config drops is still drained (Start) until its keys expire.
 	acts map[string]*config.Activity
+	// sent is what this instance's workers sent lately (actQueue.sentHere).
+	sent sentLog
 }
 
 // NewQueue builds the workers; Start runs them.
@@ -226,14 +228,26 @@ type actQueue struct {
 	// ClaimIdle, 30 s and more by default).
 	inflight sync.Map
 	recheck  atomic.Bool
-	// sentHere holds the entries this instance sent to the shop and could
-	// not acknowledge (Redis did not answer the ack, or the settle before
-	// it), with when: a re-read of this consumer's own entries skips them
-	// until ClaimIdle has passed, as a takeover would. Sent again at once,
-	// the verify before it may find no order yet while the shop is still
-	// working on the first send, and the shop gets the buy twice (red team
-	// chaos: a slow shop and CLIENT PAUSE ALL, three tokens sent twice).
-	sentHere sync.Map
+	// sentHere holds the entries this instance sent to the shop in the
+	// last ClaimIdle, with when: a re-read of this consumer's own entries
+	// skips them, as a takeover would until ClaimIdle. Such an entry is
+	// read back when its ack was not answered (a blip), or when the
+	// re-read's reply was made before the ack ran (the client's other
+	// connection) and handled after the forwarder was done; handled again
+	// at once, the claim says SAME, the verify before the resend finds no
+	// order yet while the shop still works on the first send (or refused
+	// it), and the shop gets the buy twice (red team chaos: seeds 497 and
+	// 524). Swept every ClaimIdle/4 (sweepSent).
+	sentHere *sentLog
+}
+
+// sentLog is sentHere, kept by the Queue across restarts (a reload starts
+// new workers while entries the old ones sent may still be read back).
+type sentLog struct {
+	m     sync.Map // activity/shard/entry id -> time.Time
+	n     atomic.Int64
+	mu    sync.Mutex
+	swept time.Time
 }
 
 // Test hooks (export_test.go), unset in production: troubleAtStart starts
@@ -261,7 +275,7 @@ func newActQueue(q *Queue, cfg *config.Config, a *config.Activity) *actQueue {
 	for _, k := range cfg.SigningKeys() {
 		keys = append(keys, signing.Key{ID: k.ID, Secret: []byte(k.Secret())})
 	}
-	aq := &actQueue{q: q, a: a, cfg: cfg, keys: keys,
+	aq := &actQueue{q: q, a: a, cfg: cfg, keys: keys, sentHere: &q.sent,
 		base: strings.TrimSuffix(cfg.Upstream.URL, "/"), expireAt: store.ExpireAt(a)}
 	aq.capacity = max(1, int64(a.Queue.Rate/10))
 	aq.claimIdle = q.opt.ClaimIdle
@@ -494,6 +508,7 @@ func (aq *actQueue) run(readCtx, sendCtx context.Context) {
 		if claim {
 			claimed, claimMore = time.Now(), false
 		}
+		aq.sweepSent()
 		if aq.recheck.Swap(false) {
 			for _, ref := range refs {
 				if _, ok := own[ref]; !ok {
@@ -666,7 +681,6 @@ func (aq *actQueue) awaitResume(readCtx, ctx context.Context) bool {
 func (aq *actQueue) handle(readCtx, ctx context.Context, j *job) {
 	a := aq.a
 	st := aq.q.st
-	acked := false
 	ack := func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -675,7 +689,6 @@ func (aq *actQueue) handle(readCtx, ctx context.Context, j *job) {
 		for {
 			err := st.AckQueue(cctx, a.ID, j.sku, j.shards, j.e.Shard, j.e.ID, j.e.Token)
 			if err == nil {
-				acked = true
 				return
 			}
 			if !store.Retryable(err) || cctx.Err() != nil {
@@ -783,14 +796,10 @@ func (aq *actQueue) handle(readCtx, ctx context.Context, j *job) {
 			return
 		}
 	}
+	aq.markSent(j.e) // see sentHere
 	t0 := time.Now()
 	status, oid, err := aq.forward(ctx, tok, res, j.e.Request)
 	done(time.Since(t0), sendOutcome(ctx, status, err))
-	defer func() {
-		if !acked {
-			aq.sentHere.Store(entryKey(j.e), time.Now()) // see sentHere
-		}
-	}()
 	switch {
 	case ctx.Err() != nil:
 		return // killed: the outcome is unknown, leave the entry for a takeover
@@ -826,22 +835,46 @@ func (aq *actQueue) handle(readCtx, ctx context.Context, j *job) {
 	ack()
 }
 
+// markSent notes that this instance sends e now (sentHere).
+func (aq *actQueue) markSent(e store.QueueEntry) {
+	if _, loaded := aq.sentHere.m.Swap(aq.a.ID+"/"+entryKey(e), time.Now()); !loaded {
+		aq.sentHere.n.Add(1)
+	}
+}
+
 // notSentHere drops from es, entries read back as this consumer's own, the
-// ones this instance sent less than ClaimIdle ago and could not
-// acknowledge (sentHere): the shop may still be working on them. Older
-// ones are forgotten and handled (verify first), as a takeover would.
+// ones this instance sent less than ClaimIdle ago (sentHere): the shop may
+// still be working on them, and a takeover would leave them that long too.
+// Older ones are handled (verify first), as a takeover would.
 func (aq *actQueue) notSentHere(es []store.QueueEntry) []store.QueueEntry {
 	out := es[:0:0]
 	for _, e := range es {
-		if v, ok := aq.sentHere.Load(entryKey(e)); ok {
-			if time.Since(v.(time.Time)) < aq.claimIdle {
-				continue
-			}
-			aq.sentHere.Delete(entryKey(e))
+		if v, ok := aq.sentHere.m.Load(aq.a.ID + "/" + entryKey(e)); ok && time.Since(v.(time.Time)) < aq.claimIdle {
+			continue
 		}
 		out = append(out, e)
 	}
 	return out
+}
+
+// sweepSent forgets sends older than ClaimIdle, every ClaimIdle/4 (on the
+// reader's goroutine): sentHere holds at most queue.rate × ClaimIdle
+// entries, about 100 B each.
+func (aq *actQueue) sweepSent() {
+	l := aq.sentHere
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if time.Since(l.swept) < aq.claimIdle/4 || l.n.Load() == 0 {
+		return
+	}
+	l.swept = time.Now()
+	l.m.Range(func(k, v any) bool {
+		if time.Since(v.(time.Time)) >= aq.claimIdle {
+			l.m.Delete(k)
+			l.n.Add(-1)
+		}
+		return true
+	})
 }
 
 // verifyTrusted reports whether the activity's verify.url may be believed
