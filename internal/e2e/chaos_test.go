@@ -37,8 +37,9 @@ import (
 //     NOT_READY or not at all, qty 1–2 on the second activity, re-clicks;
 //   - operators: pause and resume (the kill switch), a refund (release of a
 //     told token, and the shop cancels its order), reconcile --repair, a
-//     config reload (serve's SIGHUP: Server.Apply then Pipeline.Apply), and
-//     a reload that adds a second activity followed by its preheat;
+//     config reload (serve's SIGHUP: Server.Apply, Pipeline.Apply, the
+//     queue workers restarted), and a reload that adds a second activity,
+//     in queue mode (workers in both instances), followed by its preheat;
 //   - faults: Redis SIGSTOPped 0.2–1.5 s, CLIENT PAUSE WRITE / ALL, DEBUG
 //     SLEEP (single node), a slow shop (past upstream.timeout: it still
 //     takes the order), a shop answering 503 (no order) or 502 after the
@@ -47,12 +48,15 @@ import (
 // The seed fixes the schedule (what happens when, to whom, how long); the
 // goroutines' interleaving is the machine's. After the chaos every
 // settlement drains, invariants are read from Redis itself, one reconcile
-// --repair runs as if past pending_timeout, and (chaosCheck): stock adds
-// up, shop orders == confirmed reservations, nobody above the limit, no
-// token sent twice, every winner confirmed with an order or refunded by
-// the operator, no held unit whose token no client was told, no buyer told
-// SOLD_OUT beside their own held unit (docs/decisions.md §49, with its
-// documented "units in transit" limit accounted for: see chaosSoldOut).
+// --repair runs as if past pending_timeout, and (chaosEnv.check): stock
+// adds up, shop orders == confirmed reservations, nobody above the limit,
+// no token sent twice, every winner (WIN, replay, QUEUED) confirmed with an
+// order, refunded by the operator, or (QUEUED) released after a send the
+// shop took no order for, no held unit whose token no client was told, no
+// buyer told SOLD_OUT beside their own held unit (docs/decisions.md §49,
+// §50; chaosEnv.soldOut: when Redis made the unit comes from MONITOR, and
+// answers from memory while an instance's cache lags Redis after a fault,
+// measured by chaosEnv.canaryRead, are counted as the documented limit).
 //
 // CHAOS_SEED=n replays one seed; CHAOS_RUNS=k runs k seeds from
 // CHAOS_SEED (default: the clock). Without either, a short fixed set runs
