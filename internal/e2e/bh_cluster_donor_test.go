@@ -117,19 +117,7 @@ func bhClusterDonorWave(t *testing.T, shards int, tc rv20Fault) {
 	finals, finalAt, stalled, told, codes, odd := stallWave(t, donor, pa, pb, act, names, tc.ready(shop, pa, pb, act), tc.fault)
 	waitSettled(t, 10*time.Second, pa, pb)
 	replied := pa.Counter(pa.Metrics.StockMoves, act) + pb.Counter(pb.Metrics.StockMoves, act)
-	raw, err := do("HGETALL", k.Shards[0].Moves)
-	if err != nil {
-		t.Fatalf("HGETALL moves: %v", err)
-	}
-	ran, tomb := 0, 0
-	f := rtLines(raw)
-	for j := 1; j < len(f); j += 2 {
-		if strings.HasPrefix(f[j], "-1|") {
-			tomb++
-		} else {
-			ran++
-		}
-	}
+	ran, tomb := donorMoves(t, do, k.Shards[0].Moves)
 	t.Logf("answers: %v; steals ran %d (replied %v), tombstones %d; retrier jobs: %s", codes, ran, replied, tomb, &retries)
 	if len(odd) > 0 {
 		t.Errorf("answers outside SPEC: %v", odd)

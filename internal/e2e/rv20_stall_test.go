@@ -220,19 +220,7 @@ func rv20StealWave(t *testing.T, shards int, tc rv20Fault) {
 	// ran beyond the ones whose reply came back ran late: their units were
 	// in transit until a settle or an abort deposited them.
 	replied := pa.Counter(pa.Metrics.StockMoves, act) + pb.Counter(pb.Metrics.StockMoves, act)
-	raw, err := node.Do("HGETALL", pa.Store.SKUKeys(act, SKU, shards).Shards[0].Moves)
-	if err != nil {
-		t.Fatalf("HGETALL moves: %v", err)
-	}
-	ran, tomb := 0, 0
-	f := rtLines(raw)
-	for j := 1; j < len(f); j += 2 {
-		if strings.HasPrefix(f[j], "-1|") {
-			tomb++
-		} else {
-			ran++
-		}
-	}
+	ran, tomb := donorMoves(t, node.Do, pa.Store.SKUKeys(act, SKU, shards).Shards[0].Moves)
 	t.Logf("answers: %v; steals ran %d (replied %v), tombstones %d; retrier jobs: %s", codes, ran, replied, tomb, &retries)
 	if len(odd) > 0 {
 		t.Errorf("answers outside SPEC: %v", odd)
@@ -613,4 +601,23 @@ func rv20QueueWave(t *testing.T, shards int, tc rv20Fault) {
 	rv20SoldOutBesidePhantoms(t, node, pa, act, shards, names, finals, finalAt, stalled)
 	afterRepair(t, node, pa, act, stock, limit, orders, shop)
 	t.Logf("told tokens %d (phantoms shown as PENDING %d), shop sends %d (tokens sent twice %d), orders %d", len(told), phantoms, len(sends), twice, len(orders))
+}
+
+// donorMoves counts a donor shard's moves hash (key, read with do): steals
+// that ran (home >= 0) and tombstones a settle left first (home -1).
+func donorMoves(t *testing.T, do func(args ...string) (string, error), key string) (ran, tomb int) {
+	t.Helper()
+	raw, err := do("HGETALL", key)
+	if err != nil {
+		t.Fatalf("HGETALL moves: %v", err)
+	}
+	f := rtLines(raw)
+	for j := 1; j < len(f); j += 2 {
+		if strings.HasPrefix(f[j], "-1|") {
+			tomb++
+		} else {
+			ran++
+		}
+	}
+	return ran, tomb
 }
