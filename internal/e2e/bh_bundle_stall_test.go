@@ -178,24 +178,7 @@ func bhAfterRepair(t *testing.T, do func(args ...string) (string, error), pa *Pr
 	a := pa.Activity(t, act)
 	ra12Reconcile(t, pa, act, time.Now().Add(a.PendingTimeout+time.Minute))
 	states := bhAudit(t, do, pa, act, skus, shards, stock, limit)
-	confirmed := 0
-	for field, st := range states {
-		switch st {
-		case "c":
-			confirmed++
-		case "p", "q":
-			t.Errorf("%s still %s after the reconcile", field, st)
-		}
-	}
-	for tok := range orders {
-		tk, err := store.ParseToken(tok)
-		if err != nil {
-			t.Fatalf("order token %q: %v", tok, err)
-		}
-		if st := states[tk.Field()]; st != "c" {
-			t.Errorf("shop order %s for a reservation in state %q", tok, st)
-		}
-	}
+	confirmed := settledStates(t, states, orders)
 	n, perUser := shop.counts()
 	var left int64
 	for i, k := range pa.Status(t, act).SKUs {

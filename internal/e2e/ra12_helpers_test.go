@@ -213,7 +213,24 @@ func afterRepair(t *testing.T, node *redistest.Server, pa *Proxy, act string, st
 	a := pa.Activity(t, act)
 	ra12Reconcile(t, pa, act, time.Now().Add(a.PendingTimeout+time.Minute))
 	states := rtAudit(t, node.Addr, act, stock, limit)
-	confirmed := 0
+	confirmed := settledStates(t, states, orders)
+	n, perUser := shop.counts()
+	k := pa.SKUStatus(t, act)
+	t.Logf("after reconcile %+v; shop orders %d (max per user %d), confirmed records %d", k, n, perUser, confirmed)
+	if !k.OK || k.Pending != 0 || k.Remaining+k.Confirmed != stock || k.InTransit != 0 || k.Confirmed != int64(n) || int64(confirmed) != k.Confirmed {
+		t.Errorf("after reconcile: %+v, shop orders %d, confirmed records %d", k, n, confirmed)
+	}
+	if int64(perUser) > limit || int64(n) > stock {
+		t.Errorf("shop: %d orders, %d of one user (limit %d)", n, perUser, limit)
+	}
+	return n
+}
+
+// settledStates checks reservation states after a repairing reconcile:
+// nothing pending or queued, every shop order's reservation confirmed. It
+// returns how many are confirmed.
+func settledStates(t *testing.T, states map[string]string, orders map[string]string) (confirmed int) {
+	t.Helper()
 	for field, st := range states {
 		switch st {
 		case "c":
@@ -231,14 +248,5 @@ func afterRepair(t *testing.T, node *redistest.Server, pa *Proxy, act string, st
 			t.Errorf("shop order %s for a reservation in state %q", tok, st)
 		}
 	}
-	n, perUser := shop.counts()
-	k := pa.SKUStatus(t, act)
-	t.Logf("after reconcile %+v; shop orders %d (max per user %d), confirmed records %d", k, n, perUser, confirmed)
-	if !k.OK || k.Pending != 0 || k.Remaining+k.Confirmed != stock || k.InTransit != 0 || k.Confirmed != int64(n) || int64(confirmed) != k.Confirmed {
-		t.Errorf("after reconcile: %+v, shop orders %d, confirmed records %d", k, n, confirmed)
-	}
-	if int64(perUser) > limit || int64(n) > stock {
-		t.Errorf("shop: %d orders, %d of one user (limit %d)", n, perUser, limit)
-	}
-	return n
+	return confirmed
 }
