@@ -241,7 +241,7 @@ func (s *Store) ReserveBundle(ctx context.Context, q BundleRequest) (BundleResul
 			it := q.Items[i]
 			if moves[i] >= 2*q.Shards {
 				// Every deposit went to other buyers first: all but gone.
-				return BundleResult{Code: lua.Empty, Short: it.SKU, Moves: res.Moves}, nil
+				return s.bundleEmptyOrPending(ctx, c, ks, home, q, it.SKU, res.Moves), nil
 			}
 			need := max(it.Qty-rem, 1)
 			moved, moveID, gen, err := s.stealFrom(ctx, c, ks[i], outs[i], home, need,
@@ -266,7 +266,7 @@ func (s *Store) ReserveBundle(ctx context.Context, q BundleRequest) (BundleResul
 						continue
 					}
 				}
-				return BundleResult{Code: lua.Empty, Short: it.SKU, Moves: res.Moves}, nil
+				return s.bundleEmptyOrPending(ctx, c, ks, home, q, it.SKU, res.Moves), nil
 			}
 			moves[i]++
 			res.Moves++
@@ -295,6 +295,27 @@ func (s *Store) holdsAny(ctx context.Context, c rueidis.Client, ks []*SKUKeys, h
 		}
 	}
 	return false
+}
+
+// bundleEmptyOrPending is the answer to a bundle bundle.lua found short
+// of short and no donor could fill: EMPTY (SOLD_OUT), unless the buyer
+// may hold units of its SKUs and a reservation of theirs on the home
+// shard (a bundle or a single buy) is still pending or queued: then
+// PENDING with it. bundle.lua answers PENDING only at the limit; a buyer
+// under it heard SOLD_OUT beside the units their own late bundle held
+// (decisions §51, "a buyer below their limit"), as emptyOrPending does for
+// single buys.
+func (s *Store) bundleEmptyOrPending(ctx context.Context, c rueidis.Client, ks []*SKUKeys, home int, q BundleRequest, short string, moves int) BundleResult {
+	empty := BundleResult{Code: lua.Empty, Short: short, Moves: moves}
+	if !s.holdsAny(ctx, c, ks, home, q.User) {
+		return empty
+	}
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	if tok, ok := s.inFlightOf(cctx, c, &ks[0].Shards[home], q.Activity, home, q.User); ok {
+		return BundleResult{Code: lua.Pending, Token: tok, Moves: moves}
+	}
+	return empty
 }
 
 // abortBundleLater settles a bundle.lua call whose reply never came, as

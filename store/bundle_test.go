@@ -488,3 +488,41 @@ func TestBundleDurableWinners(t *testing.T) {
 	}
 	r.Resume(t)
 }
+
+// A bundle buyer under the per-user limit whose earlier bundle is still
+// pending (a late reservation, its abort still to come, or a win whose
+// confirm has not landed) asks for the bundle again after the SKUs sold
+// out: bundle.lua finds no unit and says EMPTY, which was SOLD_OUT beside
+// the units their own bundle holds (decisions §51's "a buyer below their
+// limit", left open there; §50 closed it for single buys). Now PENDING
+// naming the held bundle, as a single buy under the limit hears
+// (emptyOrPending); SOLD_OUT again once it is settled.
+func TestBundleUnderLimitHolderIsPendingNotSoldOut(t *testing.T) {
+	srv := redistest.Start(t)
+	s := openStore(t, redisConfig([]string{srv.Addr}, false))
+	a := bundleActivity("act_bul", 1, 4, config.SKU{ID: "a", Stock: 1}, config.SKU{ID: "b", Stock: 1})
+	mustPreheat(t, s, a)
+	held, err := s.ReserveBundle(ctx(t), bundleReq(a, "x", item("a", 1), item("b", 1)))
+	if err != nil || held.Code != lua.OK {
+		t.Fatalf("the held bundle = %+v, %v", held, err)
+	}
+	for _, via := range []string{"from memory", "by the script"} {
+		r, err := s.ReserveBundle(ctx(t), bundleReq(a, "x", item("a", 1), item("b", 1)))
+		if err != nil || r.Code != lua.Pending || r.Token != held.Token {
+			t.Fatalf("%s: x's bundle again, under the limit, with one pending = %+v, %v; want PENDING naming %v",
+				via, r, err, held.Token)
+		}
+	}
+	// Another buyer: sold out.
+	if r, err := s.ReserveBundle(ctx(t), bundleReq(a, "y", item("a", 1), item("b", 1))); err != nil || r.Code != lua.Empty {
+		t.Fatalf("y's bundle = %+v, %v; want EMPTY", r, err)
+	}
+	// Confirmed: no longer in flight; x under the limit hears SOLD_OUT.
+	if code, err := s.Confirm(ctx(t), held.Token, a.Shards, "O-1"); err != nil || code != lua.OK {
+		t.Fatalf("Confirm = %v, %v", code, err)
+	}
+	if r, err := s.ReserveBundle(ctx(t), bundleReq(a, "x", item("a", 1), item("b", 1))); err != nil || r.Code != lua.Empty {
+		t.Fatalf("x's bundle after the confirm = %+v, %v; want EMPTY", r, err)
+	}
+	skuStatus(t, s, a)
+}

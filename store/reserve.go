@@ -474,34 +474,43 @@ func (s *Store) abortLater(cause error, sk ShardKeys, tok Token, q ReserveReques
 // (local memory after the first read) may name; not readable is EMPTY, as
 // the script said.
 func (s *Store) emptyOrPending(ctx context.Context, c rueidis.Client, k *SKUKeys, home int, q ReserveRequest, moves int) ReserveResult {
-	empty := ReserveResult{Code: lua.Empty, Moves: moves}
-	sk := &k.Shards[home]
 	if held, err := s.holds(ctx, c, k, home, q.User); err != nil || !held {
-		return empty
+		return ReserveResult{Code: lua.Empty, Moves: moves}
 	}
-	v, err := c.Do(ctx, c.B().Hget().Key(sk.Users).Field(q.User).Build()).ToString()
+	if tok, ok := s.inFlightOf(ctx, c, &k.Shards[home], q.Activity, home, q.User); ok {
+		return ReserveResult{Code: lua.Pending, Token: tok, Moves: moves}
+	}
+	return ReserveResult{Code: lua.Empty, Moves: moves}
+}
+
+// inFlightOf is a reservation of user's on home shard sk (a single buy's
+// or a bundle's: the users field and records are the shard's, across
+// SKUs) still pending or queued, read from Redis; ok is false when there
+// is none or it cannot be read.
+func (s *Store) inFlightOf(ctx context.Context, c rueidis.Client, sk *ShardKeys, act string, home int, user string) (Token, bool) {
+	v, err := c.Do(ctx, c.B().Hget().Key(sk.Users).Field(user).Build()).ToString()
 	if err != nil {
-		return empty
+		return Token{}, false
 	}
 	_, list, _ := strings.Cut(v, "|")
-	fields := strings.Split(list, "|")
-	if list == "" || len(fields) == 0 {
-		return empty
+	if list == "" {
+		return Token{}, false
 	}
+	fields := strings.Split(list, "|")
 	recs, err := c.Do(ctx, c.B().Hmget().Key(sk.Res).Field(fields...).Build()).ToArray()
 	if err != nil {
-		return empty
+		return Token{}, false
 	}
 	for i, r := range recs {
 		rec, err := r.ToString()
 		if err != nil || rec == "" || (rec[0] != 'p' && rec[0] != 'q') || i >= len(fields) {
 			continue
 		}
-		if tok, ok := tokenOfField(q.Activity, home, fields[i]); ok {
-			return ReserveResult{Code: lua.Pending, Token: tok, Moves: moves}
+		if tok, ok := tokenOfField(act, home, fields[i]); ok {
+			return tok, true
 		}
 	}
-	return empty
+	return Token{}, false
 }
 
 // ridSeen reports whether the request-id bitset of k's sold-out shard i
