@@ -4,7 +4,7 @@ BIN       := bin
 GOLANGCI  := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 export CGO_ENABLED := 0
 
-.PHONY: all build demo run test race test-short test-cluster test-failover test-failover-lagging chaos bench compare shop-protect-bench fuzz lint fmt vet redis clean
+.PHONY: all build demo run test race test-short test-cluster test-failover test-failover-lagging test-soak chaos bench compare shop-protect-bench fuzz lint fmt vet redis clean
 
 all: build
 
@@ -65,6 +65,16 @@ test-failover: redis
 # for `test`; .ci/run runs them on their own.
 test-failover-lagging: redis
 	$(GO) test -tags failover -count=1 -run 'ClusterFailoverLagging|ClusterFailoverDurable' -v ./internal/e2e/
+
+# The longest red-team stall, takeover and shop-fault runs (10–35 s each,
+# ~250 s together), kept out of `test` so it stays near ten minutes: every
+# Test function in internal/e2e that calls `Soak(t)` / `e2e.Soak(t)` at its
+# top level (scripts/soak-tests.sh; Soak skips unless SECKILL_SOAK is set).
+# .ci/run runs this after `test`.
+SOAK_TESTS = $(shell ./scripts/soak-tests.sh)
+test-soak: redis
+	@test -n '$(SOAK_TESTS)' || { echo "no Soak(t) tests found in internal/e2e"; exit 1; }
+	SECKILL_SOAK=1 $(GO) test -count=1 -timeout 20m -run '^($(SOAK_TESTS))$$' ./internal/e2e/
 
 # Red team chaos (docs/decisions.md §50): TestChaos (single Redis) and
 # TestChaosCluster (3 masters, one stalled) over CHAOS_RUNS seeds from

@@ -228,6 +228,7 @@ func bhCheckTold(t *testing.T, states map[string]string, told map[string]map[str
 // adds up, orders == confirmed; and every unit sold unless a buyer was
 // told SOLD_OUT during the stall (units in transit, decisions §49).
 func TestBHBundleStall(t *testing.T) {
+	Soak(t)
 	if testing.Short() {
 		t.Skip("several seconds per fault")
 	}
@@ -250,6 +251,7 @@ func TestBHBundleStall(t *testing.T) {
 // units, one hash tag) stopped or paused: bundle.lua's holders keys are
 // the home shard's, one slot, and the same invariants hold.
 func TestBHBundleClusterDonorStall(t *testing.T) {
+	Soak(t)
 	if testing.Short() {
 		t.Skip("starts a cluster per fault")
 	}

@@ -50,6 +50,7 @@ func (d bhKeyed) Do(args ...string) (string, error) { return d(args...) }
 // was left on sale after every buyer heard SOLD_OUT unless some heard it
 // during the stall (units in transit then, decisions §49).
 func TestBHClusterDonorStall(t *testing.T) {
+	Soak(t)
 	if testing.Short() {
 		t.Skip("starts a cluster per fault")
 	}

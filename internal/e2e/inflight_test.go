@@ -102,6 +102,7 @@ func inflightOptions(r *Redis, shop string, stock int64, upstream ...string) Opt
 // queued then sent by the workers). The shop takes 200 ms an order, as
 // the issue says (≈10 s: 200 orders, 4 at a time); 50 ms under -short.
 func TestInflightShopNeverAboveLimit(t *testing.T) {
+	Soak(t)
 	const stock, limit = 200, 4
 	delay := 200 * time.Millisecond
 	if testing.Short() {

@@ -34,6 +34,7 @@ func ra12Stall(t *testing.T, node *redistest.Server, d time.Duration, sigstop bo
 // had more than max_inflight at once (its latency stays under the
 // proxy's timeout here).
 func TestRA12BadDay(t *testing.T) {
+	Soak(t)
 	if testing.Short() {
 		t.Skip("≈15 s")
 	}

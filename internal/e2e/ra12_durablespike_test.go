@@ -15,6 +15,7 @@ import (
 // Afterwards and after reconcile --repair: stock adds up, nothing pending,
 // confirmed == shop orders, nobody above the limit, every answer a SPEC code.
 func TestRA12DurableSpikeReplicaStops(t *testing.T) {
+	Soak(t)
 	if testing.Short() {
 		t.Skip("≈15 s")
 	}

@@ -16,6 +16,7 @@ import (
 // it really uses, so the fleet holds 2 + 2 and the shop gets up to 4 at
 // once.
 func TestRA12InflightRedisStopTwoInstances(t *testing.T) {
+	Soak(t)
 	if testing.Short() {
 		t.Skip("≈12 s")
 	}

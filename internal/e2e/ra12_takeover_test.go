@@ -21,6 +21,7 @@ import (
 // (absent: not committed yet), releases the unit, and the shop then takes
 // the order. Sync mode would not send a winner that old (lateToSend).
 func TestRA12TakeoverSlowVerifyOutlivesPendingTimeout(t *testing.T) {
+	Soak(t)
 	if testing.Short() {
 		t.Skip("≈20 s")
 	}

@@ -46,6 +46,7 @@ func ra12PendingSale(t *testing.T, n int, withOrders bool) (*Proxy, *ra12Shop) {
 // units are sold to nobody; a verify that moved (301 to a path that
 // answers 404) releases reservations the shop holds orders for: sold twice.
 func TestRA12VerifyOddAnswers(t *testing.T) {
+	Soak(t)
 	const n = 4
 	t.Run("redirect to login page", func(t *testing.T) {
 		p, shop := ra12PendingSale(t, n, false)

@@ -36,6 +36,7 @@ func rt11qBuysOf(shop *e2e.Shop) int {
 // entries it already read keep going to the shop, one per 1/rate, after
 // the pause.
 func TestRT11QPauseMidBacklogStopsSends(t *testing.T) {
+	e2e.Soak(t)
 	if testing.Short() {
 		t.Skip("a multi-second queue fault run: the plain pass of make test runs it")
 	}

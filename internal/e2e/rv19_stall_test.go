@@ -22,6 +22,7 @@ import (
 // after one reconcile --repair: nothing pending, stock adds up, shop
 // orders == confirmed, nobody above the limit.
 func TestRV19StallMidWave(t *testing.T) {
+	Soak(t)
 	if testing.Short() {
 		t.Skip("several seconds per fault")
 	}

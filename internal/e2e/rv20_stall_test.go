@@ -175,6 +175,7 @@ func rv20OneShard(t *testing.T, node *redistest.Server, p *Proxy, act string, st
 // --repair nothing pending or in transit, stock adds up per shard and per
 // SKU, shop orders == confirmed, nobody above the limit.
 func TestRV20StealStall(t *testing.T) {
+	Soak(t)
 	if testing.Short() {
 		t.Skip("several seconds per fault")
 	}
@@ -436,6 +437,7 @@ func rv20CheckTold(t *testing.T, node *redistest.Server, act string, stock, limi
 // ClaimIdle: nothing waits for a takeover); after one reconcile --repair
 // stock adds up, orders == confirmed.
 func TestRV20QueueStall(t *testing.T) {
+	Soak(t)
 	if testing.Short() {
 		t.Skip("several seconds per fault")
 	}

@@ -147,6 +147,7 @@ func rw15Refuse(t *testing.T, r *e2e.Redis, kind string) (lift func()) {
 // order is confirmed moments after Redis is back, not when the reconciler
 // comes by"). Without verify.url nothing else ever settles it.
 func TestRW15ConfirmRefusedIsRetried(t *testing.T) {
+	e2e.Soak(t)
 	for _, kind := range rw15Kinds {
 		t.Run(kind, func(t *testing.T) {
 			r := rw15Redis(t)
@@ -208,6 +209,7 @@ func TestRW15ConfirmRefusedIsRetried(t *testing.T) {
 // unit stays held pending: without verify.url nothing else gives it back,
 // and the buyer, at their limit, is told PENDING for a buy the shop refused.
 func TestRW15ReleaseRefusedIsRetried(t *testing.T) {
+	e2e.Soak(t)
 	for _, kind := range rw15Kinds {
 		t.Run(kind, func(t *testing.T) {
 			r := rw15Redis(t)

@@ -142,6 +142,7 @@ func sp14Cases() []sp14Case {
 // is judged by its own answer, and after reconcile --repair (truthful
 // verify) units equal orders.
 func TestSP14SyncShopAnswers(t *testing.T) {
+	Soak(t)
 	for i, tc := range sp14Cases() {
 		t.Run(tc.name, func(t *testing.T) {
 			shop := sp14StartShop(t, tc.ans)
