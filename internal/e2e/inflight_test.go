@@ -222,6 +222,14 @@ func TestInflightOverflowWait(t *testing.T) {
 // adaptive limit, started at its floor, settles near that knee, well
 // inside its bounds [1, 64], and every winner ends confirmed.
 func TestInflightAdaptiveLimit(t *testing.T) {
+	if testing.Short() {
+		// A real-time measurement: under the race detector (make race runs
+		// -short) the proxy's own work between taking a slot and sending
+		// is many times slower, slots stay in use while the shop sees few
+		// orders, and the limit grows on latencies the shop never felt
+		// (CI, 2026-12-07: median 52, shop peak 17). The plain pass runs it.
+		t.Skip("a real-time measurement: the plain pass of make test runs it")
+	}
 	const stock = 1200
 	r := StartRedis(t)
 	shop := startCapShop(t, 0, func(c int64) time.Duration {
