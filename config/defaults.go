@@ -225,8 +225,9 @@ const DefaultDrainDelay = time.Second
 // NTP keeps (milliseconds), far below the margins pending_timeout leaves.
 const DefaultMaxClockSkew = time.Second
 
-// DefaultBuyerMemo is redis.buyer_memo's default: at most ~40 MiB per
-// instance for buyers remembered at their limit.
+// DefaultBuyerMemo is redis.buyer_memo's default: at most ~85 MiB per
+// instance for buyers remembered at their limit (~330 B each, store
+// TestBuyerMemoMemoryBound).
 const DefaultBuyerMemo = 1 << 18
 
 // DefaultWarmConns is upstream.warm_conns' default.
