@@ -134,7 +134,7 @@ func checkBundle(items []BundleItem, limit int64) error {
 // as Reserve does) and the script runs again with the move to deposit;
 // other buyers may take the deposit first, so it gives up (SOLD_OUT, Short
 // the item) after 2×shards moves per item.
-func (s *Store) ReserveBundle(ctx context.Context, q BundleRequest) (BundleResult, error) {
+func (s *Store) ReserveBundle(ctx context.Context, q BundleRequest) (result BundleResult, rerr error) {
 	if q.Shards < 1 {
 		return BundleResult{}, fmt.Errorf("%w: shards %d", ErrBadRequest, q.Shards)
 	}
@@ -152,6 +152,17 @@ func (s *Store) ReserveBundle(ctx context.Context, q BundleRequest) (BundleResul
 			return BundleResult{}, err
 		}
 	}
+	// Not SOLD_OUT while units of an item's SKU may come back (transit.go).
+	defer func() {
+		if rerr == nil && result.Code == lua.Empty {
+			for _, k := range ks {
+				if s.inTransit(k, result.FromMemory) {
+					result, rerr = BundleResult{}, errInTransit
+					return
+				}
+			}
+		}
+	}()
 	home := HomeShard(q.User, q.Shards)
 	if s.retry.Len() > 0 {
 		if err := s.retry.RunNow(ctx, buyerKey(q.Activity, q.User)); err != nil {
@@ -193,7 +204,7 @@ func (s *Store) ReserveBundle(ctx context.Context, q BundleRequest) (BundleResul
 		cancel()
 		if err != nil {
 			err = wrap(err)
-			s.abortBundleLater(err, q, hk, tok, items, keys, args)
+			s.abortBundleLater(err, q, ks, hk, tok, items, keys, args)
 			return BundleResult{}, err
 		}
 		var code int64
@@ -323,7 +334,7 @@ func (s *Store) bundleEmptyOrPending(ctx context.Context, c rueidis.Client, ks [
 // (deposit.lua, idempotent by move id), then bundlerelease.lua in abort
 // mode releases the bundle if the call ran, or leaves a tombstone so it
 // takes nothing when it runs later.
-func (s *Store) abortBundleLater(cause error, q BundleRequest, hk ShardKeys, tok Token, items string, keys, args []string) {
+func (s *Store) abortBundleLater(cause error, q BundleRequest, ks []*SKUKeys, hk ShardKeys, tok Token, items string, keys, args []string) {
 	hasMove := false
 	for i := range q.Items {
 		hasMove = hasMove || args[7+4*i+2] != ""
@@ -333,7 +344,17 @@ func (s *Store) abortBundleLater(cause error, q BundleRequest, hk ShardKeys, tok
 	}
 	n := len(q.Items)
 	keys, args = append([]string(nil), keys...), append([]string(nil), args...)
-	s.retry.Submit("abort", buyerKey(q.Activity, q.User), func(ctx context.Context) error {
+	// Every item's SKU may get units back (transit.go).
+	thens := make([]func(), len(ks))
+	for i, k := range ks {
+		thens[i] = s.holdTransit(k, -1)
+	}
+	then := func() {
+		for _, f := range thens {
+			f()
+		}
+	}
+	s.retry.SubmitThen("abort", buyerKey(q.Activity, q.User), func(ctx context.Context) error {
 		c, err := s.Client()
 		if err != nil {
 			return err
@@ -371,7 +392,7 @@ func (s *Store) abortBundleLater(cause error, q BundleRequest, hk ShardKeys, tok
 		default:
 			return fmt.Errorf("abort bundle %s: %v", tok, lua.Code(r[0]))
 		}
-	})
+	}, then)
 }
 
 // bundleKeys reads a bundle reservation's items and builds the keys of its

@@ -57,3 +57,12 @@ func (s *Store) BumpInvalGen() { s.invalGen.Add(1) }
 
 // ReadAt is when SoldOutMany last read the mark's flags (unix ns, 0: never).
 func (m OutMark) ReadAt() int64 { return m.at }
+
+// SetAfterSteal sets a function Reserve calls once a steal has replied,
+// before the reserve that deposits its units is written (a test stops a
+// node there), and returns what restores it.
+func SetAfterSteal(f func()) (restore func()) {
+	old := afterSteal
+	afterSteal = f
+	return func() { afterSteal = old }
+}

@@ -189,7 +189,12 @@ func TestGateStallHoldsNothing(t *testing.T) {
 					t.Fatalf("buy %d after the stall = %v, %v", i, r.Code, err)
 				}
 			}
-			mustReserve(t, s, a, "after-late", 1, lua.Empty)
+			// SOLD_OUT from memory once the stall's settles are
+			// transitGrace past (STORE_UNAVAILABLE until then, §54).
+			eventually(t, time.Second, "SOLD_OUT after the settles", func() bool {
+				r, err := s.Reserve(ctx(t), reserveReq(a, "after-late", 1))
+				return err == nil && r.Code == lua.Empty
+			})
 			wantStatus(t, s, a, 0, 3, 0)
 		})
 	}

@@ -69,6 +69,13 @@ type SKUKeys struct {
 	// then do Redis's invalidations of their keys reach them.
 	holders, ridbits []bitsView
 	tracked          atomic.Bool
+	// transit counts this instance's settles of the SKU's calls that may
+	// still put units back on sale (aborts of reserves and bundles, settles
+	// of steals), each until transitGrace after it finished, transitLive
+	// each until it finished; movesOut[d] counts the settles of steals from
+	// shard d not answered yet (see transit.go).
+	transit, transitLive atomic.Int64
+	movesOut             []atomic.Int32
 }
 
 // bitsView is one shard's bitset as last read through the client-side
@@ -131,7 +138,7 @@ func newSKUKeys(prefix, act, sku string, shards int, salts []string) *SKUKeys {
 		salts = nil // no placement for this many shards: the original tags
 	}
 	k := &SKUKeys{Shards: make([]ShardKeys, shards), reserveKeys: make([][]string, shards), shortKeys: make([][]string, shards), outKeys: make([]string, shards), gates: make([]reserveGate, shards), batchers: make([]reserveBatcher, shards), outInval: make([]atomic.Bool, shards),
-		holders: make([]bitsView, shards), ridbits: make([]bitsView, shards)}
+		holders: make([]bitsView, shards), ridbits: make([]bitsView, shards), movesOut: make([]atomic.Int32, shards)}
 	for s := 0; s < shards; s++ {
 		salt := ""
 		if salts != nil {

@@ -21,6 +21,10 @@ import (
 
 var getenv = os.Getenv
 
+// afterSteal, when set (tests only), runs once a steal has replied, before
+// the reserve that deposits its units is written.
+var afterSteal func()
+
 // ReserveRequest is one buyer asking for units of one SKU.
 type ReserveRequest struct {
 	Activity string
@@ -103,6 +107,13 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 	if err != nil {
 		return ReserveResult{}, err
 	}
+	// Not SOLD_OUT while units of the SKU may come back: a settle of this
+	// instance's is pending (transit.go).
+	defer func() {
+		if rerr == nil && result.Code == lua.Empty && s.inTransit(k, result.FromMemory) {
+			result, rerr = ReserveResult{}, errInTransit
+		}
+	}()
 	home := HomeShard(q.User, q.Shards)
 	// A call of this buyer that this instance could not settle (Redis
 	// stalled) is settled first, so the buyer's retry is decided on what
@@ -235,7 +246,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 				// move it carried) once Redis answers, so the buyer, told
 				// "unavailable", holds nothing.
 				if written {
-					s.abortLater(err, k.Shards[home], tok, q, rid, args[7], args[8], args[12])
+					s.abortLater(err, k, home, tok, q, rid, args[7], args[8], args[12])
 				}
 				return ReserveResult{}, err
 			}
@@ -319,6 +330,9 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 			return s.emptyOrPending(cctx, c, k, home, q, res.Moves), nil
 		}
 		res.Moves++
+		if afterSteal != nil {
+			afterSteal()
+		}
 		args[7], args[8], args[12] = itoa(moved), moveID, itoa(gen)
 		cancel()
 		cctx, cancel = s.ctx(ctx)
@@ -429,15 +443,17 @@ const abortReason = "store_timeout"
 // the reservation if the script ran after all, or leaves a tombstone so it
 // takes nothing when it runs later; units the call carried from a donor
 // are deposited on the way.
-func (s *Store) abortLater(cause error, sk ShardKeys, tok Token, q ReserveRequest, rid, units, moveID, gen string) {
+func (s *Store) abortLater(cause error, k *SKUKeys, home int, tok Token, q ReserveRequest, rid, units, moveID, gen string) {
 	if !mayHaveRun(cause) && moveID == "" {
 		return
 	}
+	sk := k.Shards[home]
 	keys := []string{sk.Stock, sk.Users, sk.Res, sk.Pending, sk.Out, sk.MovesIn, sk.Epoch}
 	if rid != "" {
 		keys = append(keys, rid)
 	}
-	s.retry.Submit("abort", buyerKey(q.Activity, q.User), func(ctx context.Context) error {
+	// A late reservation, or the units it carried, come back (transit.go).
+	s.retry.SubmitThen("abort", buyerKey(q.Activity, q.User), func(ctx context.Context) error {
 		c, err := s.Client()
 		if err != nil {
 			return err
@@ -460,7 +476,7 @@ func (s *Store) abortLater(cause error, sk ShardKeys, tok Token, q ReserveReques
 		default:
 			return fmt.Errorf("abort %s: %v", tok, code)
 		}
-	})
+	}, s.holdTransit(k, -1))
 }
 
 // emptyOrPending is the answer to a buyer the reserve found no unit for:
@@ -791,6 +807,13 @@ func (s *Store) stealFrom(ctx context.Context, c rueidis.Client, k *SKUKeys, out
 		if out[d] {
 			continue
 		}
+		if s.donorUnsettled(k, d) {
+			// A steal of this instance from d has not been settled (d's
+			// node stalled, or just woke): a new one would pile up on
+			// it and run late too (red team bh, §51). The buyer comes back.
+			failed, out[d] = errInTransit, true
+			continue
+		}
 		moveID := q.SKU + ":" + newID()
 		sk := k.Shards[d]
 		cctx, cancel := s.ctx(ctx)
@@ -834,7 +857,9 @@ func (s *Store) stealFrom(ctx context.Context, c rueidis.Client, k *SKUKeys, out
 // the steal takes nothing when it runs later.
 func (s *Store) settleMoveLater(k *SKUKeys, donor int, moveID string, q ReserveRequest) {
 	exp := itoa(q.ExpireAt)
-	s.retry.Submit("move", buyerKey(q.Activity, q.User), func(ctx context.Context) error {
+	// Its units may be off the donor until it lands them; and no new steal
+	// of this instance goes to the donor meanwhile (transit.go).
+	s.retry.SubmitThen("move", buyerKey(q.Activity, q.User), func(ctx context.Context) error {
 		c, err := s.Client()
 		if err != nil {
 			return err
@@ -862,7 +887,7 @@ func (s *Store) settleMoveLater(k *SKUKeys, donor int, moveID string, q ReserveR
 			}
 		}
 		return s.depositMove(ctx, c, k, donor, int(r[1]), moveID, r[2], r[3], exp)
-	})
+	}, s.holdTransit(k, donor))
 }
 
 // depositMove lands a move's units on home (deposit.lua, idempotent by

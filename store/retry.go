@@ -42,7 +42,8 @@ type retryJob struct {
 	kind, key string
 	f         func(context.Context) error
 	tries     int
-	finished  bool // done by the worker or by RunNow
+	finished  bool   // done by the worker or by RunNow
+	then      func() // SubmitThen's: called once the job is finished, whatever the outcome
 }
 
 // Retry outcomes, the label values of the retry metric.
@@ -134,6 +135,12 @@ func (r *Retrier) note(kind, outcome string) {
 // and metrics. It returns false (the job is dropped and logged) when the
 // queue is full or closed.
 func (r *Retrier) Submit(kind, key string, f func(context.Context) error) bool {
+	return r.SubmitThen(kind, key, f, nil)
+}
+
+// SubmitThen is Submit with then, called once when the job is finished
+// (done, failed, abandoned at shutdown), or at once when it is not queued.
+func (r *Retrier) SubmitThen(kind, key string, f func(context.Context) error, then func()) bool {
 	r.mu.Lock()
 	if r.closed || len(r.queue) >= r.max {
 		r.mu.Unlock()
@@ -142,9 +149,12 @@ func (r *Retrier) Submit(kind, key string, f func(context.Context) error) bool {
 			r.log.Error("redis retry queue full or closed; the reconciler will settle what is dropped", zap.String("kind", kind), zap.String("key", key))
 		}
 		r.note(kind, RetryDropped)
+		if then != nil {
+			then()
+		}
 		return false
 	}
-	j := &retryJob{kind: kind, key: key, f: f}
+	j := &retryJob{kind: kind, key: key, f: f, then: then}
 	r.queue = append(r.queue, j)
 	r.byKey[key] = append(r.byKey[key], j)
 	r.n.Add(1)
@@ -212,6 +222,9 @@ func (r *Retrier) finish(j *retryJob, outcome string) {
 	r.n.Add(-1)
 	r.mu.Unlock()
 	r.note(j.kind, outcome)
+	if j.then != nil {
+		j.then()
+	}
 }
 
 // next is the oldest unfinished job, or nil.

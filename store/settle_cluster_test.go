@@ -40,7 +40,7 @@ func TestSettleScriptsRunInOneSlot(t *testing.T) {
 	k := s.keys.get(a.ID, "sku1", 4)
 	home := HomeShard(q.User, 4)
 	tok := Token{Activity: a.ID, SKU: "sku1", Shard: home, ID: newID()}
-	s.abortLater(context.DeadlineExceeded, k.Shards[home], tok, q, ridKey(k.Shards[home], q.User, q.RequestID), "0", "", "0")
+	s.abortLater(context.DeadlineExceeded, k, home, tok, q, ridKey(k.Shards[home], q.User, q.RequestID), "0", "", "0")
 	s.settleMoveLater(k, (home+1)%4, "sku1:"+newID(), q)
 	if err := s.retry.RunNow(ctx, buyerKey(a.ID, q.User)); err != nil {
 		t.Fatal(err)

@@ -61,6 +61,9 @@ type Store struct {
 	// reached this instance: a flag snapshot read at one value is as fresh
 	// as the cache while it holds (see outFlagsIn).
 	invalGen atomic.Uint64
+	// transitN counts the settles of SKUKeys.transit (see transit.go): 0,
+	// as nearly always, answers every transit check with one load.
+	transitN atomic.Int64
 	// scriptsLost is signalled (never blocking) with epoch: the node of a
 	// dropped connection may hold no scripts (see KeepScriptsLoaded).
 	scriptsLost chan struct{}
