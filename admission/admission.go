@@ -388,6 +388,11 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 			// script answers them PENDING, not SOLD_OUT beside their
 			// held unit (red team rv20).
 			if r.RequestID == "" && !p.mayHold(ctx, r, flags.Shards) {
+				// Units this instance's settles may put back on sale:
+				// come back rather than SOLD_OUT (§54).
+				if p.inTransit(ctx, r.Activity.ID, r.SKU, flags.Shards) {
+					return p.storeDown(store.ErrUnavailable)
+				}
 				return p.refuse(rSoldOut, 0)
 			}
 			soldOut = true
@@ -609,6 +614,13 @@ func (p *Pipeline) claimNonce(ctx context.Context, st *actState, r *Request) (De
 		return p.refuse(rSigReplay, 0), true
 	}
 	return Decision{}, false
+}
+
+// inTransit reports whether this instance holds a settle that may put
+// units of act's SKU back on sale (TransitChecker); false without one.
+func (p *Pipeline) inTransit(ctx context.Context, act, sku string, shards int) bool {
+	t, ok := p.ts.(TransitChecker)
+	return ok && t.InTransit(ctx, act, sku, shards)
 }
 
 // mayHold reports whether r's buyer may hold units of r's sold-out SKU

@@ -60,6 +60,9 @@ func (p *Pipeline) bundleSoldOut(ctx context.Context, st *actState, r *Request, 
 			if p.bundleMayHold(ctx, r, shards) {
 				return Decision{}, false, true
 			}
+			if p.inTransit(ctx, r.Activity.ID, it.SKU, shards) {
+				return p.storeDown(store.ErrUnavailable), true, false // §54
+			}
 			d := p.refuse(rSoldOut, 0)
 			d.Short = it.SKU
 			return d, true, false

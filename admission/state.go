@@ -49,6 +49,17 @@ type HolderChecker interface {
 
 var _ HolderChecker = (*store.Store)(nil)
 
+// TransitChecker tells, from local memory, whether this instance holds a
+// settle of a SKU's call that may put units back on sale (a late
+// reservation to abort, a steal to settle; *store.Store implements it): a
+// buyer of a sold-out SKU it says so of is answered STORE_UNAVAILABLE, not
+// SOLD_OUT from the sold-out mark (decisions §54). Without it every buyer is.
+type TransitChecker interface {
+	InTransit(ctx context.Context, act, sku string, shards int) bool
+}
+
+var _ TransitChecker = (*store.Store)(nil)
+
 // RefreshEvery is how often the background refresher re-reads flags,
 // sold-out marks and list versions when the store cannot signal
 // invalidations. Each read is a client-side-cache hit (no network) until

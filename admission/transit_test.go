@@ -1,0 +1,73 @@
+package admission_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seckill-proxy/seckill-proxy/admission"
+	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
+	"github.com/seckill-proxy/seckill-proxy/store"
+)
+
+// transitStore is a real store whose InTransit a test sets (the store's
+// own answers it while its retrier holds a settle: store
+// TestTransitIsNotSoldOut stalls a cluster master for that).
+type transitStore struct {
+	*store.Store
+	on       atomic.Bool
+	reserves atomic.Int64
+}
+
+func (s *transitStore) Reserve(ctx context.Context, q store.ReserveRequest) (store.ReserveResult, error) {
+	s.reserves.Add(1)
+	return s.Store.Reserve(ctx, q)
+}
+
+func (s *transitStore) InTransit(context.Context, string, string, int) bool { return s.on.Load() }
+
+// TestTransitIsNotSoldOut (decisions §54): a sold-out SKU whose units this
+// instance's settles may put back on sale is answered STORE_UNAVAILABLE,
+// with Retry-After, not SOLD_OUT from the sold-out mark, single buys and
+// bundles alike; SOLD_OUT again once nothing is in transit.
+func TestTransitIsNotSoldOut(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := realConfig(t, 2, 1)
+	a := &cfg.Activities[0]
+	in := startInstance(t, redisCfg([]string{srv.Addr}, false), cfg, time.Now)
+	ts := &transitStore{Store: in.st}
+	p := admission.New(ts, in.m, zapNop(), time.Now)
+	p.Apply(cfg)
+	t.Cleanup(p.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	preheat(t, in.st, a)
+	for i := 0; i < 2; i++ {
+		if d := p.Decide(bg(t), req(a, "buyer"+strconv.Itoa(i))); d.Code != admission.Admitted {
+			t.Fatalf("buyer %d: %v", i, d.Code)
+		}
+	}
+	// The sold-out mark answers: SOLD_OUT with no call into the store.
+	eventually(t, 2*time.Second, "sold-out mark", func() bool {
+		n := ts.reserves.Load()
+		return p.Decide(bg(t), req(a, "late")).Code == admission.SoldOut && ts.reserves.Load() == n
+	})
+	ts.on.Store(true)
+	d := p.Decide(bg(t), req(a, "late2"))
+	if d.Code != admission.StoreUnavailable || d.RetryAfter <= 0 {
+		t.Errorf("a buyer of a sold-out SKU with units in transit: %v (retry after %v), want STORE_UNAVAILABLE with Retry-After", d.Code, d.RetryAfter)
+	}
+	b := req(a, "late3")
+	b.Items = []store.BundleItem{{SKU: a.SKUs[0].ID, Qty: 1}}
+	if d := p.Decide(bg(t), b); d.Code != admission.StoreUnavailable {
+		t.Errorf("a bundle of a sold-out SKU with units in transit: %v, want STORE_UNAVAILABLE", d.Code)
+	}
+	ts.on.Store(false)
+	if d := p.Decide(bg(t), req(a, "late4")); d.Code != admission.SoldOut {
+		t.Errorf("nothing in transit: %v, want SOLD_OUT", d.Code)
+	}
+}
