@@ -363,8 +363,16 @@ func bhSweep(t *testing.T, do func(args ...string) (string, error), p *Proxy, ac
 			t.Logf("after the wave, %s left per shard: %v", sku, rs)
 		}
 	}
-	for j := 0; j < 100; j++ {
+	for j, tries := 0, 0; j < 100; j++ {
 		r := buy(p, fmt.Sprintf("sweep%d", j), "")
+		if r.Code == "STORE_UNAVAILABLE" && tries < 40 {
+			// Settles of the wave just answered: the instance says
+			// come back for transitGrace after them (decisions §54).
+			tries++
+			j--
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
 		if r.Code == "SOLD_OUT" {
 			break
 		}

@@ -331,6 +331,13 @@ func stallWaveBy(t *testing.T, node *redistest.Server, pa, pb *Proxy, names []st
 	go func() {
 		defer close(faulted)
 		for !ready(int(won.Load())) {
+			if time.Now().After(deadline) {
+				// Never reached (e.g. wins without a counted steal: units
+				// an abort gave back onto a home shard after a call that
+				// timed out on a loaded box); the wave is over, harmless.
+				t.Logf("the fault's trigger was not reached within the wave")
+				break
+			}
 			time.Sleep(500 * time.Microsecond)
 		}
 		stalled[0] = time.Now()
