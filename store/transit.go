@@ -27,8 +27,8 @@ import (
 // flags: the fleet gap §54 leaves.
 
 // transitGrace is how long a finished settle still holds its SKU's
-// SOLD_OUT from memory back (a var for tests).
-var transitGrace = 100 * time.Millisecond
+// SOLD_OUT from memory back.
+const transitGrace = 100 * time.Millisecond
 
 // errInTransit is the answer, instead of SOLD_OUT, to a buyer of a SKU with
 // units in transit here.
