@@ -84,6 +84,7 @@ func TestBHClusterDonorStall(t *testing.T) {
 // a buyer told SOLD_OUT after the stall beside their own late reservation
 // fails as in TestRV20StealStall.
 func TestBHClusterHomeStall(t *testing.T) {
+	Soak(t)
 	if testing.Short() {
 		t.Skip("starts a cluster per fault")
 	}
