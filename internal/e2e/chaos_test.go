@@ -162,6 +162,8 @@ type chaosSent struct {
 	act, user string
 	qty       int64
 	n         int
+	from      []string    // the connection each send came on (RemoteAddr: an instance's relay)
+	at        []time.Time // when each arrived
 }
 
 func chaosStartShop(t *testing.T) *chaosShop {
@@ -186,6 +188,8 @@ func (s *chaosShop) handle(w http.ResponseWriter, r *http.Request) {
 		s.sent[tok] = &chaosSent{act: r.Header.Get("X-Seckill-Activity"), user: user, qty: qty}
 	}
 	s.sent[tok].n++
+	s.sent[tok].from = append(s.sent[tok].from, r.RemoteAddr)
+	s.sent[tok].at = append(s.sent[tok].at, time.Now())
 	s.smu.Unlock()
 	switch s.mode.Load() {
 	case shop503:
@@ -250,7 +254,7 @@ func (s *chaosShop) sends() map[string]chaosSent {
 type chaosAnswer struct {
 	act, user, rid string
 	qty            int64
-	inst           int
+	inst, gen      int
 	sent, got      time.Time
 	code           string
 	status         int
@@ -285,7 +289,13 @@ type chaosEnv struct {
 	redis   *Redis
 	victim  *redistest.Server // the node faults stall
 	shop    *chaosShop
-	ps      []*Proxy
+	insts   []*chaosInst // the two serving slots; a killed one is replaced
+	pmu     sync.Mutex   // insts, all, curB, curVariant
+	all     []*chaosInst // every instance started, killed ones too
+	mix     chaosMix
+	curB    bool // the config the instances run: with B, which variant
+	curVar  int
+	cfg0    *config.Config
 	op      *store.Store // the operator's own client, as the CLI's
 	opts    Options
 	actA    *config.Activity
@@ -299,7 +309,8 @@ type chaosEnv struct {
 	refunded map[string]string // token -> release outcome
 	refunds  sync.WaitGroup
 	mon      *chaosMonitor
-	queues   []*reservation.Queue
+	kills    []chaosKill
+	restarts []chaosWindow // Redis down, from its kill until it answers again
 	canary   int
 	log      []string // what the schedule did, for a failing run
 }
@@ -352,7 +363,7 @@ func (c *chaosEnv) canaryRead(after bool) time.Time {
 	}
 	want := strconv.Itoa(c.canary)
 	deadline := time.Now().Add(5 * time.Second)
-	for _, p := range c.ps {
+	for _, p := range c.live() {
 		cl, err := p.Store.Client()
 		if err != nil {
 			continue
@@ -392,62 +403,73 @@ func (c *chaosEnv) config(withB bool, variant int) *config.Config {
 // reload is serve's SIGHUP on every instance: the proxy first (it may
 // refuse), then admission. The listeners stay where they are.
 func (c *chaosEnv) reload(withB bool, variant int) {
-	for i, p := range c.ps {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	c.curB, c.curVar = withB, variant
+	for i, p := range c.insts {
+		if _, dead := p.killedAt(); dead {
+			continue // its successor starts with the current config
+		}
 		next := c.config(withB, variant)
 		next.Listen, next.Admin.Listen = p.Cfg.Listen, p.Cfg.Admin.Listen
+		next.Upstream.URL = p.Cfg.Upstream.URL // its relay to the shop
 		if err := p.Server.Apply(next); err != nil {
 			c.logf("reload %d on %d refused: %v", variant, i, err)
 			continue
 		}
 		p.Pipeline.Apply(next)
-		c.queues[i].Start(next)
-		c.logf("reload %d (B %v) on %d", variant, withB, i)
+		p.q.Start(next)
+		c.logf("reload %d (B %v) on %d (gen %d)", variant, withB, i, p.gen)
 	}
 }
 
 func chaosRun(t *testing.T, seed int64, cluster bool) {
 	rng := rand.New(rand.NewSource(seed))
-	c := &chaosEnv{t: t, seed: seed, cluster: cluster, refunded: map[string]string{}}
+	c := &chaosEnv{t: t, seed: seed, cluster: cluster, refunded: map[string]string{}, mix: chaosMixFor(seed, cluster)}
+	var redisExtra []string
 	if cluster {
 		c.redis = StartCluster(t)
 		c.victim = c.redis.Nodes.Nodes[rng.Intn(len(c.redis.Nodes.Nodes))]
 	} else {
-		node := redistest.Start(t, "--enable-debug-command", "yes")
+		args := []string{"--enable-debug-command", "yes"}
+		if c.mix.restart {
+			args = append(args, "--appendonly", "yes", "--appendfsync", "always")
+		}
+		node := redistest.Start(t, args...)
 		c.redis = &Redis{Addrs: []string{node.Addr}, Node: node}
 		c.victim = node
+		if c.mix.durable {
+			redistest.StartReplica(t, node)
+			redisExtra = append(redisExtra, "durable_winners: { replicas: 1, timeout: 200ms, on_timeout: refuse }")
+		}
 	}
+	t.Logf("seed %d: mix %s", seed, c.mix)
 	c.shop = chaosStartShop(t)
 	start, end := time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
 	c.opts = Options{Redis: c.redis.Addrs, Cluster: cluster, ShopURL: c.shop.URL,
-		RedisTimeout: 100 * time.Millisecond, UpstreamTimeout: 500 * time.Millisecond,
+		RedisTimeout: 100 * time.Millisecond, UpstreamTimeout: 500 * time.Millisecond, RedisExtra: redisExtra,
 		Activities: []Activity{
 			{ID: chaosA, Stock: chaosStockA, PerUserLimit: chaosLimitA, Shards: 4, Pending: 4 * time.Second, Start: start, End: end},
 			{ID: chaosB, Stock: chaosStockB, PerUserLimit: chaosLimitB, Shards: 2, Pending: 4 * time.Second, Start: start, End: end,
 				QtyFrom: "query:qty", Mode: "queue"},
 		}}
+	c.cfg0 = c.config(false, 0)
 	for i := 0; i < 2; i++ {
-		cfg := c.config(false, 0)
-		p := StartProxy(t, cfg)
-		c.ps = append(c.ps, p)
 		// Queue workers in every instance, as serve runs them (B is a
 		// queue-mode activity once a reload adds it).
-		q := reservation.NewQueue(p.Store, p.Metrics, zap.NewNop(), reservation.QueueOptions{
-			Consumer: fmt.Sprintf("chaos-%d", i), Inflight: p.Server.Inflight(), Hold: p.Pipeline.ClockProblem,
-			ClaimIdle: 3 * time.Second, Poll: 50 * time.Millisecond,
-		})
-		q.Start(cfg)
-		t.Cleanup(q.Stop)
-		c.queues = append(c.queues, q)
+		in := startChaosInst(t, c.config(false, 0), c.shopAddr(), i)
+		c.insts = append(c.insts, in)
+		c.all = append(c.all, in)
 	}
-	c.actA = c.ps[0].Activity(t, chaosA)
+	c.actA = c.cfg0.Activity(chaosA)
 	c.actB = c.config(true, 0).Activity(chaosB)
 	var err error
-	if c.op, err = store.OpenNow(c.ps[0].Cfg.Redis, zap.NewNop()); err != nil {
+	if c.op, err = store.OpenNow(c.cfg0.Redis, zap.NewNop()); err != nil {
 		t.Fatalf("operator store: %v", err)
 	}
 	defer c.op.Close()
-	c.ps[0].Preheat(t, chaosA)
-	c.ps[1].WaitPreheated(t, chaosA)
+	c.insts[0].Preheat(t, chaosA)
+	c.insts[1].WaitPreheated(t, chaosA)
 	c.mon = chaosStartMonitor(t, c.redis.Addrs)
 
 	const chaosFor = 4 * time.Second
@@ -492,10 +514,14 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 		}})
 	}
 	at := time.Duration(100+rng.Intn(400)) * time.Millisecond
+	mixRng := rand.New(rand.NewSource(seed ^ 0x5eed)) // the mix's own draws: the rest of the schedule stays the seed's
 	for k, n := 0, 2+rng.Intn(3); k < n && at < chaosFor; k++ {
 		kind := rng.Intn(4)
 		if cluster && kind == 3 {
 			kind = 0 // DEBUG SLEEP needs enable-debug-command; the cluster's nodes have none
+		}
+		if c.mix.restart && (k == 0 || mixRng.Intn(3) == 0) {
+			kind = 4
 		}
 		var d time.Duration
 		var what string
@@ -517,6 +543,21 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 			d = time.Duration(200+rng.Intn(600)) * time.Millisecond
 			what = "debug sleep"
 			fault = func() { _, _ = c.victim.Do("DEBUG", "SLEEP", strconv.FormatFloat(d.Seconds(), 'f', 3, 64)) }
+		case 4:
+			// SIGKILL, down for d, started again from its AOF.
+			d = time.Duration(200+mixRng.Intn(1300)) * time.Millisecond
+			what = "sigkill+restart"
+			fault = func() {
+				w := chaosWindow{what: "redis down", start: time.Now()}
+				c.victim.Kill()
+				time.Sleep(d)
+				c.victim.Restart(t)
+				w.end = time.Now()
+				c.mu.Lock()
+				c.restarts = append(c.restarts, w)
+				c.mu.Unlock()
+				c.mon.reconnect()
+			}
 		}
 		label := fmt.Sprintf("%s %v", what, d)
 		redisFaults = append(redisFaults, chaosStep{at, func() {
@@ -577,7 +618,9 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 	}
 	t.Logf("seed %d: %d waves, %d redis faults on %s, %d shop faults, %d operator steps", seed, len(waves), len(redisFaults), c.victim.Addr, len(shopFaults), len(ops))
 
+	kills := c.killSteps(chaosFor)
 	lane("waves", waves)
+	lane("kills", kills)
 	lane("redis", redisFaults)
 	lane("shop", shopFaults)
 	lane("ops", ops)
@@ -600,7 +643,7 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 		})
 	}
 	Eventually(t, 10*time.Second, "the shop idle", func() bool { return c.shop.cur.Load() == 0 })
-	waitSettled(t, 15*time.Second, c.ps...)
+	waitSettled(t, 15*time.Second, c.live()...)
 	c.check()
 }
 
@@ -658,7 +701,9 @@ func (c *chaosEnv) buy(act, user, rid string, qty int64, inst int) chaosAnswer {
 		uri += "?qty=" + strconv.FormatInt(qty, 10)
 	}
 	a := chaosAnswer{act: act, user: user, rid: rid, qty: qty, inst: inst, sent: time.Now()}
-	r := Do(nil, c.ps[inst].Addr, Req{URI: uri, Header: h, Timeout: 10 * time.Second})
+	in := c.inst(inst)
+	a.gen = in.gen
+	r := Do(nil, in.Addr, Req{URI: uri, Header: h, Timeout: 10 * time.Second})
 	a.got = time.Now()
 	a.code, a.status, a.token, a.err = r.Code, r.Status, r.Token(), r.Err
 	a.win = r.Code == "WIN" || ra12Replay(r)
@@ -758,7 +803,7 @@ func (c *chaosEnv) refund(pick int) {
 		out := ""
 		for try := 0; try < 20; try++ {
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-			code, waited, err = c.op.OperatorRelease(ctx, tk, shards, chaosRefund, config.MinPendingTimeout(c.ps[0].Cfg.Upstream), false)
+			code, waited, err = c.op.OperatorRelease(ctx, tk, shards, chaosRefund, config.MinPendingTimeout(c.cfg0.Upstream), false)
 			cancel()
 			out += fmt.Sprintf("%v (waited %v, err %v) ", code, waited, err)
 			if err == nil {
@@ -817,7 +862,7 @@ func (c *chaosEnv) check() {
 	windows := append([]chaosWindow(nil), c.windows...)
 	c.mu.Unlock()
 	defer func() {
-		if t.Failed() {
+		if t.Failed() || os.Getenv("CHAOS_LOG") != "" {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			for _, l := range c.log {
@@ -868,10 +913,19 @@ func (c *chaosEnv) check() {
 	}
 	for _, x := range acts {
 		recs := rtAuditAt(t, c.redis.Addrs, x.a.ID, x.stock, x.limit)
+		left := 0
 		for field, r := range recs {
 			if r.State != "x" && !toldField[x.a.ID+"/"+field] {
+				if c.leftByAKill(answers, x.a.ID, r.User, r.CreatedMs) {
+					left++ // a killed instance's, for the reconciler (checked after the repair)
+					c.logf("%s: reservation %s of %s (%s) left untold by a killed instance", x.a.ID, field, r.User, r.State)
+					continue
+				}
 				t.Errorf("%s: reservation %s of %s is %s but no client was told its token (STORE_UNAVAILABLE holds nothing)", x.a.ID, field, r.User, r.State)
 			}
+		}
+		if len(c.kills) > 0 {
+			t.Logf("%s: %d held reservations left untold by killed instances", x.a.ID, left)
 		}
 		c.soldOut(x, recs, answers, windows)
 	}
@@ -892,7 +946,15 @@ func (c *chaosEnv) check() {
 	sends := c.shop.sends()
 	for tok, s := range sends {
 		if s.n > 1 {
-			t.Errorf("token %s (%s of %s) sent to the shop %d times", tok, s.act, s.user, s.n)
+			if c.resentAfterAKill(s) {
+				t.Logf("token %s (%s of %s) sent %d times: first by a killed instance's worker, then by a takeover (README: a worker killed mid-request leaves its entry for another, which re-sends with the same token)", tok, s.act, s.user, s.n)
+				continue
+			}
+			var from []string
+			for i := range s.from {
+				from = append(from, fmt.Sprintf("%s from instance %d", s.at[i].Format("15:04:05.000"), c.senderGen(s.from[i])))
+			}
+			t.Errorf("token %s (%s of %s) sent to the shop %d times: %v", tok, s.act, s.user, s.n, from)
 		}
 	}
 	for _, x := range acts {
@@ -953,7 +1015,11 @@ func (c *chaosEnv) check() {
 				t.Errorf("%s: the shop holds %d units of %s, limit %d", id, n, u, x.limit)
 			}
 		}
-		t.Logf("%s after reconcile: %+v; shop units %d, confirmed records %d", id, k, units, confirmedRecs)
+		reasons := map[string]int{}
+		for _, r := range recs {
+			reasons[r.State+"/"+r.Reason]++
+		}
+		t.Logf("%s after reconcile: %+v; shop units %d, confirmed records %d; records by state/reason %v", id, k, units, confirmedRecs, chaosSorted(reasons))
 		if !k.OK || k.Pending != 0 || k.InTransit != 0 || k.Remaining+k.Confirmed != x.stock || k.Confirmed != units || k.Confirmed != confirmedRecs {
 			t.Errorf("%s: stock does not add up after the reconcile: %+v (stock %d), shop units %d, confirmed records %d", id, k, x.stock, units, confirmedRecs)
 		}
@@ -1116,36 +1182,60 @@ func chaosSorted(m map[string]int) string {
 // late reserve took its unit, which the proxy's stamp in the record (taken
 // before the call) does not tell.
 type chaosMonitor struct {
+	t     *testing.T
+	addrs []string
 	mu    sync.Mutex
 	first map[string]time.Time // token id -> first EVAL/EVALSHA naming it
 }
 
 func chaosStartMonitor(t *testing.T, addrs []string) *chaosMonitor {
-	m := &chaosMonitor{first: map[string]time.Time{}}
+	m := &chaosMonitor{t: t, addrs: addrs, first: map[string]time.Time{}}
 	for _, addr := range addrs {
-		conn, err := net.DialTimeout("tcp", addr, time.Second)
-		if err != nil {
+		if err := m.dial(addr); err != nil {
 			t.Fatalf("monitor %s: %v", addr, err)
 		}
-		t.Cleanup(func() { _ = conn.Close() })
-		if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
-			t.Fatalf("monitor %s: %v", addr, err)
-		}
-		br := bufio.NewReaderSize(conn, 1<<20)
-		if l, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(l, "+OK") {
-			t.Fatalf("monitor %s: %q %v", addr, l, err)
-		}
-		go func() {
-			for {
-				l, err := br.ReadString('\n')
-				if err != nil {
-					return
-				}
-				m.line(l)
-			}
-		}()
 	}
 	return m
+}
+
+// reconnect monitors every node again (a node killed and restarted closed
+// the monitor's connection); the lane that restarted it calls it at once.
+func (m *chaosMonitor) reconnect() {
+	for _, addr := range m.addrs {
+		for try := 0; try < 100; try++ {
+			if err := m.dial(addr); err == nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+func (m *chaosMonitor) dial(addr string) error {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	m.t.Cleanup(func() { _ = conn.Close() })
+	if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
+		_ = conn.Close()
+		return err
+	}
+	br := bufio.NewReaderSize(conn, 1<<20)
+	if l, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(l, "+OK") {
+		_ = conn.Close()
+		return fmt.Errorf("%q %v", l, err)
+	}
+	go func() {
+		for {
+			l, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			m.line(l)
+		}
+	}()
+	return nil
 }
 
 // line reads one MONITOR line: +<sec>.<usec> [<db> <client>] "CMD" "arg"...
