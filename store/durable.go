@@ -249,9 +249,11 @@ func (s *Store) MakeDurable(ctx context.Context, q ReserveRequest, res ReserveRe
 	tok := res.Token
 	ok, _, err := s.WaitReplicas(ctx, tok, q.Shards, q.ExpireAt)
 	if ok {
+		s.enqueueDurable(ctx, q, tok)
 		return DurableOK, nil
 	}
 	if !s.DurableRefuses() {
+		s.enqueueDurable(ctx, q, tok)
 		return DurableLate, err
 	}
 	code, aerr := s.releaseNotDurable(ctx, q, tok)
@@ -263,6 +265,33 @@ func (s *Store) MakeDurable(ctx context.Context, q ReserveRequest, res ReserveRe
 		return DurableTaken, err
 	}
 	return DurableRefused, err
+}
+
+// enqueueDurable writes a queued winner's stream entry once its wait for
+// the replicas is over and the winner goes on (acknowledged, or
+// on_timeout: forward). Reserve leaves it out when durable winners are
+// on: an entry written before the wait could be read and claimed by a
+// worker during it, and a refused winner whose release could not reach
+// Redis at once (it goes to the retrier) — its buyer told
+// STORE_UNAVAILABLE, nothing held — was then the worker's, and sent
+// (red team chaos2, TestChaos2DurableQueueRefusalIsNeverSent). Without an
+// entry no worker sees a refused winner; the release settles it, or the
+// reconciler's repair does (ReleaseOrphans), as for a late reserve.
+func (s *Store) enqueueDurable(ctx context.Context, q ReserveRequest, tok Token) {
+	if !q.Queue {
+		return
+	}
+	c, err := s.Client()
+	if err != nil {
+		s.log.Error("queued reservation has no stream entry; reconcile --repair releases it", zap.String("token", tok.String()), zap.Error(err))
+		return
+	}
+	k, err := s.skuKeys(ctx, q.Activity, q.SKU, q.Shards)
+	if err != nil || tok.Shard < 0 || tok.Shard >= len(k.Shards) {
+		s.log.Error("queued reservation has no stream entry; reconcile --repair releases it", zap.String("token", tok.String()), zap.Error(err))
+		return
+	}
+	s.enqueue(ctx, c, k.Shards[tok.Shard], tok, q)
 }
 
 // releaseNotDurable releases a winner's reservation the replicas did not

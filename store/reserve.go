@@ -253,7 +253,9 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 			switch lua.Code(r.code) {
 			case lua.OK:
 				s.seen.add(q.Activity, q.User)
-				if q.Queue {
+				if q.Queue && s.dur == nil {
+					// With durable winners the entry waits for the
+					// replicas: MakeDurable writes it (red team chaos2).
 					s.enqueue(ctx, c, k.Shards[home], tok, q)
 				}
 				return ReserveResult{Code: lua.OK, Token: tok, Moves: res.Moves}, nil
