@@ -7,6 +7,8 @@ import (
 	"math/rand"
 	"net"
 	"os"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/seckill-proxy/seckill-proxy/admission"
 	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
 	"github.com/seckill-proxy/seckill-proxy/metrics"
 	"github.com/seckill-proxy/seckill-proxy/proxy"
 	"github.com/seckill-proxy/seckill-proxy/reservation"
@@ -35,14 +38,35 @@ import (
 //     appendonly on masters, "everysec or always"; with everysec a kill
 //     may lose the last second of acknowledged writes, which README calls
 //     "Redis durability is the floor", so the exact checker runs with
-//     always).
+//     always);
+//   - fair: activity A opens 2 s into the run with fair_start (held buys
+//     let on in a random order of buyers after the window); no
+//     reservation of A may be stamped before start + fair_start;
+//   - bundle: activity C (SKUs a and b, bundles a:1,b:1, limit 2) bought
+//     by a third of A's buyers, audited as red team bh audits bundles.
 //
 // CHAOS_MIX=none|kill,durable,restart overrides the seed's pick.
 
 // chaosMix is what a seed adds to TestChaos's mix.
 type chaosMix struct {
-	kill, durable, restart bool
+	kill, durable, restart, fair, bundle bool
 }
+
+// The bundle mix: activity C sells SKUs a and b as bundles of one unit
+// each (sync mode), beside A and B.
+const (
+	chaosC      = "cc"
+	chaosStockC = 20
+	chaosLimitC = 2
+)
+
+var chaosSKUsC = []string{"a", "b"}
+
+// The fair-start mix: activity A opens 2 s into the run with these.
+const (
+	chaosFairHold   = 400 * time.Millisecond
+	chaosFairSpread = 300 * time.Millisecond
+)
 
 func (m chaosMix) String() string {
 	var s []string
@@ -55,16 +79,23 @@ func (m chaosMix) String() string {
 	if m.restart {
 		s = append(s, "restart")
 	}
+	if m.fair {
+		s = append(s, "fair")
+	}
+	if m.bundle {
+		s = append(s, "bundle")
+	}
 	if len(s) == 0 {
 		return "none"
 	}
 	return strings.Join(s, ",")
 }
 
-// chaosMixFor picks the seed's mix: seed mod 8 as three bits (1 kill, 2
-// durable, 4 restart), so seeds 1–3 (`make test`) cover kill, durable
-// and both, and any 8 consecutive seeds cover every combination. The
-// cluster run takes kills only (its nodes have no replicas and no AOF).
+// chaosMixFor picks the seed's mix: seed mod 32 as five bits (1 kill, 2
+// durable, 4 restart, 8 fair start, 16 bundles), so seeds 1–3 (`make
+// test`) cover kill, durable and both, and any 32 consecutive seeds cover
+// every combination. The cluster run takes kills, fair start and bundles
+// only (its nodes have no replicas and no AOF).
 func chaosMixFor(seed int64, cluster bool) chaosMix {
 	if env := os.Getenv("CHAOS_MIX"); env != "" {
 		var m chaosMix
@@ -76,6 +107,10 @@ func chaosMixFor(seed int64, cluster bool) chaosMix {
 				m.durable = true
 			case "restart":
 				m.restart = true
+			case "fair":
+				m.fair = true
+			case "bundle":
+				m.bundle = true
 			}
 		}
 		if cluster {
@@ -87,7 +122,7 @@ func chaosMixFor(seed int64, cluster bool) chaosMix {
 	if b < 0 {
 		b += 8
 	}
-	m := chaosMix{kill: b&1 != 0, durable: b&2 != 0, restart: b&4 != 0}
+	m := chaosMix{kill: b&1 != 0, durable: b&2 != 0, restart: b&4 != 0, fair: seed/8%2 != 0, bundle: seed/16%2 != 0}
 	if cluster {
 		m.durable, m.restart = false, false
 	}
@@ -122,6 +157,9 @@ func startChaosInst(t *testing.T, cfg *config.Config, shopAddr string, gen int) 
 	relay := startChaosRelay(t, shopAddr)
 	cfg.Upstream.URL = "http://" + relay.addr
 	log := zap.NewNop()
+	if os.Getenv("CHAOS_ZAP") != "" { // the instances' logs on stderr, for a replay
+		log = zap.Must(zap.NewDevelopment()).With(zap.Int("gen", gen))
+	}
 	st, err := store.Open(cfg.Redis, log)
 	if err != nil {
 		t.Fatalf("store.Open: %v", err)
@@ -398,26 +436,34 @@ func (c *chaosEnv) killSteps(chaosFor time.Duration) []chaosStep {
 	for k, n := 0, 1+rng.Intn(2); k < n && at < chaosFor-500*time.Millisecond; k++ {
 		slot := rng.Intn(2)
 		gap := time.Duration(100+rng.Intn(700)) * time.Millisecond
-		steps = append(steps, chaosStep{at, func() {
-			in := c.inst(slot)
-			in.kill()
-			at, _ := in.killedAt()
-			c.mu.Lock()
-			c.kills = append(c.kills, chaosKill{gen: in.gen, at: at})
-			c.mu.Unlock()
-			c.logf("killed instance %d (slot %d); its successor in %v", in.gen, slot, gap)
-			time.Sleep(gap)
-			c.pmu.Lock()
-			gen := len(c.all)
-			next := startChaosInst(c.t, c.config(c.curB, c.curVar), c.shopAddr(), gen)
-			c.insts[slot] = next
-			c.all = append(c.all, next)
-			c.pmu.Unlock()
-			c.logf("started instance %d in slot %d (B %v)", gen, slot, c.curB)
-		}})
+		steps = append(steps, chaosStep{at, func() { c.killAndReplace(slot, gap) }})
 		at += gap + time.Duration(500+rng.Intn(1500))*time.Millisecond
 	}
 	return steps
+}
+
+// killAndReplace kills the instance in slot and, gap later, starts its
+// successor there.
+func (c *chaosEnv) killAndReplace(slot int, gap time.Duration) {
+	in := c.inst(slot)
+	if _, dead := in.killedAt(); dead {
+		return // its successor is not up yet
+	}
+	in.kill()
+	at, _ := in.killedAt()
+	c.mu.Lock()
+	c.kills = append(c.kills, chaosKill{gen: in.gen, at: at})
+	c.mu.Unlock()
+	c.logf("killed instance %d (slot %d); its successor in %v", in.gen, slot, gap)
+	time.Sleep(gap)
+	c.pmu.Lock()
+	gen := len(c.all)
+	next := startChaosInst(c.t, c.config(c.curB, c.curVar), c.shopAddr(), gen)
+	c.insts[slot] = next
+	c.all = append(c.all, next)
+	withB := c.curB
+	c.pmu.Unlock()
+	c.logf("started instance %d in slot %d (B %v)", gen, slot, withB)
 }
 
 // killedGen is when instance gen was killed, if it was.
@@ -478,4 +524,154 @@ func (c *chaosEnv) resentAfterAKill(s chaosSent) bool {
 	first := c.senderGen(s.from[0])
 	k, dead := c.killedGen(first)
 	return dead && !s.at[0].After(k) && c.senderGen(s.from[1]) != first
+}
+
+// quiet waits until what the checker reads from Redis stops changing:
+// every stock and reservations hash of both activities the same in two
+// reads 600 ms apart (longer than a queue worker's settle backs off
+// between tries, 100–400 ms, before it hands the settle to the retrier).
+// The checker reads a shard's counters and its records in two commands;
+// a settle landing between them is not a broken invariant.
+func (c *chaosEnv) quiet() {
+	snap := func() string {
+		var b strings.Builder
+		for _, addr := range c.redis.Addrs {
+			for _, act := range []string{chaosA, chaosB, chaosC} {
+				keys, _ := redistest.Do(addr, "KEYS", "*{"+act+":*")
+				ks := rtLines(keys)
+				sort.Strings(ks)
+				for _, k := range ks {
+					if strings.Contains(k, ":stock:") || strings.HasSuffix(k, ":res") {
+						v, _ := redistest.Do(addr, "HGETALL", k)
+						b.WriteString(k + "=" + v + "\n")
+					}
+				}
+			}
+		}
+		return b.String()
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	prev := snap()
+	for time.Now().Before(deadline) {
+		time.Sleep(600 * time.Millisecond)
+		cur := snap()
+		if cur == prev {
+			return
+		}
+		prev = cur
+	}
+	c.t.Logf("Redis still changing 15 s after the chaos")
+}
+
+// bundleOptions is C's harness activity.
+func chaosBundleActivity(start, end time.Time) Activity {
+	return Activity{ID: chaosC, SKUs: []config.SKU{{ID: "a", Stock: chaosStockC}, {ID: "b", Stock: chaosStockC}},
+		PerUserLimit: chaosLimitC, Shards: 2, Pending: 4 * time.Second, Start: start, End: end, BundleRoute: bhBundleRoute}
+}
+
+// bundleBody is the bundle a:1,b:1.
+var chaosBundleBody = []byte(`{"items":[{"sku":"a","qty":1},{"sku":"b","qty":1}]}`)
+
+// do runs one command on the node that holds its key (the first
+// argument after the command name).
+func (c *chaosEnv) do() func(args ...string) (string, error) {
+	if c.cluster {
+		return bhKeyedDo(c.redis.Nodes)
+	}
+	return func(args ...string) (string, error) { return redistest.Do(c.redis.Addrs[0], args...) }
+}
+
+// checkBundles is check for C: before the repair, bhAudit (per SKU shard
+// i = r + p + c, records == counters, users == records, nobody above the
+// limit) and no held bundle whose token no client was told (unless a
+// killed instance left it, as for A and B); after the repair
+// (bundleAfter), nothing pending, every SKU adds up, one order per
+// confirmed bundle, every WIN confirmed with its order.
+func (c *chaosEnv) checkBundles(answers []chaosAnswer) {
+	t := c.t
+	t.Helper()
+	p := c.live()[0]
+	states := bhAudit(t, c.do(), p, chaosC, chaosSKUsC, 2, chaosStockC, chaosLimitC)
+	told := map[string]bool{}
+	for _, a := range answers {
+		if a.act == chaosC && a.token != "" {
+			if tk, err := store.ParseToken(a.token); err == nil {
+				told[tk.Field()] = true
+			}
+		}
+	}
+	left := 0
+	for field, st := range states {
+		if st == "x" || told[field] {
+			continue
+		}
+		user, created := c.bundleRecord(p, field)
+		if c.leftByAKill(answers, chaosC, user, created) {
+			left++
+			continue
+		}
+		t.Errorf("%s: bundle %s of %s is %s but no client was told its token (STORE_UNAVAILABLE holds nothing)", chaosC, field, user, st)
+	}
+	if left > 0 {
+		t.Logf("%s: %d held bundles left untold by killed instances", chaosC, left)
+	}
+}
+
+// bundleAfter checks C after the final repair.
+func (c *chaosEnv) bundleAfter(ctx context.Context, answers []chaosAnswer, orders map[string]string) {
+	t := c.t
+	t.Helper()
+	p := c.live()[0]
+	states := bhAudit(t, c.do(), p, chaosC, chaosSKUsC, 2, chaosStockC, chaosLimitC)
+	mine := map[string]string{}
+	for tok, o := range orders {
+		if tk, err := store.ParseToken(tok); err == nil && tk.Activity == chaosC {
+			mine[tok] = o
+		}
+	}
+	confirmed := settledStates(t, states, mine)
+	st, err := c.op.Status(ctx, c.actC)
+	if err != nil {
+		t.Fatalf("status %s: %v", chaosC, err)
+	}
+	for _, k := range st.SKUs {
+		t.Logf("%s after reconcile: %+v; shop orders %d, confirmed bundles %d", chaosC, k, len(mine), confirmed)
+		if !k.OK || k.Pending != 0 || k.InTransit != 0 || k.Remaining+k.Confirmed != chaosStockC || k.Confirmed != int64(len(mine)) {
+			t.Errorf("%s: sku %s does not add up after the reconcile: %+v, shop orders %d", chaosC, k.ID, k, len(mine))
+		}
+	}
+	if confirmed != len(mine) {
+		t.Errorf("%s: %d confirmed bundles, the shop holds %d orders", chaosC, confirmed, len(mine))
+	}
+	for _, a := range answers {
+		if a.act != chaosC || !a.win {
+			continue
+		}
+		tk, err := store.ParseToken(a.token)
+		if err != nil {
+			t.Errorf("%s: told token %q: %v", chaosC, a.token, err)
+			continue
+		}
+		if states[tk.Field()] != "c" || orders[a.token] == "" {
+			t.Errorf("%s: %s told a win (%d at %s) with %s: now %q, shop order %q", chaosC, a.user, a.status, a.got.Format("15:04:05.000"), a.token, states[tk.Field()], orders[a.token])
+		}
+	}
+}
+
+// bundleRecord is the user and stamp of C's record field.
+func (c *chaosEnv) bundleRecord(p *Proxy, field string) (string, int64) {
+	for s := 0; s < 2; s++ {
+		sk := p.Store.SKUKeys(chaosC, chaosSKUsC[0], 2).Shards[s]
+		rec, err := c.do()("HGET", sk.Res, field)
+		if err != nil || rec == "" {
+			continue
+		}
+		parts := strings.Split(rec, "|")
+		var created int64
+		if len(parts) > 3 {
+			created, _ = strconv.ParseInt(parts[3], 10, 64)
+		}
+		return parts[1], created
+	}
+	return "", 0
 }

@@ -300,6 +300,8 @@ type chaosEnv struct {
 	opts    Options
 	actA    *config.Activity
 	actB    *config.Activity // from the config that adds B
+	actC    *config.Activity // the bundle mix's activity
+	bundleC Activity
 	bReady  atomic.Bool
 	end     time.Time // buyers stop retrying after it
 
@@ -310,7 +312,8 @@ type chaosEnv struct {
 	refunds  sync.WaitGroup
 	mon      *chaosMonitor
 	kills    []chaosKill
-	restarts []chaosWindow // Redis down, from its kill until it answers again
+	bg       sync.WaitGroup // kills started by a fault's lane
+	restarts []chaosWindow  // Redis down, from its kill until it answers again
 	canary   int
 	log      []string // what the schedule did, for a failing run
 }
@@ -328,6 +331,9 @@ func (c *chaosEnv) options(withB bool, variant int) Options {
 	o.Activities = []Activity{o.Activities[0]}
 	if withB {
 		o.Activities = append(o.Activities, c.opts.Activities[1])
+	}
+	if c.mix.bundle {
+		o.Activities = append(o.Activities, c.bundleC)
 	}
 	switch variant % 4 {
 	case 1:
@@ -435,6 +441,12 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 		if c.mix.restart {
 			args = append(args, "--appendonly", "yes", "--appendfsync", "always")
 		}
+		if c.mix.durable {
+			// A full sync at once (StartReplica sets it too, but by CONFIG
+			// SET, which a restart forgets): with the default 5 s every
+			// winner is refused for 5 s after each restart.
+			args = append(args, "--repl-diskless-sync-delay", "0")
+		}
 		node := redistest.Start(t, args...)
 		c.redis = &Redis{Addrs: []string{node.Addr}, Node: node}
 		c.victim = node
@@ -446,6 +458,12 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 	t.Logf("seed %d: mix %s", seed, c.mix)
 	c.shop = chaosStartShop(t)
 	start, end := time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
+	fairAt := time.Time{}
+	if c.mix.fair {
+		// A opens 2 s from now, its first chaosFairHold held and let on over
+		// chaosFairSpread (README "Fair start").
+		fairAt = time.Now().Add(2 * time.Second).Truncate(time.Millisecond)
+	}
 	c.opts = Options{Redis: c.redis.Addrs, Cluster: cluster, ShopURL: c.shop.URL,
 		RedisTimeout: 100 * time.Millisecond, UpstreamTimeout: 500 * time.Millisecond, RedisExtra: redisExtra,
 		Activities: []Activity{
@@ -453,6 +471,11 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 			{ID: chaosB, Stock: chaosStockB, PerUserLimit: chaosLimitB, Shards: 2, Pending: 4 * time.Second, Start: start, End: end,
 				QtyFrom: "query:qty", Mode: "queue"},
 		}}
+	c.bundleC = chaosBundleActivity(start, end)
+	if c.mix.fair {
+		a := &c.opts.Activities[0]
+		a.Start, a.FairStart, a.FairStartSpread = fairAt, chaosFairHold, chaosFairSpread
+	}
 	c.cfg0 = c.config(false, 0)
 	for i := 0; i < 2; i++ {
 		// Queue workers in every instance, as serve runs them (B is a
@@ -470,6 +493,11 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 	defer c.op.Close()
 	c.insts[0].Preheat(t, chaosA)
 	c.insts[1].WaitPreheated(t, chaosA)
+	if c.mix.bundle {
+		c.actC = c.cfg0.Activity(chaosC)
+		c.insts[0].Preheat(t, chaosC)
+		c.insts[1].WaitPreheated(t, chaosC)
+	}
 	c.mon = chaosStartMonitor(t, c.redis.Addrs)
 
 	const chaosFor = 4 * time.Second
@@ -560,11 +588,22 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 			}
 		}
 		label := fmt.Sprintf("%s %v", what, d)
+		// With the kill mix, one fault's end kills an instance at once:
+		// its retrier full of the fault's aborts and settles, none run.
+		killAfter, killSlot := c.mix.kill && mixRng.Intn(2) == 0, mixRng.Intn(2)
+		killGap := time.Duration(100+mixRng.Intn(700)) * time.Millisecond
+		if killAfter {
+			label += ", then a kill"
+		}
 		redisFaults = append(redisFaults, chaosStep{at, func() {
 			c.logf("redis fault: %s on %s", label, c.victim.Addr)
 			c.canaryRead(false)
 			w := chaosWindow{what: label, start: time.Now()}
 			fault()
+			if killAfter {
+				c.bg.Add(1)
+				go func() { defer c.bg.Done(); c.killAndReplace(killSlot, killGap) }()
+			}
 			w.end = c.canaryRead(true)
 			c.logf("redis fault over; instances caught up %v after", time.Since(w.end).Round(time.Millisecond))
 			c.mu.Lock()
@@ -625,6 +664,7 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 	lane("shop", shopFaults)
 	lane("ops", ops)
 	lanes.Wait()
+	c.bg.Wait()
 	buyers.Wait()
 	c.refunds.Wait()
 	c.setPaused(false) // a pause that lost its resume to a fault
@@ -632,18 +672,38 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 	if c.bReady.Load() {
 		// Queued buyers sent by the workers (a stall's lost reads are read
 		// back; a takeover comes after ClaimIdle).
-		Eventually(t, 20*time.Second, "B's queue drained", func() bool {
-			n := 0
-			for _, r := range rtAuditAt(t, c.redis.Addrs, chaosB, chaosStockB, chaosLimitB) {
-				if r.State == "q" {
-					n++
+		// A queued record without a stream entry (its enqueue never
+		// landed: a late reserve, or an instance killed first) is no
+		// worker's: the final repair releases it (store.ReleaseOrphans).
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			var queued []string
+			for field, r := range rtAuditAt(t, c.redis.Addrs, chaosB, chaosStockB, chaosLimitB) {
+				if r.State == "q" && r.Reason != "" { // a q record's sixth field is its entry id
+					queued = append(queued, fmt.Sprintf("%s of %s (stamped %s)", field, r.User, time.UnixMilli(r.CreatedMs).Format("15:04:05.000")))
 				}
 			}
-			return n == 0
-		})
+			if len(queued) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.dumpLog()
+				for _, addr := range c.redis.Addrs {
+					keys, _ := redistest.Do(addr, "KEYS", "*{cb:*:log")
+					for _, k := range rtLines(keys) {
+						xp, _ := redistest.Do(addr, "XPENDING", k, store.QueueGroup, "-", "+", "100")
+						groups, _ := redistest.Do(addr, "XINFO", "GROUPS", k)
+						t.Logf("%s: groups %q; pending %q", k, groups, xp)
+					}
+				}
+				t.Fatalf("B's queue not drained 20 s after the chaos: %d queued: %v", len(queued), queued)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 	Eventually(t, 10*time.Second, "the shop idle", func() bool { return c.shop.cur.Load() == 0 })
 	waitSettled(t, 15*time.Second, c.live()...)
+	c.quiet()
 	c.check()
 }
 
@@ -659,6 +719,9 @@ func (c *chaosEnv) click(b chaosBuyer, i int) {
 	if b.wantB && c.bReady.Load() {
 		act, qty = chaosB, b.qty
 	}
+	if c.mix.bundle && !b.wantB && b.user%3 == 0 {
+		act, qty = chaosC, 2 // the bundle a:1,b:1 (bundles take no request id: README)
+	}
 	user := fmt.Sprintf("u%d", b.user)
 	rid := ""
 	if b.rid {
@@ -672,6 +735,9 @@ func (c *chaosEnv) click(b chaosBuyer, i int) {
 			switch a.code {
 			case "STORE_UNAVAILABLE", "PENDING", "BUSY", "PAUSED", "NOT_READY":
 				retry = true
+			case "NOT_STARTED":
+				retry = true // the fair-start mix: A opens during the chaos
+				try--
 			}
 			if !retry {
 				break
@@ -697,17 +763,22 @@ func (c *chaosEnv) buy(act, user, rid string, qty int64, inst int) chaosAnswer {
 		h = append(h, [2]string{"X-Request-Id", rid})
 	}
 	uri := "/api/seckill/" + act + "/" + SKU + "/buy"
-	if act == chaosB {
+	var body []byte
+	switch act {
+	case chaosB:
 		uri += "?qty=" + strconv.FormatInt(qty, 10)
+	case chaosC:
+		uri, body = "/api/seckill/"+act+"/bundle", chaosBundleBody
+		h = append(h, [2]string{"Content-Type", "application/json"})
 	}
 	a := chaosAnswer{act: act, user: user, rid: rid, qty: qty, inst: inst, sent: time.Now()}
 	in := c.inst(inst)
 	a.gen = in.gen
-	r := Do(nil, in.Addr, Req{URI: uri, Header: h, Timeout: 10 * time.Second})
+	r := Do(nil, in.Addr, Req{URI: uri, Header: h, Body: body, Timeout: 10 * time.Second})
 	a.got = time.Now()
 	a.code, a.status, a.token, a.err = r.Code, r.Status, r.Token(), r.Err
 	a.win = r.Code == "WIN" || ra12Replay(r)
-	if r.Err == nil && !ra12SpecCode(r) {
+	if r.Err == nil && !ra12SpecCode(r) && (r.Code != "NOT_STARTED" || r.Status != 403) {
 		a.body = string(r.Body)
 	}
 	c.mu.Lock()
@@ -772,7 +843,7 @@ func (c *chaosEnv) refund(pick int) {
 	var toks []string
 	seen := map[string]bool{}
 	for _, a := range c.answers {
-		if a.token != "" && !seen[a.token] && (a.win || a.code == "UPSTREAM_TIMEOUT" || a.code == "PENDING") {
+		if a.token != "" && a.act != chaosC && !seen[a.token] && (a.win || a.code == "UPSTREAM_TIMEOUT" || a.code == "PENDING") {
 			seen[a.token] = true
 			toks = append(toks, a.token)
 		}
@@ -836,6 +907,9 @@ func (c *chaosEnv) reconcileNow() {
 	if c.bReady.Load() {
 		acts = append(acts, c.actB)
 	}
+	if c.actC != nil {
+		acts = append(acts, c.actC)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	rep, err := reservation.NewReconciler(c.op, metrics.New(), zap.NewNop()).Run(ctx, acts, true, time.Now())
@@ -844,6 +918,18 @@ func (c *chaosEnv) reconcileNow() {
 		n += len(a.Stale)
 	}
 	c.logf("reconcile --repair: %d stale, err %v", n, err)
+}
+
+// dumpLog logs what the schedule did, for a failing run.
+func (c *chaosEnv) dumpLog() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, l := range c.log {
+		c.t.Log("schedule: " + l)
+	}
+	for tok, out := range c.refunded {
+		c.t.Logf("refund %s: %s", tok, out)
+	}
 }
 
 type chaosAct struct {
@@ -863,14 +949,7 @@ func (c *chaosEnv) check() {
 	c.mu.Unlock()
 	defer func() {
 		if t.Failed() || os.Getenv("CHAOS_LOG") != "" {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			for _, l := range c.log {
-				t.Log("schedule: " + l)
-			}
-			for tok, out := range c.refunded {
-				t.Logf("refund %s: %s", tok, out)
-			}
+			c.dumpLog()
 		}
 	}()
 	codes := map[string]int{}
@@ -913,6 +992,20 @@ func (c *chaosEnv) check() {
 	}
 	for _, x := range acts {
 		recs := rtAuditAt(t, c.redis.Addrs, x.a.ID, x.stock, x.limit)
+		if x.a.ID == chaosA && x.a.FairStart > 0 {
+			// README "Fair start": nothing reaches the reserve script
+			// before the window ends.
+			open := x.a.Start.Add(x.a.FairStart).UnixMilli()
+			early := 0
+			for field, r := range recs {
+				if r.CreatedMs < open {
+					early++
+					t.Errorf("%s: reservation %s of %s stamped %s, inside the fair_start window (ends %s)", x.a.ID, field, r.User,
+						time.UnixMilli(r.CreatedMs).Format("15:04:05.000"), time.UnixMilli(open).Format("15:04:05.000"))
+				}
+			}
+			t.Logf("%s: fair start at %s + %v: %d reservations stamped before the window's end", x.a.ID, x.a.Start.Format("15:04:05.000"), x.a.FairStart, early)
+		}
 		left := 0
 		for field, r := range recs {
 			if r.State != "x" && !toldField[x.a.ID+"/"+field] {
@@ -930,12 +1023,19 @@ func (c *chaosEnv) check() {
 		c.soldOut(x, recs, answers, windows)
 	}
 
+	if c.actC != nil {
+		c.checkBundles(answers)
+	}
+
 	// Repair: one pass as if past pending_timeout.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var list []*config.Activity
 	for _, x := range acts {
 		list = append(list, x.a)
+	}
+	if c.actC != nil {
+		list = append(list, c.actC)
 	}
 	if _, err := reservation.NewReconciler(c.op, metrics.New(), zap.NewNop()).
 		Run(ctx, list, true, time.Now().Add(c.actA.PendingTimeout+time.Minute)); err != nil {
@@ -944,6 +1044,9 @@ func (c *chaosEnv) check() {
 
 	orders := c.shop.orderMap()
 	sends := c.shop.sends()
+	if c.actC != nil {
+		c.bundleAfter(ctx, answers, orders)
+	}
 	for tok, s := range sends {
 		if s.n > 1 {
 			if c.resentAfterAKill(s) {
@@ -1024,6 +1127,12 @@ func (c *chaosEnv) check() {
 			t.Errorf("%s: stock does not add up after the reconcile: %+v (stock %d), shop units %d, confirmed records %d", id, k, x.stock, units, confirmedRecs)
 		}
 		// Every buyer told a win: confirmed with an order, or refunded.
+		notDurable := 0
+		defer func() {
+			if notDurable > 0 {
+				t.Logf("%s: %d QUEUED buyers released not_durable by a worker (durable winners, on_timeout: refuse)", id, notDurable)
+			}
+		}()
 		for tok, a := range wins {
 			tk, err := store.ParseToken(tok)
 			if err != nil || tk.Activity != id {
@@ -1033,6 +1142,11 @@ func (c *chaosEnv) check() {
 			switch {
 			case r.State == "c" && orders[tok] != "":
 			case r.State == "x" && r.Reason == chaosRefund:
+			case a.code == "QUEUED" && r.State == "x" && r.Reason == "not_durable" && c.mix.durable && sends[tok].n == 0:
+				// README "Durable winners", queue mode: a worker whose
+				// replicas did not acknowledge its claim in time releases
+				// the reservation (on_timeout: refuse), reason not_durable.
+				notDurable++
 			case a.code == "QUEUED" && r.State == "x" && sends[tok].n > 0 && orders[tok] == "":
 				// Sent, and the shop took no order (it refused, reset the
 				// connection before taking it, or verify said absent):
