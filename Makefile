@@ -83,6 +83,12 @@ test-soak: redis
 # CHAOS_SEED (default: the clock); each seed is buyers, operators and faults
 # at once against two instances. A failing seed prints its replay line
 # (CHAOS_SEED=n). `test` runs a fixed few (~30 s). ~7 s a seed.
+# Each seed also draws its mix (§53, red team chaos2): seed mod 32 as bits
+# 1 a proxy instance killed mid-sale (and a fresh one started), 2 durable
+# winners (a replica), 4 Redis SIGKILLed and restarted from its AOF, 8 fair
+# start, 16 bundles (the cluster run: kill, fair start, bundles), so 32
+# consecutive seeds cover every combination; CHAOS_MIX=kill,durable,...
+# (or none) overrides it, CHAOS_ZAP=1 shows the instances' logs.
 CHAOS_RUNS ?= 50
 chaos: redis
 	CHAOS_RUNS=$(CHAOS_RUNS) nice -n 19 $(GO) test -count=1 -timeout 90m -run 'TestChaos$$|TestChaosCluster$$' -v ./internal/e2e/

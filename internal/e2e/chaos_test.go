@@ -58,6 +58,10 @@ import (
 // answers from memory while an instance's cache lags Redis after a fault,
 // measured by chaosEnv.canaryRead, are counted as the documented limit).
 //
+// Each seed also draws its mix (chaos2_test.go, chaosMixFor; §53): a proxy
+// instance killed mid-sale and replaced, durable winners, Redis SIGKILLed
+// and restarted from its AOF, fair start, bundles.
+//
 // CHAOS_SEED=n replays one seed; CHAOS_RUNS=k runs k seeds from
 // CHAOS_SEED (default: the clock). Without either, a short fixed set runs
 // (`make test`); `make chaos` runs many.
@@ -1127,10 +1131,13 @@ func (c *chaosEnv) check() {
 			t.Errorf("%s: stock does not add up after the reconcile: %+v (stock %d), shop units %d, confirmed records %d", id, k, x.stock, units, confirmedRecs)
 		}
 		// Every buyer told a win: confirmed with an order, or refunded.
-		notDurable := 0
+		notDurable, unlisted := 0, 0
 		defer func() {
 			if notDurable > 0 {
 				t.Logf("%s: %d QUEUED buyers released not_durable by a worker (durable winners, on_timeout: refuse)", id, notDurable)
+			}
+			if unlisted > 0 {
+				t.Logf("%s: %d QUEUED buyers released unlisted (their enqueue died with a killed instance)", id, unlisted)
 			}
 		}()
 		for tok, a := range wins {
@@ -1147,6 +1154,12 @@ func (c *chaosEnv) check() {
 				// replicas did not acknowledge its claim in time releases
 				// the reservation (on_timeout: refuse), reason not_durable.
 				notDurable++
+			case a.code == "QUEUED" && r.State == "x" && r.Reason == "unlisted" && len(c.kills) > 0 && sends[tok].n == 0:
+				// README "Queue mode, a partition at the wrong moment": a
+				// QUEUED buyer whose enqueue got no reply and whose instance
+				// was killed before its retrier wrote the entry is released
+				// by the repair, reason unlisted, never sent.
+				unlisted++
 			case a.code == "QUEUED" && r.State == "x" && sends[tok].n > 0 && orders[tok] == "":
 				// Sent, and the shop took no order (it refused, reset the
 				// connection before taking it, or verify said absent):
