@@ -491,14 +491,21 @@ func (c *chaosEnv) senderGen(addr string) int {
 	return -1
 }
 
-// leftByAKill says whether an untold reservation of user (created at
-// createdMs, Redis's record stamp: the proxy's clock before the call) may
-// be one a killed instance made and never answered: the user had a
+// leftByAKill says whether an untold reservation of user (record field)
+// may be one a killed instance made and never answered: the user had a
 // request on that instance, sent before the kill, that got no answer or
-// STORE_UNAVAILABLE (its abort was in the dead retrier), and the record
-// was stamped between that request and the kill. SPEC §6: such a
-// reservation is the reconciler's; the final repair checks it settles.
-func (c *chaosEnv) leftByAKill(answers []chaosAnswer, act, user string, createdMs int64) bool {
+// STORE_UNAVAILABLE (its abort was in the dead retrier), and the reserve
+// ran between that request and the kill. When the reserve ran is Redis's
+// first script call naming the token id (MONITOR), else the record's
+// stamp (the proxy's clock before the call; a queue worker's claim
+// re-stamps it with the send, so MONITOR's comes first). SPEC §6: such a
+// reservation is the reconciler's, or (queue mode, its entry written) the
+// workers'; the final repair checks it settles.
+func (c *chaosEnv) leftByAKill(answers []chaosAnswer, act, user, field string, createdMs int64) bool {
+	_, id, _ := strings.Cut(field, ":")
+	if ran, ok := c.mon.ran(id); ok && ran.UnixMilli() < createdMs {
+		createdMs = ran.UnixMilli()
+	}
 	for _, a := range answers {
 		if a.act != act || a.user != user || (a.err == nil && a.code != "STORE_UNAVAILABLE") {
 			continue
@@ -606,7 +613,7 @@ func (c *chaosEnv) checkBundles(answers []chaosAnswer) {
 			continue
 		}
 		user, created := c.bundleRecord(p, field)
-		if c.leftByAKill(answers, chaosC, user, created) {
+		if c.leftByAKill(answers, chaosC, user, field, created) {
 			left++
 			continue
 		}

@@ -1013,12 +1013,13 @@ func (c *chaosEnv) check() {
 		left := 0
 		for field, r := range recs {
 			if r.State != "x" && !toldField[x.a.ID+"/"+field] {
-				if c.leftByAKill(answers, x.a.ID, r.User, r.CreatedMs) {
+				if c.leftByAKill(answers, x.a.ID, r.User, field, r.CreatedMs) {
 					left++ // a killed instance's, for the reconciler (checked after the repair)
 					c.logf("%s: reservation %s of %s (%s) left untold by a killed instance", x.a.ID, field, r.User, r.State)
 					continue
 				}
-				t.Errorf("%s: reservation %s of %s is %s but no client was told its token (STORE_UNAVAILABLE holds nothing)", x.a.ID, field, r.User, r.State)
+				t.Errorf("%s: reservation %s of %s is %s (stamped %s) but no client was told its token (STORE_UNAVAILABLE holds nothing); their answers: %s",
+					x.a.ID, field, r.User, r.State, time.UnixMilli(r.CreatedMs).Format("15:04:05.000"), c.answersOf(answers, x.a.ID, r.User))
 			}
 		}
 		if len(c.kills) > 0 {
@@ -1285,7 +1286,7 @@ func (c *chaosEnv) answersOf(answers []chaosAnswer, act, user string) string {
 	var out []string
 	for _, a := range answers {
 		if a.act == act && a.user == user {
-			out = append(out, fmt.Sprintf("[%s..%s on %d rid %q: %s %d %s]", a.sent.Format("15:04:05.000"), a.got.Format("15:04:05.000"), a.inst, a.rid, a.code, a.status, a.token))
+			out = append(out, fmt.Sprintf("[%s..%s on %d (gen %d) rid %q: %s %d %s %v]", a.sent.Format("15:04:05.000"), a.got.Format("15:04:05.000"), a.inst, a.gen, a.rid, a.code, a.status, a.token, a.err))
 		}
 	}
 	return strings.Join(out, " ")
