@@ -138,7 +138,8 @@ type chaosInst struct {
 	q      *reservation.Queue
 	ln     *chaosConns
 	relay  *chaosRelay
-	stop   func() // admission's loops (Pipeline.Run)
+	rrelay *chaosRelay // to the single Redis node (nil on a cluster)
+	stop   func()      // admission's loops (Pipeline.Run)
 	mu     sync.Mutex
 	killed time.Time
 }
@@ -156,6 +157,14 @@ func startChaosInst(t *testing.T, cfg *config.Config, shopAddr string, gen int) 
 	t.Helper()
 	relay := startChaosRelay(t, shopAddr)
 	cfg.Upstream.URL = "http://" + relay.addr
+	var rrelay *chaosRelay
+	if !cfg.Redis.Cluster && len(cfg.Redis.Addrs) == 1 {
+		// Its Redis connections through a relay of its own too: a kill
+		// cuts them and every later dial (rueidis' Close racing a redial
+		// in progress keeps the new connection: seen in TestChaos).
+		rrelay = startChaosRelay(t, cfg.Redis.Addrs[0])
+		cfg.Redis.Addrs = []string{rrelay.addr}
+	}
 	log := zap.NewNop()
 	if os.Getenv("CHAOS_ZAP") != "" { // the instances' logs on stderr, for a replay
 		log = zap.Must(zap.NewDevelopment()).With(zap.Int("gen", gen))
@@ -182,7 +191,7 @@ func startChaosInst(t *testing.T, cfg *config.Config, shopAddr string, gen int) 
 	served := make(chan struct{})
 	go func() { defer close(served); _ = srv.Serve(ln) }()
 	in := &chaosInst{Proxy: &Proxy{Addr: raw.Addr().String(), Cfg: cfg, Store: st, Server: srv, Pipeline: pipe, Metrics: m},
-		gen: gen, ln: ln, relay: relay, stop: stopRun}
+		gen: gen, ln: ln, relay: relay, rrelay: rrelay, stop: stopRun}
 	in.q = reservation.NewQueue(st, m, log, reservation.QueueOptions{
 		Consumer: fmt.Sprintf("chaos-g%d", gen), Inflight: srv.Inflight(), Hold: pipe.ClockProblem,
 		ClaimIdle: 3 * time.Second, Poll: 50 * time.Millisecond,
@@ -217,9 +226,10 @@ func startChaosInst(t *testing.T, cfg *config.Config, shopAddr string, gen int) 
 }
 
 // kill emulates SIGKILL: at one instant every socket the process had is
-// gone — its Redis connections (rueidis' Close: later calls fail with
-// ErrClosing; what was already written to a socket is Redis's, as the
-// kernel would have sent it), its connections to the shop (the relay
+// gone — its Redis connections (on a single node its relay to Redis is
+// cut: no byte of it reaches Redis after that, no redial gets through;
+// and rueidis' Close: later calls fail with ErrClosing; what was already
+// relayed is Redis's, as the kernel would have sent it), its connections to the shop (the relay
 // cuts them: a request written after the kill never arrives, one already
 // relayed does), its buyers' connections and its listener — and nothing
 // is drained: no retrier job runs again, no confirm, no queue ack, no
@@ -232,8 +242,25 @@ func (in *chaosInst) kill() {
 	in.mu.Lock()
 	in.killed = time.Now()
 	in.mu.Unlock()
+	if in.rrelay != nil {
+		in.rrelay.cut()
+	}
 	if cl, err := in.Store.Client(); err == nil {
 		go cl.Close() // it waits for replies already due; later calls fail at once
+	}
+	if in.rrelay == nil {
+		// A cluster's nodes are dialled at the addresses they announce,
+		// past any relay: close the client again and again, for a
+		// connection a redial in progress opened after the first Close
+		// (or a client the store's background redial made later).
+		go func() {
+			for i := 0; i < 2000; i++ {
+				time.Sleep(5 * time.Millisecond)
+				if cl, err := in.Store.Client(); err == nil {
+					cl.Close()
+				}
+			}
+		}()
 	}
 	in.relay.cut()
 	in.ln.cut()
@@ -681,4 +708,15 @@ func (c *chaosEnv) bundleRecord(p *Proxy, field string) (string, int64) {
 		return parts[1], created
 	}
 	return "", 0
+}
+
+// killsText lists the kills, for a failing run.
+func (c *chaosEnv) killsText() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, k := range c.kills {
+		out = append(out, fmt.Sprintf("gen %d at %s", k.gen, k.at.Format("15:04:05.000000")))
+	}
+	return strings.Join(out, ", ")
 }

@@ -422,7 +422,8 @@ func (c *chaosEnv) reload(withB bool, variant int) {
 		}
 		next := c.config(withB, variant)
 		next.Listen, next.Admin.Listen = p.Cfg.Listen, p.Cfg.Admin.Listen
-		next.Upstream.URL = p.Cfg.Upstream.URL // its relay to the shop
+		next.Upstream.URL = p.Cfg.Upstream.URL // its relays to the shop and Redis
+		next.Redis.Addrs = p.Cfg.Redis.Addrs
 		if err := p.Server.Apply(next); err != nil {
 			c.logf("reload %d on %d refused: %v", variant, i, err)
 			continue
@@ -1018,8 +1019,10 @@ func (c *chaosEnv) check() {
 					c.logf("%s: reservation %s of %s (%s) left untold by a killed instance", x.a.ID, field, r.User, r.State)
 					continue
 				}
-				t.Errorf("%s: reservation %s of %s is %s (stamped %s) but no client was told its token (STORE_UNAVAILABLE holds nothing); their answers: %s",
-					x.a.ID, field, r.User, r.State, time.UnixMilli(r.CreatedMs).Format("15:04:05.000"), c.answersOf(answers, x.a.ID, r.User))
+				_, id, _ := strings.Cut(field, ":")
+				ran, seen := c.mon.ran(id)
+				t.Errorf("%s: reservation %s of %s is %s (stamped %s, run by Redis %s %v; kills %v) but no client was told its token (STORE_UNAVAILABLE holds nothing); their answers: %s",
+					x.a.ID, field, r.User, r.State, time.UnixMilli(r.CreatedMs).Format("15:04:05.000"), ran.Format("15:04:05.000000"), seen, c.killsText(), c.answersOf(answers, x.a.ID, r.User))
 			}
 		}
 		if len(c.kills) > 0 {
