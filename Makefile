@@ -82,7 +82,8 @@ test-soak: redis
 # TestChaosCluster (3 masters, one stalled) over CHAOS_RUNS seeds from
 # CHAOS_SEED (default: the clock); each seed is buyers, operators and faults
 # at once against two instances. A failing seed prints its replay line
-# (CHAOS_SEED=n). `test` runs a fixed few (~30 s). ~7 s a seed.
+# (CHAOS_SEED=n). `test` runs a fixed few: seeds 1-3 single (mixes kill,
+# durable, both) and cluster seed 2 (~30-40 s on a shared 2-core box). ~8 s a seed.
 # Each seed also draws its mix (§53, red team chaos2): seed mod 32 as bits
 # 1 a proxy instance killed mid-sale (and a fresh one started), 2 durable
 # winners (a replica), 4 Redis SIGKILLed and restarted from its AOF, 8 fair

@@ -79,12 +79,14 @@ func TestChaos(t *testing.T) {
 
 // TestChaosCluster is TestChaos on a 3-master Redis Cluster whose faults
 // stall one master (the one the seed picks): SIGSTOP and CLIENT PAUSE,
-// below cluster-node-timeout (no failover: no replicas).
+// below cluster-node-timeout (no failover: no replicas). Its fixed seed
+// (`make test`) is 2, whose mix on a cluster is none: seed 1 adds a kill
+// and 4 s (§53); `make chaos` runs every mix.
 func TestChaosCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("seconds per seed")
 	}
-	for _, seed := range chaosSeeds(t, []int64{1}) {
+	for _, seed := range chaosSeeds(t, []int64{2}) {
 		t.Run(fmt.Sprintf("cluster/seed=%d", seed), func(t *testing.T) {
 			defer chaosReplayHint(t, "cluster", seed)
 			chaosRun(t, seed, true)
