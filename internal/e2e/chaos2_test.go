@@ -299,9 +299,15 @@ func (l *chaosConns) cut() {
 	l.conns = map[net.Conn]bool{}
 	l.mu.Unlock()
 	_ = l.Listener.Close()
+	chaosReset(cs)
+}
+
+// chaosReset closes every connection of cs with a reset, as the kernel
+// does for a killed process's sockets with unread data.
+func chaosReset(cs map[net.Conn]bool) {
 	for c := range cs {
 		if tc, ok := c.(*net.TCPConn); ok {
-			_ = tc.SetLinger(0) // a reset, as the kernel sends for a killed process's unread data
+			_ = tc.SetLinger(0)
 		}
 		_ = c.Close()
 	}
@@ -411,12 +417,7 @@ func (r *chaosRelay) cut() {
 	r.conns = map[net.Conn]bool{}
 	r.mu.Unlock()
 	_ = r.ln.Close()
-	for c := range cs {
-		if tc, ok := c.(*net.TCPConn); ok {
-			_ = tc.SetLinger(0)
-		}
-		_ = c.Close()
-	}
+	chaosReset(cs)
 }
 
 // chaosKill is one instance killed: which, when.
