@@ -335,7 +335,7 @@ func bhBundleWaveOn(t *testing.T, shards int, tc rv20Fault, cluster bool) {
 			t.Errorf("token %s sent to the shop %d times", tok, n)
 		}
 	}
-	rv20SoldOutBesidePhantoms(t, bhKeyed(do), pa, act, shards, names, finals, finalAt, stalled)
+	rv20SoldOutBesidePhantoms(t, t.Errorf, bhKeyed(do), pa, act, shards, names, finals, finalAt, stalled)
 	leftAfterWave := bhSweep(t, do, pa, act, skus, shards, bhBundleBuy(act, skus))
 	if left := bhAfterRepair(t, do, pa, act, skus, shards, stock, limit, orders, shop); left != 0 {
 		t.Errorf("%d bundles still on sale after the sweep", left)
