@@ -61,6 +61,7 @@ type foAnswer struct {
 // asynchronous replication (orders the shop holds whose reservation the
 // promoted replica never received) are measured and logged, not failed on.
 func TestClusterFailover(t *testing.T) {
+	e2e.Soak(t)
 	if testing.Short() {
 		t.Skip("a 6-node cluster failover under a spike (~18 s)")
 	}

@@ -60,6 +60,7 @@ func or15Admin(t *testing.T, p *e2e.Proxy) func(method, query string) (int, map[
 // cancel, a refund), a queued one and an old pending one are released at
 // once, and so is a fresh one with force=1.
 func TestOR15OperatorReleaseOfABuyAtTheShop(t *testing.T) {
+	e2e.Soak(t)
 	r := e2e.StartRedis(t)
 	shop := e2e.StartShop(t)
 	cfg := e2e.Options{Redis: r.Addrs, ShopURL: shop.URL, UpstreamTimeout: time.Second,

@@ -85,6 +85,7 @@ func pd12StatusReads(lines []string, metaKey string) int {
 // second burst, after the first read failed, runs at most one more read
 // (the failure is kept briefly; the others do not wait on Redis).
 func TestPD12ActivityPageRedisStalled(t *testing.T) {
+	e2e.Soak(t)
 	r := e2e.StartRedis(t)
 	shop := e2e.StartShop(t)
 	cfg := e2e.Options{Redis: r.Addrs, ShopURL: shop.URL,

@@ -23,6 +23,7 @@ import (
 // ("absent"), releases the unit, and the shop then takes the order: an
 // order for a released unit, the unit back on sale.
 func TestRA12QueueDurableForwardOutlivesPendingTimeout(t *testing.T) {
+	Soak(t)
 	if testing.Short() {
 		t.Skip("≈12 s")
 	}

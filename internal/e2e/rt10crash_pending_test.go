@@ -148,6 +148,7 @@ func TestRT10CrashLateReserveReplyOutlivesPendingTimeout(t *testing.T) {
 // round fixed for upstream.overflow_wait (MinPendingTimeout), for another
 // wait between the reserve and the send.
 func TestRT10CrashDurableForwardOutlivesPendingTimeout(t *testing.T) {
+	Soak(t)
 	if testing.Short() {
 		t.Skip("a multi-second fault, cluster or memory run: the plain pass of make test runs it")
 	}

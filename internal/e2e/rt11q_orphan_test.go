@@ -135,6 +135,7 @@ func rt11qSHA(src string) string {
 // release keeps the STORE_UNAVAILABLE promise (README "Failure behaviour
 // and limits").
 func TestRT11QStoreUnavailableBuyerSentByOrphanRepair(t *testing.T) {
+	e2e.Soak(t)
 	r := e2e.StartRedis(t)
 	shop := e2e.StartShop(t)
 	relay := rt11qStartRelay(t, r.Addrs[0], rt11qSHA(lua.Reserve), rt11qSHA(lua.ReserveBatch))

@@ -270,6 +270,7 @@ func TestRW15ReleaseRefusedIsRetried(t *testing.T) {
 // hold one abort per refused buyer, up to its bound, ahead of the winners'
 // confirms. Once lifted, every unit sells.
 func TestRW15BuyersDuringARefusal(t *testing.T) {
+	e2e.Soak(t)
 	for _, kind := range rw15Kinds {
 		t.Run(kind, func(t *testing.T) {
 			r := rw15Redis(t)

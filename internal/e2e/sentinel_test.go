@@ -44,6 +44,7 @@ const (
 // orders than stock; that is bounded by the orders Redis has no record
 // of, measured and logged, and asserted as a bound, not as zero.
 func TestSentinelFailover(t *testing.T) {
+	e2e.Soak(t)
 	if testing.Short() {
 		t.Skip("a sentinel failover under a spike (~15 s)")
 	}

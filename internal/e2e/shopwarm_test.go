@@ -15,6 +15,7 @@ import (
 // here reaches the shop on a connection accepted before the burst began;
 // once the first wave is over (warmHold), the pool is let go.
 func TestShopWarmWinnersSendOnConnectionsDialledAhead(t *testing.T) {
+	Soak(t)
 	r := StartRedis(t)
 	shop := StartShop(t)
 	const warm, winners = 8, 6

@@ -12,6 +12,7 @@ import (
 // queue worker must judge it the same, not release a unit the shop may
 // have taken.
 func TestSP14NoVerifyOddStatusSameVerdict(t *testing.T) {
+	Soak(t)
 	cases := []struct{ name, raw string }{
 		{"101", "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n"},
 		{"099", "HTTP/1.1 099 Odd\r\nContent-Length: 0\r\n\r\n"},
