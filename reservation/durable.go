@@ -6,49 +6,146 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/seckill-proxy/seckill-proxy/lua"
 	"github.com/seckill-proxy/seckill-proxy/store"
 )
 
 // durable is a queue worker's wait for replicas (redis.durable_winners)
 // between the claim and the request to the shop: one WAIT on the shard's
-// node covers the buyer's reserve and this claim. The buyer's request
-// waited already before its 202, but a worker may claim an entry within
-// that wait; checking here too means the shop never sees a reservation a
-// failover could take back. It reports whether to send the reservation;
-// when not, it has settled (released, acknowledged) what it could. sentMs
-// is the stamp its claim wrote: the release is conditional on it, so a
-// takeover that claimed and sent the reservation since (a worker stalled
-// here past claim_idle) is left to settle its own send.
-func (aq *actQueue) durable(ctx context.Context, tok store.Token, j job, claim lua.Code, sentMs int64, ack func()) bool {
+// node covers the buyer's reserve and this claim, so the shop never sees a
+// reservation a failover could take back. It reports whether to send the
+// reservation.
+//
+// With on_timeout: refuse, a wait that fails defers the entry (deferEntry):
+// nothing is sent and nothing released, the entry stays unacknowledged and
+// comes back to this worker after a back-off (docs/decisions.md §56). The
+// buyer was told QUEUED only once the replicas held the reservation (the
+// stream entry is written after the buyer's own wait, §53), so what the
+// failed wait could lose is this claim alone: sent now, a promoted replica
+// would hold the reservation still queued and send it again. Released now
+// (as before §56), a buyer told QUEUED lost a durable reservation to a
+// replica resyncing for a second. The redelivery waits for the replicas
+// before it claims again (preWait), so a claim that keeps failing never
+// re-stamps the send time: the reconciler's pending_timeout, counted from
+// the first claim, settles it if the replicas never come back (verify.url
+// says absent: released).
+func (aq *actQueue) durable(ctx context.Context, tok store.Token, j *job) bool {
 	st := aq.q.st
-	count := func(result string) { aq.q.m.DurableWinners.WithLabelValues("queue", result).Inc() }
 	ok, _, err := st.WaitReplicas(ctx, tok, j.shards, aq.expireAt)
 	switch {
 	case ok:
-		count(store.DurableOK.String())
+		aq.countDurable(store.DurableOK.String())
 		return true
 	case !st.DurableRefuses():
-		count(store.DurableLate.String())
+		aq.countDurable(store.DurableLate.String())
 		aq.q.log.Warn("queue: replicas did not acknowledge; sending anyway (on_timeout: forward)",
 			zap.String("token", j.e.Token), zap.Error(err))
 		return true
-	case claim == lua.Same:
-		// Redelivered: the worker that claimed it first may have sent it,
-		// so it is never released here; the next delivery tries again.
-		count("deferred")
-		aq.q.log.Warn("queue: replicas did not acknowledge a redelivered reservation; left for its next delivery",
-			zap.String("token", j.e.Token), zap.Error(err))
-		return false
 	}
-	count(store.DurableRefused.String())
-	aq.q.log.Warn("queue: replicas did not acknowledge; reservation released (on_timeout: refuse)",
-		zap.String("token", j.e.Token), zap.Error(err))
-	// Claimed by this worker and never sent: pending, released by token.
-	if aq.settle(ctx, "release", func(c context.Context) (lua.Code, error) {
-		return st.ReleaseSent(c, tok, j.shards, "not_durable", time.Now().UnixMilli(), sentMs)
-	}) {
-		ack()
-	}
+	aq.deferEntry(j, err)
 	return false
+}
+
+// preWait is the wait for the replicas before a worker claims a
+// reservation that is pending already (a redelivered entry: one deferred
+// by durable, or a dead worker's): the claim would re-stamp its send time,
+// and a claim made only to be deferred again would push the reconciler's
+// pending_timeout back for as long as the replicas stay away. It reports
+// whether to go on to the claim (durable winners off or forwarding:
+// always); when not, the entry is deferred.
+func (aq *actQueue) preWait(ctx context.Context, j *job, res store.Reservation) bool {
+	st := aq.q.st
+	if !st.DurableWinners() || !st.DurableRefuses() || res.State != store.StatePending {
+		return true
+	}
+	ok, _, err := st.WaitReplicas(ctx, res.Token, j.shards, aq.expireAt)
+	if ok {
+		return true
+	}
+	aq.deferEntry(j, err)
+	return false
+}
+
+func (aq *actQueue) countDurable(result string) {
+	aq.q.m.DurableWinners.WithLabelValues("queue", result).Inc()
+}
+
+// Deferral back-off: a deferred entry is handed out again after
+// deferFirst, doubling up to deferMax, so a replica back after its resync
+// (1–1.6 s after a Redis restart, §53) sends the entry within about a
+// second, while entries waiting for a replica that stays away cost each
+// worker one WAIT a second, not a steady loop of them.
+const (
+	deferFirst = 100 * time.Millisecond
+	deferMax   = time.Second
+)
+
+// deferral is a deferred entry's next turn (actQueue.deferred). at and
+// backoff are set by the worker that deferred it (a new deferral each
+// time); asked only by the reader.
+type deferral struct {
+	at      time.Time     // handed out again from then on
+	backoff time.Duration // since the previous deferral
+	last    time.Time     // when it was deferred
+	asked   time.Time     // the reader's last re-read for it
+}
+
+// deferEntry leaves j unsent and unacknowledged for its next delivery:
+// the reservation stays pending under its last claim's stamp, the entry in
+// this consumer's pending list; the reader hands it out again once its
+// back-off has passed (a re-read of this consumer's own entries).
+func (aq *actQueue) deferEntry(j *job, err error) {
+	aq.countDurable("deferred")
+	key := entryKey(j.e)
+	b := deferFirst
+	v, again := aq.deferred.Load(key)
+	if again {
+		b = min(2*v.(*deferral).backoff, deferMax)
+	}
+	now := time.Now()
+	aq.deferred.Store(key, &deferral{at: now.Add(b), backoff: b, last: now})
+	j.deferred = true
+	if !again { // once per entry: a replica away for long would flood the log
+		aq.q.log.Warn("queue: replicas did not acknowledge; reservation left pending for its next delivery (on_timeout: refuse)",
+			zap.String("token", j.e.Token), zap.Error(err))
+	}
+}
+
+// deferDue reports whether a deferred entry's turn has come (the reader
+// then re-reads this consumer's own entries), at most once per back-off
+// for each entry should the re-read not find it. One not deferred again
+// for ClaimIdle has gone to another consumer (a takeover) or away:
+// forgotten.
+func (aq *actQueue) deferDue() bool {
+	due := false
+	now := time.Now()
+	aq.deferred.Range(func(k, v any) bool {
+		d := v.(*deferral)
+		switch {
+		case now.Sub(d.last) > aq.claimIdle:
+			aq.deferred.Delete(k)
+		case !now.Before(d.at) && now.Sub(d.asked) >= d.backoff:
+			d.asked = now
+			due = true
+		}
+		return true
+	})
+	return due
+}
+
+// notDeferred drops from es, entries read back as this consumer's own,
+// the deferred ones whose turn has not come; due counts the deferred ones
+// kept (their turn has come).
+func (aq *actQueue) notDeferred(es []store.QueueEntry) (out []store.QueueEntry, due int) {
+	out = es[:0:0]
+	now := time.Now()
+	for _, e := range es {
+		if v, ok := aq.deferred.Load(entryKey(e)); ok {
+			if now.Before(v.(*deferral).at) {
+				continue
+			}
+			due++
+		}
+		out = append(out, e)
+	}
+	return out, due
 }

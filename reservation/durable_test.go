@@ -58,9 +58,10 @@ func startDurableProxy(t *testing.T, cfg *config.Config) (string, *store.Store) 
 // TestQueueDurableWinners (issue 11 §2, queue mode): with the replica
 // stopped, a buyer is not told QUEUED but STORE_UNAVAILABLE and holds
 // nothing, and the workers send nothing; a reservation queued while the
-// replica ran but claimed by a worker while it is stopped is released by
-// the worker, not sent; once the replica runs again, queued buyers get
-// their orders.
+// replica ran but claimed by a worker while it is stopped is neither sent
+// nor released: it stays pending, its entry deferred (decisions §56; before,
+// the worker released it, not_durable); once the replica runs again, those
+// buyers and the ones queued since get their orders.
 func TestQueueDurableWinners(t *testing.T) {
 	m := redistest.Start(t)
 	r := redistest.StartReplica(t, m)
@@ -102,34 +103,31 @@ func TestQueueDurableWinners(t *testing.T) {
 	q := reservation.NewQueue(st, wm, zap.NewNop(), reservation.QueueOptions{Consumer: "w-" + t.Name()})
 	q.Start(cfg)
 	t.Cleanup(q.Stop)
-	eventually(t, 10*time.Second, "the workers release what the replicas did not acknowledge", func() bool {
-		for _, tok := range queued {
-			if reservationState(addr, tok) != store.StateReleased {
-				return false
-			}
-		}
-		return true
+	eventually(t, 10*time.Second, "the workers claim what was queued", func() bool {
+		return noneQueued(t, st, a, queued)
 	})
-	if n := sh.orderCount(); n != 0 {
-		t.Fatalf("the shop holds %d orders sent while the replica was stopped", n)
+	eventually(t, 10*time.Second, "the workers defer what the replicas did not acknowledge", func() bool {
+		return counter(wm.DurableWinners, "queue", "deferred") >= float64(len(queued))
+	})
+	if n := sh.sends(); n != 0 {
+		t.Fatalf("the shop got %d requests while the replica was stopped", n)
 	}
 	for _, tok := range queued {
 		pt, _ := store.ParseToken(tok)
 		res, _, err := st.Lookup(tctx(t), pt, a.Shards)
-		if err != nil || res.Reason != "not_durable" {
-			t.Fatalf("%s: %+v, %v; want released as not_durable", tok, res, err)
+		if err != nil || res.State != store.StatePending {
+			t.Fatalf("%s: %+v, %v; want pending (claimed, deferred, never released)", tok, res, err)
 		}
 	}
-	if n := counter(wm.DurableWinners, "queue", "refused"); n != float64(len(queued)) {
-		t.Fatalf("durable_winners{queue,refused} = %v, want %d", n, len(queued))
+	if n := counter(wm.DurableWinners, "queue", "refused"); n != 0 {
+		t.Fatalf("durable_winners{queue,refused} = %v, want 0", n)
 	}
-	if s := status(t, st, a); !s.OK || s.Remaining != 10 || s.Pending != 0 {
-		t.Fatalf("status after the workers' refusals: %+v", s)
+	if s := status(t, st, a); !s.OK || s.Remaining != 10-int64(len(queued)) || s.Pending != int64(len(queued)) {
+		t.Fatalf("status while the workers defer: %+v", s)
 	}
 
 	// 3. Replica back: queued buyers get their orders.
 	r.Resume(t)
-	queued = queued[:0]
 	eventually(t, 10*time.Second, "queued after the second SIGCONT", func() bool {
 		got := buy(addr, "q3")
 		if got.Code == "QUEUED" {
@@ -150,8 +148,8 @@ func TestQueueDurableWinners(t *testing.T) {
 	if s := status(t, st, a); !s.OK || s.Remaining != 10-int64(len(queued)) || s.Pending != 0 {
 		t.Fatalf("status at the end: %+v", s)
 	}
-	if n := sh.orderCount(); n != len(queued) {
-		t.Fatalf("the shop holds %d orders, want %d", n, len(queued))
+	if n, o := sh.sends(), sh.orderCount(); n != len(queued) || o != len(queued) {
+		t.Fatalf("the shop got %d requests and holds %d orders, want %d each", n, o, len(queued))
 	}
 }
 
@@ -161,4 +159,187 @@ func counter(vec *prometheus.CounterVec, labels ...string) float64 {
 		return -1
 	}
 	return m.GetCounter().GetValue()
+}
+
+// queuedWithReplica buys users in queue mode until each is told QUEUED
+// (the replica may acknowledge only from its first REPLCONF ACK) and
+// returns their tokens.
+func queuedWithReplica(t *testing.T, addr string, users ...string) []string {
+	t.Helper()
+	var toks []string
+	for _, u := range users {
+		eventually(t, 10*time.Second, "buy "+u+" QUEUED", func() bool {
+			got := buy(addr, u)
+			if got.Code == "QUEUED" {
+				toks = append(toks, got.Token)
+				return true
+			}
+			if got.Code != "STORE_UNAVAILABLE" {
+				t.Fatalf("buy %s: %d %s", u, got.status, got.Code)
+			}
+			return false
+		})
+	}
+	return toks
+}
+
+// noneQueued reports whether every token's reservation has left the
+// queued state (claimed by a worker, or settled).
+func noneQueued(t *testing.T, st *store.Store, a *config.Activity, toks []string) bool {
+	for _, tok := range toks {
+		pt, _ := store.ParseToken(tok)
+		res, ok, err := st.Lookup(tctx(t), pt, a.Shards)
+		if err != nil || !ok || res.State == store.StateQueued {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *shop) sends() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.requests
+}
+
+// TestQueueDurableWorkerWaitsForReplica (decisions §56): a buyer told
+// QUEUED holds a reservation the replicas acknowledged before the 202 (its
+// stream entry is written only then, §53). A worker whose own wait after
+// its claim fails — the replica stopped — neither sends it nor releases
+// it: it stays pending (the buyer's poll says so), and once the replica is
+// back it is sent, once, and confirmed. Before §56 the worker released it
+// (not_durable): a buyer told QUEUED lost a durable reservation.
+func TestQueueDurableWorkerWaitsForReplica(t *testing.T) {
+	m := redistest.Start(t)
+	r := redistest.StartReplica(t, m)
+	sh := newShop(t)
+	cfg := proxyConfig(t, []string{m.Addr}, sh.srv.URL, config.ModeQueue, 10, 2, 1000)
+	cfg.Redis.DurableWinners = config.DurableWinners{Replicas: 1, Timeout: redistest.TimeoutScale * 200 * time.Millisecond, OnTimeout: config.DurableRefuse}
+	a := &cfg.Activities[0]
+	addr, st := startDurableProxy(t, cfg)
+
+	queued := queuedWithReplica(t, addr, "q1", "q2", "q3")
+	r.Pause(t)
+	wm := metrics.New()
+	q := reservation.NewQueue(st, wm, zap.NewNop(), reservation.QueueOptions{Consumer: "w-" + t.Name()})
+	q.Start(cfg)
+	t.Cleanup(q.Stop)
+	eventually(t, 10*time.Second, "every queued reservation claimed by a worker", func() bool {
+		return noneQueued(t, st, a, queued)
+	})
+	// The workers' waits fail for as long as the replica is stopped, and
+	// their entries come back to them meanwhile: nothing is sent, nothing
+	// released.
+	time.Sleep(redistest.TimeoutScale * 1500 * time.Millisecond)
+	for _, tok := range queued {
+		pt, _ := store.ParseToken(tok)
+		res, _, err := st.Lookup(tctx(t), pt, a.Shards)
+		if err != nil || res.State != store.StatePending {
+			t.Fatalf("%s with the replica stopped: %+v, %v; want pending (claimed, not sent, not released)", tok, res, err)
+		}
+		if got := reservationState(addr, tok); got != store.StatePending {
+			t.Fatalf("%s: the buyer's poll says %q with the replica stopped, want pending", tok, got)
+		}
+	}
+	if n := sh.sends(); n != 0 {
+		t.Fatalf("the shop got %d requests while the replica was stopped", n)
+	}
+	if n := counter(wm.DurableWinners, "queue", "deferred"); n < float64(len(queued)) {
+		t.Fatalf("durable_winners{queue,deferred} = %v, want at least %d", n, len(queued))
+	}
+
+	r.Resume(t)
+	eventually(t, 15*time.Second, "the deferred buyers confirmed once the replica is back", allConfirmed(addr, queued))
+	for _, tok := range queued {
+		if _, ok := sh.order(tok); !ok {
+			t.Fatalf("%s confirmed without an order at the shop", tok)
+		}
+	}
+	if n, o := sh.sends(), sh.orderCount(); n != len(queued) || o != len(queued) {
+		t.Fatalf("the shop got %d requests and holds %d orders; want %d each (every buyer sent once)", n, o, len(queued))
+	}
+	if s := status(t, st, a); !s.OK || s.Remaining != 10-int64(len(queued)) || s.Pending != 0 || s.Confirmed != int64(len(queued)) {
+		t.Fatalf("status at the end: %+v", s)
+	}
+	if n := counter(wm.DurableWinners, "queue", "refused"); n != 0 {
+		t.Fatalf("durable_winners{queue,refused} = %v, want 0", n)
+	}
+	eventually(t, 10*time.Second, "the stream drained", func() bool {
+		n, err := st.QueueLength(tctx(t), a.ID, a.SKUs[0].ID, a.Shards)
+		return err == nil && n == 0
+	})
+}
+
+// TestQueueDurableReplicaNeverReturns (decisions §56): with the replica
+// gone for good, the reservations a worker claimed and could not make
+// durable stay pending, unsent, however often their entries come back, and
+// the reconciler settles them once pending_timeout has passed since the
+// claim (verify.url: absent): the redeliveries do not re-stamp the send
+// time, so the bound holds. Every unit is back on sale, nothing leaked.
+func TestQueueDurableReplicaNeverReturns(t *testing.T) {
+	m := redistest.Start(t)
+	r := redistest.StartReplica(t, m)
+	sh := newShop(t)
+	cfg := proxyConfig(t, []string{m.Addr}, sh.srv.URL, config.ModeQueue, 10, 2, 1000)
+	cfg.Redis.DurableWinners = config.DurableWinners{Replicas: 1, Timeout: redistest.TimeoutScale * 200 * time.Millisecond, OnTimeout: config.DurableRefuse}
+	a := &cfg.Activities[0]
+	// The least pending_timeout validation allows with upstream.timeout 2s.
+	a.PendingTimeout = config.MinPendingTimeout(cfg.Upstream)
+	addr, st := startDurableProxy(t, cfg)
+
+	queued := queuedWithReplica(t, addr, "n1", "n2", "n3")
+	r.Pause(t)
+	wm := metrics.New()
+	q := reservation.NewQueue(st, wm, zap.NewNop(), reservation.QueueOptions{Consumer: "w-" + t.Name()})
+	q.Start(cfg)
+	t.Cleanup(q.Stop)
+	claimedBy := time.Now()
+	eventually(t, 10*time.Second, "every queued reservation claimed by a worker", func() bool {
+		claimedBy = time.Now()
+		return noneQueued(t, st, a, queued)
+	})
+
+	rc, _ := newReconciler(st)
+	deadline := claimedBy.Add(a.PendingTimeout + 15*time.Second)
+	for {
+		if _, err := rc.Run(tctx(t), []*config.Activity{a}, true, time.Now()); err != nil {
+			t.Fatalf("reconcile: %v", err)
+		}
+		left := 0
+		for _, tok := range queued {
+			pt, _ := store.ParseToken(tok)
+			res, _, err := st.Lookup(tctx(t), pt, a.Shards)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case res.State == store.StateReleased && res.Reason == "verify_absent":
+			case res.State == store.StatePending:
+				left++
+			default:
+				t.Fatalf("%s with the replica gone: %+v; want pending until the reconciler releases it (verify_absent)", tok, res)
+			}
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d reservation(s) still pending %s after their claim (pending_timeout %s): the bound does not hold",
+				left, time.Since(claimedBy).Round(time.Millisecond), a.PendingTimeout)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if n := counter(wm.DurableWinners, "queue", "deferred"); n <= float64(len(queued)) {
+		t.Fatalf("durable_winners{queue,deferred} = %v: the entries did not come back while the replica was gone", n)
+	}
+	if n := sh.sends(); n != 0 {
+		t.Fatalf("the shop got %d requests with the replica gone", n)
+	}
+	if s := status(t, st, a); !s.OK || s.Remaining != 10 || s.Pending != 0 || s.Confirmed != 0 {
+		t.Fatalf("status after the reconciler: %+v", s)
+	}
+	eventually(t, 15*time.Second, "the stream drained (released entries acknowledged)", func() bool {
+		n, err := st.QueueLength(tctx(t), a.ID, a.SKUs[0].ID, a.Shards)
+		return err == nil && n == 0
+	})
 }

@@ -239,6 +239,13 @@ type actQueue struct {
 	// it), and the shop gets the buy twice (red team chaos: seeds 497 and
 	// 524). Swept every ClaimIdle/4 (sweepSent).
 	sentHere *sentLog
+	// deferred holds the entries a worker left unsent and unacknowledged
+	// because the replicas did not acknowledge its claim in time (durable
+	// winners, on_timeout: refuse; durable.go), by entryKey, each with its
+	// next turn: a re-read of this consumer's own entries hands one out
+	// again only from then on, and the reader asks for that re-read when a
+	// turn comes (deferDue).
+	deferred sync.Map
 }
 
 // sentLog is sentHere, kept by the Queue across restarts (a reload starts
@@ -268,6 +275,9 @@ type job struct {
 	// unsent: handle left the entry unacknowledged and unsent on Redis
 	// trouble (see actQueue.recheck).
 	unsent bool
+	// deferred: handle left it unacknowledged and unsent for want of
+	// replicas (actQueue.deferred).
+	deferred bool
 }
 
 func newActQueue(q *Queue, cfg *config.Config, a *config.Activity) *actQueue {
@@ -365,6 +375,9 @@ func (aq *actQueue) run(readCtx, sendCtx context.Context) {
 					// Out of inflight before recheck asks for a re-read,
 					// or the re-read would skip the entry as held.
 					aq.inflight.Delete(entryKey(j.e))
+					if !j.deferred {
+						aq.deferred.Delete(entryKey(j.e))
+					}
 					if j.unsent {
 						aq.recheck.Store(true)
 					}
@@ -509,6 +522,9 @@ func (aq *actQueue) run(readCtx, sendCtx context.Context) {
 			claimed, claimMore = time.Now(), false
 		}
 		aq.sweepSent()
+		if aq.deferDue() {
+			aq.recheck.Store(true)
+		}
 		if aq.recheck.Swap(false) {
 			for _, ref := range refs {
 				if _, ok := own[ref]; !ok {
@@ -548,8 +564,9 @@ func (aq *actQueue) run(readCtx, sendCtx context.Context) {
 				if afterOwnRead != nil && ownErr == nil {
 					afterOwnRead(aq.q.opt.Consumer, ref.shard, !more)
 				}
-				es = aq.notSentHere(mine)
-				if len(es) > 0 {
+				var due int
+				es, due = aq.notDeferred(aq.notSentHere(mine))
+				if len(es) > due {
 					aq.q.log.Info("queue: entries delivered here earlier and left unhandled, handled now", zap.String("activity", a.ID), zap.Int("entries", len(es)))
 				}
 			}
@@ -741,6 +758,9 @@ func (aq *actQueue) handle(readCtx, ctx context.Context, j *job) {
 	if readCtx.Err() != nil {
 		return // stopping: unclaimed, left for a takeover (the slot goes back)
 	}
+	if !aq.preWait(ctx, j, res) {
+		return // deferred: the replicas are behind (durable.go)
+	}
 	// Claim it: queued -> pending since now, in one conditional script, so
 	// a release in the meantime (an operator) means it is never sent, and
 	// the reconciler's pending_timeout counts from this send.
@@ -774,7 +794,7 @@ func (aq *actQueue) handle(readCtx, ctx context.Context, j *job) {
 			return
 		}
 	}
-	if st.DurableWinners() && !aq.durable(ctx, tok, *j, claim, sentMs, ack) {
+	if st.DurableWinners() && !aq.durable(ctx, tok, j) {
 		return
 	}
 	if config.LateToSend(time.UnixMilli(sentMs), time.Now(), a.PendingTimeout, aq.cfg.Upstream.Timeout) {

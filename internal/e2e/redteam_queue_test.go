@@ -348,6 +348,8 @@ func TestRedTeamQueueStallStoreUnavailableHoldsNothing(t *testing.T) {
 	for i, tok := range toks {
 		if !last[i].settled() {
 			t.Errorf("QUEUED %s never settled: %s", tok, last[i])
+		} else if last[i].State != store.StateConfirmed {
+			t.Errorf("QUEUED %s not confirmed: %s", tok, last[i])
 		}
 	}
 	time.Sleep(500 * time.Millisecond) // late aborts and worker sends land
@@ -377,7 +379,9 @@ func rqOrdersOf(shop *e2e.Shop, user string) []string {
 // (refuse), the workers running, 40 buyers in parallel while the replica is
 // stopped, resumed and stopped again. README "Durable winners": a buyer
 // told STORE_UNAVAILABLE holds nothing (no order, no unit); a QUEUED buyer
-// ends confirmed, or released with a reason (not_durable); the shop never
+// ends confirmed (its reservation was on the replica before its 202; a
+// worker whose own wait fails leaves it pending for its next delivery,
+// decisions §56; before, it released it, not_durable); the shop never
 // holds an order Redis does not count as confirmed; stock adds up; the
 // refused buyers can buy again once the replica runs.
 func TestRedTeamQueueDurableReplicaFlaps(t *testing.T) {
@@ -451,6 +455,8 @@ func TestRedTeamQueueDurableReplicaFlaps(t *testing.T) {
 	for i, tok := range toks {
 		if !last[i].settled() {
 			t.Errorf("QUEUED %s never settled: %s", tok, last[i])
+		} else if last[i].State != store.StateConfirmed {
+			t.Errorf("QUEUED %s not confirmed: %s", tok, last[i])
 		}
 		reasons[last[i].State+"/"+last[i].Reason]++
 	}
