@@ -2,6 +2,7 @@ package reservation
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -95,7 +96,7 @@ type deferral struct {
 // back-off has passed (a re-read of this consumer's own entries).
 func (aq *actQueue) deferEntry(j *job, err error) {
 	aq.countDurable("deferred")
-	key := entryKey(j.e)
+	key := aq.deferKey(j.e)
 	b := deferFirst
 	v, again := aq.deferred.Load(key)
 	if again {
@@ -118,7 +119,11 @@ func (aq *actQueue) deferEntry(j *job, err error) {
 func (aq *actQueue) deferDue() bool {
 	due := false
 	now := time.Now()
+	prefix := aq.a.ID + "/"
 	aq.deferred.Range(func(k, v any) bool {
+		if !strings.HasPrefix(k.(string), prefix) {
+			return true // another activity's
+		}
 		d := v.(*deferral)
 		switch {
 		case now.Sub(d.last) > aq.claimIdle:
@@ -132,6 +137,9 @@ func (aq *actQueue) deferDue() bool {
 	return due
 }
 
+// deferKey is e's key in deferred.
+func (aq *actQueue) deferKey(e store.QueueEntry) string { return aq.a.ID + "/" + entryKey(e) }
+
 // notDeferred drops from es, entries read back as this consumer's own,
 // the deferred ones whose turn has not come; due counts the deferred ones
 // kept (their turn has come).
@@ -139,7 +147,7 @@ func (aq *actQueue) notDeferred(es []store.QueueEntry) (out []store.QueueEntry, 
 	out = es[:0:0]
 	now := time.Now()
 	for _, e := range es {
-		if v, ok := aq.deferred.Load(entryKey(e)); ok {
+		if v, ok := aq.deferred.Load(aq.deferKey(e)); ok {
 			if now.Before(v.(*deferral).at) {
 				continue
 			}

@@ -207,8 +207,9 @@ func (s *shop) sends() int {
 // stream entry is written only then, §53). A worker whose own wait after
 // its claim fails — the replica stopped — neither sends it nor releases
 // it: it stays pending (the buyer's poll says so), and once the replica is
-// back it is sent, once, and confirmed. Before §56 the worker released it
-// (not_durable): a buyer told QUEUED lost a durable reservation.
+// back it is sent, once, and confirmed (also across a reload of the
+// workers meanwhile). Before §56 the worker released it (not_durable): a
+// buyer told QUEUED lost a durable reservation.
 func TestQueueDurableWorkerWaitsForReplica(t *testing.T) {
 	m := redistest.Start(t)
 	r := redistest.StartReplica(t, m)
@@ -248,6 +249,9 @@ func TestQueueDurableWorkerWaitsForReplica(t *testing.T) {
 		t.Fatalf("durable_winners{queue,deferred} = %v, want at least %d", n, len(queued))
 	}
 
+	// A reload restarts the workers: the deferred entries still come back
+	// within their back-off, not after ClaimIdle (30 s and more here).
+	q.Start(cfg)
 	r.Resume(t)
 	eventually(t, 15*time.Second, "the deferred buyers confirmed once the replica is back", allConfirmed(addr, queued))
 	for _, tok := range queued {

@@ -74,6 +74,9 @@ type Queue struct {
 	acts map[string]*config.Activity
 	// sent is what this instance's workers sent lately (actQueue.sentHere).
 	sent sentLog
+	// deferred is actQueue.deferred, kept across restarts (a reload during
+	// a replica's absence must not leave deferred entries to ClaimIdle).
+	deferred sync.Map
 }
 
 // NewQueue builds the workers; Start runs them.
@@ -244,8 +247,9 @@ type actQueue struct {
 	// winners, on_timeout: refuse; durable.go), by entryKey, each with its
 	// next turn: a re-read of this consumer's own entries hands one out
 	// again only from then on, and the reader asks for that re-read when a
-	// turn comes (deferDue).
-	deferred sync.Map
+	// turn comes (deferDue). Keyed by activity and entryKey; the Queue's,
+	// shared by its activities and kept across restarts.
+	deferred *sync.Map
 }
 
 // sentLog is sentHere, kept by the Queue across restarts (a reload starts
@@ -285,7 +289,7 @@ func newActQueue(q *Queue, cfg *config.Config, a *config.Activity) *actQueue {
 	for _, k := range cfg.SigningKeys() {
 		keys = append(keys, signing.Key{ID: k.ID, Secret: []byte(k.Secret())})
 	}
-	aq := &actQueue{q: q, a: a, cfg: cfg, keys: keys, sentHere: &q.sent,
+	aq := &actQueue{q: q, a: a, cfg: cfg, keys: keys, sentHere: &q.sent, deferred: &q.deferred,
 		base: strings.TrimSuffix(cfg.Upstream.URL, "/"), expireAt: store.ExpireAt(a)}
 	aq.capacity = max(1, int64(a.Queue.Rate/10))
 	aq.claimIdle = q.opt.ClaimIdle
@@ -376,7 +380,7 @@ func (aq *actQueue) run(readCtx, sendCtx context.Context) {
 					// or the re-read would skip the entry as held.
 					aq.inflight.Delete(entryKey(j.e))
 					if !j.deferred {
-						aq.deferred.Delete(entryKey(j.e))
+						aq.deferred.Delete(aq.deferKey(j.e))
 					}
 					if j.unsent {
 						aq.recheck.Store(true)
