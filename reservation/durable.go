@@ -2,6 +2,8 @@ package reservation
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,7 +33,7 @@ import (
 // says absent: released).
 func (aq *actQueue) durable(ctx context.Context, tok store.Token, j *job) bool {
 	st := aq.q.st
-	ok, _, err := st.WaitReplicas(ctx, tok, j.shards, aq.expireAt)
+	ok, err := aq.waitReplicas(ctx, tok, j)
 	switch {
 	case ok:
 		aq.countDurable(store.DurableOK.String())
@@ -58,12 +60,71 @@ func (aq *actQueue) preWait(ctx context.Context, j *job, res store.Reservation) 
 	if !st.DurableWinners() || !st.DurableRefuses() || res.State != store.StatePending {
 		return true
 	}
-	ok, _, err := st.WaitReplicas(ctx, res.Token, j.shards, aq.expireAt)
+	ok, err := aq.waitReplicas(ctx, res.Token, j)
 	if ok {
 		return true
 	}
 	aq.deferEntry(j, err)
 	return false
+}
+
+// errBehind is a wait not made: another of the shard's failed moments ago.
+var errBehind = errors.New("the shard's replicas did not acknowledge a wait moments ago; not asked again before its back-off ends")
+
+// waitReplicas is store.WaitReplicas behind the shard's gate (actQueue.behind):
+// with on_timeout: refuse, a wait that fails closes the gate of the token's
+// shard for a back-off (deferFirst, doubling up to deferMax while the waits
+// keep failing), and until then the shard's other entries are deferred
+// without a WAIT of their own (and the reader does not hand out its deferred
+// ones, notDeferred); then one worker probes, the others still defer. A WAIT that blocks `timeout` for every deferred entry
+// every second would keep the workers from every other shard's entries (a
+// cluster node's replica away, with a backlog on its shards). With forward,
+// every entry waits, as before.
+func (aq *actQueue) waitReplicas(ctx context.Context, tok store.Token, j *job) (bool, error) {
+	st := aq.q.st
+	refuse := st.DurableRefuses()
+	key := gateKey(tok)
+	var prev *gate
+	if v, found := aq.behind.Load(key); refuse && found {
+		// Closed, or open for one probe: the worker that swaps in its
+		// probe's gate makes the wait; the others defer meanwhile.
+		prev = v.(*gate)
+		if time.Now().Before(prev.until) ||
+			!aq.behind.CompareAndSwap(key, prev, &gate{until: time.Now().Add(gateProbe), backoff: prev.backoff}) {
+			return false, errBehind
+		}
+	}
+	ok, _, err := st.WaitReplicas(ctx, tok, j.shards, aq.expireAt)
+	switch {
+	case ok:
+		aq.behind.Delete(key)
+	case refuse:
+		b := deferFirst
+		if prev != nil {
+			b = min(2*prev.backoff, deferMax) // still failing: longer
+		}
+		aq.behind.Store(key, &gate{until: time.Now().Add(b), backoff: b})
+	}
+	return ok, err
+}
+
+// gateProbe closes a shard's gate while one worker's probe waits (its wait
+// ends within redis.durable_winners.timeout plus redis.timeout, both at
+// most a few seconds, and replaces the gate).
+const gateProbe = time.Minute
+
+// gate is a shard's state after a failed wait (actQueue.behind): no wait
+// before until.
+type gate struct {
+	until   time.Time
+	backoff time.Duration
+}
+
+func gateKey(tok store.Token) string { return tok.SKU + "/" + strconv.Itoa(tok.Shard) }
+
+func (aq *actQueue) gateClosed(key string, now time.Time) bool {
+	v, ok := aq.behind.Load(key)
+	return ok && now.Before(v.(*gate).until)
 }
 
 func (aq *actQueue) countDurable(result string) {
@@ -141,14 +202,17 @@ func (aq *actQueue) deferDue() bool {
 func (aq *actQueue) deferKey(e store.QueueEntry) string { return aq.a.ID + "/" + entryKey(e) }
 
 // notDeferred drops from es, entries read back as this consumer's own,
-// the deferred ones whose turn has not come; due counts the deferred ones
-// kept (their turn has come).
+// the deferred ones whose turn has not come, or whose shard's gate is
+// closed (waitReplicas); due counts the deferred ones kept.
 func (aq *actQueue) notDeferred(es []store.QueueEntry) (out []store.QueueEntry, due int) {
 	out = es[:0:0]
 	now := time.Now()
 	for _, e := range es {
 		if v, ok := aq.deferred.Load(aq.deferKey(e)); ok {
 			if now.Before(v.(*deferral).at) {
+				continue
+			}
+			if tok, err := store.ParseToken(e.Token); err == nil && aq.gateClosed(gateKey(tok), now) {
 				continue
 			}
 			due++

@@ -3,6 +3,8 @@ package reservation_test
 import (
 	"context"
 	"net"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -346,4 +348,59 @@ func TestQueueDurableReplicaNeverReturns(t *testing.T) {
 		n, err := st.QueueLength(tctx(t), a.ID, a.SKUs[0].ID, a.Shards)
 		return err == nil && n == 0
 	})
+}
+
+// TestQueueDurableDeferralsSpareTheWorkers (decisions §56): with the
+// replica stopped and a backlog deferred, the workers do not spend their
+// time in WAITs that fail: after a failed wait on a shard the others of
+// that shard are deferred without one (and not handed out) until one
+// worker's probe is due, about one a second per shard. Otherwise every
+// deferred entry took a WAIT of `timeout` a second, and on a cluster the
+// backlog of one node whose replica is away kept the workers from every
+// other node's entries. Once the replica is back, all are sent.
+func TestQueueDurableDeferralsSpareTheWorkers(t *testing.T) {
+	const workers, buyers = 4, 24
+	m := redistest.Start(t)
+	r := redistest.StartReplica(t, m)
+	sh := newShop(t)
+	cfg := proxyConfig(t, []string{m.Addr}, sh.srv.URL, config.ModeQueue, 30, workers, 1000)
+	cfg.Redis.DurableWinners = config.DurableWinners{Replicas: 1, Timeout: redistest.TimeoutScale * 200 * time.Millisecond, OnTimeout: config.DurableRefuse}
+	a := &cfg.Activities[0]
+	addr, st := startDurableProxy(t, cfg)
+	var users []string
+	for i := 0; i < buyers; i++ {
+		users = append(users, "h"+strconv.Itoa(i))
+	}
+	queued := queuedWithReplica(t, addr, users...)
+	r.Pause(t)
+	wm := metrics.New()
+	q := reservation.NewQueue(st, wm, zap.NewNop(), reservation.QueueOptions{Consumer: "w-" + t.Name()})
+	q.Start(cfg)
+	t.Cleanup(q.Stop)
+	eventually(t, 10*time.Second, "every queued reservation claimed by a worker", func() bool {
+		return noneQueued(t, st, a, queued)
+	})
+	waits := func() int {
+		v := m.Info("commandstats", "cmdstat_wait")
+		n, _ := strconv.Atoi(strings.TrimPrefix(strings.Split(v, ",")[0], "calls="))
+		return n
+	}
+	const window = 3 * time.Second
+	w0, d0 := waits(), counter(wm.DurableWinners, "queue", "deferred")
+	time.Sleep(window)
+	w, d := waits()-w0, counter(wm.DurableWinners, "queue", "deferred")-d0
+	t.Logf("in %s with the replica stopped: %d WAITs, %v deferrals", window, w, d)
+	// One probe per shard when its back-off (at most 1 s) ends. Without
+	// the gate: 48 in 3 s here, the 4 workers in WAITs most of the time.
+	if limit := int(window/time.Second+1) * a.Shards; w > limit {
+		t.Fatalf("%d WAITs in %s with %d shards, %d workers and %d deferred entries: want at most %d", w, window, a.Shards, workers, buyers, limit)
+	}
+	if n := sh.sends(); n != 0 {
+		t.Fatalf("the shop got %d requests with the replica stopped", n)
+	}
+	r.Resume(t)
+	eventually(t, 15*time.Second, "the deferred buyers confirmed once the replica is back", allConfirmed(addr, queued))
+	if n, o := sh.sends(), sh.orderCount(); n != buyers || o != buyers {
+		t.Fatalf("the shop got %d requests and holds %d orders; want %d each", n, o, buyers)
+	}
 }

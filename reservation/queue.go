@@ -250,6 +250,9 @@ type actQueue struct {
 	// turn comes (deferDue). Keyed by activity and entryKey; the Queue's,
 	// shared by its activities and kept across restarts.
 	deferred *sync.Map
+	// behind holds, by SKU and shard, the gate a failed wait for the
+	// shard's replicas closed (durable.go, waitReplicas).
+	behind sync.Map
 }
 
 // sentLog is sentHere, kept by the Queue across restarts (a reload starts
