@@ -82,9 +82,10 @@ type Metrics struct {
 	// DurableWinners counts winners' durability checks
 	// (redis.durable_winners), by path (buy: the buyer's request; queue:
 	// a queue worker before sending) and result (durable, forwarded:
-	// not acknowledged in time and sent anyway, refused: released,
-	// taken: a queue worker had claimed it first, deferred: a redelivered
-	// entry left for its next delivery).
+	// not acknowledged in time and sent anyway, refused: released (buy
+	// only), taken: a queue worker had claimed it first, deferred: a
+	// queue worker's wait failed with on_timeout: refuse, the entry left
+	// unsent and unreleased for its next delivery, docs/decisions.md §56).
 	DurableWinners *prometheus.CounterVec
 	// ClockOffset is Redis's TIME less this host's clock, in seconds, at
 	// the last check (the node furthest off; server.max_clock_skew).
