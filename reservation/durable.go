@@ -71,15 +71,16 @@ func (aq *actQueue) preWait(ctx context.Context, j *job, res store.Reservation) 
 // errBehind is a wait not made: another of the shard's failed moments ago.
 var errBehind = errors.New("the shard's replicas did not acknowledge a wait moments ago; not asked again before its back-off ends")
 
-// waitReplicas is store.WaitReplicas behind the shard's gate (actQueue.behind):
-// with on_timeout: refuse, a wait that fails closes the gate of the token's
-// shard for a back-off (deferFirst, doubling up to deferMax while the waits
-// keep failing), and until then the shard's other entries are deferred
-// without a WAIT of their own (and the reader does not hand out its deferred
-// ones, notDeferred); then one worker probes, the others still defer. A WAIT that blocks `timeout` for every deferred entry
-// every second would keep the workers from every other shard's entries (a
-// cluster node's replica away, with a backlog on its shards). With forward,
-// every entry waits, as before.
+// waitReplicas is store.WaitReplicas behind the shard's gate
+// (actQueue.behind): with on_timeout: refuse, a wait that fails closes the
+// gate of the token's shard for a back-off (deferFirst, doubling up to
+// deferMax while the waits keep failing). Until it ends the shard's other
+// entries are deferred without a WAIT of their own, and the reader does not
+// hand out its deferred ones (notDeferred); then one worker probes, the
+// others still defer. A WAIT blocking `timeout` for every deferred entry
+// every second kept the workers busy failing, and on a cluster a node whose
+// replica is away, with a backlog on its shards, would keep them from every
+// other node's entries. With forward, every entry waits, as before.
 func (aq *actQueue) waitReplicas(ctx context.Context, tok store.Token, j *job) (bool, error) {
 	st := aq.q.st
 	refuse := st.DurableRefuses()
@@ -134,8 +135,8 @@ func (aq *actQueue) countDurable(result string) {
 // Deferral back-off: a deferred entry is handed out again after
 // deferFirst, doubling up to deferMax, so a replica back after its resync
 // (1–1.6 s after a Redis restart, §53) sends the entry within about a
-// second, while entries waiting for a replica that stays away cost each
-// worker one WAIT a second, not a steady loop of them.
+// second, while a replica that stays away costs about one WAIT a second
+// per shard (the gate, waitReplicas), not a steady loop of them.
 const (
 	deferFirst = 100 * time.Millisecond
 	deferMax   = time.Second
