@@ -136,6 +136,8 @@ type Reconciler struct {
 	log       *zap.Logger
 	holder    string
 	leaseWait time.Duration
+	// leaseTTL is this reconciler's lease TTL (0: the package's leaseTTL).
+	leaseTTL time.Duration
 	// exceptionsMax bounds each activity's exceptions stream.
 	exceptionsMax int
 	// clock says why this host's clock is not trusted ("" when it is):
@@ -177,6 +179,25 @@ func (r *Reconciler) WithClockCheck(problem func() string) *Reconciler {
 func (r *Reconciler) WithLeaseWait(d time.Duration) *Reconciler {
 	r.leaseWait = d
 	return r
+}
+
+// WithLeaseTTL sets how long this reconciler's lease outlives its last
+// renewal (default 2 minutes: how long a holder killed mid-pass keeps
+// every other reconciler out). serve keeps the default; the chaos harness
+// shortens it to see the next holder take over (docs/decisions.md §57).
+func (r *Reconciler) WithLeaseTTL(d time.Duration) *Reconciler {
+	r.leaseTTL = d
+	return r
+}
+
+// Holder is the name this reconciler holds the lease under.
+func (r *Reconciler) Holder() string { return r.holder }
+
+func (r *Reconciler) ttl() time.Duration {
+	if r.leaseTTL > 0 {
+		return r.leaseTTL
+	}
+	return leaseTTL
 }
 
 // moveSettleAge is how old an unsettled stock move must be before the
@@ -241,7 +262,7 @@ func (r *Reconciler) letGo() {
 func (r *Reconciler) acquire(ctx context.Context) (store.Lease, error) {
 	deadline := time.Now().Add(r.leaseWait)
 	for {
-		l, err := r.st.AcquireLease(ctx, LeaseName, r.holder, leaseTTL)
+		l, err := r.st.AcquireLease(ctx, LeaseName, r.holder, r.ttl())
 		if err != nil {
 			return l, err
 		}
@@ -261,7 +282,7 @@ func (r *Reconciler) acquire(ctx context.Context) (store.Lease, error) {
 
 // renew keeps the lease during a pass; a pass that lost it stops.
 func (r *Reconciler) renew(ctx context.Context, fence int64) error {
-	l, err := r.st.AcquireLease(ctx, LeaseName, r.holder, leaseTTL)
+	l, err := r.st.AcquireLease(ctx, LeaseName, r.holder, r.ttl())
 	if err != nil {
 		return err
 	}
@@ -755,7 +776,7 @@ func (r *Reconciler) settle(ctx context.Context, a *config.Activity, shards int,
 // renewDue renews a repairing pass's lease when a quarter of its TTL has
 // passed since *renewed (or now, with now set), and notes when.
 func (r *Reconciler) renewDue(ctx context.Context, fenceToken int64, renewed *time.Time, now bool) error {
-	if !now && time.Since(*renewed) <= leaseTTL/4 {
+	if !now && time.Since(*renewed) <= r.ttl()/4 {
 		return nil
 	}
 	if err := r.renew(ctx, fenceToken); err != nil {
