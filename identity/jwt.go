@@ -113,16 +113,25 @@ type JWT struct {
 	// The cache maps a keyed hash of the raw token to its user; a second,
 	// independently keyed hash in the entry must match too, so a forged
 	// token would need a 128-bit collision under secret seeds.
-	cache        *ristretto.Cache[uint64, entry]
-	seed, check  maphash.Seed
-	mu           sync.Mutex
-	flight       chan struct{} // closed when the refresh in flight ends
-	lastKid      time.Time     // last refresh caused by an unknown kid
-	fileStamp    string
+	cache       *ristretto.Cache[uint64, entry]
+	seed, check maphash.Seed
+	mu          sync.Mutex
+	flight      chan struct{} // closed when the refresh in flight ends
+	lastKid     time.Time     // last refresh caused by an unknown kid
+	fileStamp   string
+	// keyGen counts key withdrawals; cacheMu orders a first sight's
+	// caching with the clear a withdrawal does (read-held to cache).
+	keyGen       atomic.Uint64
+	cacheMu      sync.RWMutex
 	cancel       context.CancelFunc
 	done         chan struct{}
 	fetchFailing atomic.Bool
 }
+
+// Test hooks (nil outside tests): testHookJWKSRead runs after jwks_file
+// is read, testHookBeforeCache after a first sight verified, before it is
+// cached.
+var testHookJWKSRead, testHookBeforeCache func()
 
 type entry struct {
 	check uint64
@@ -246,6 +255,7 @@ func (v *JWT) verify(s string, h uint64, raw []byte) (string, Reason) {
 			return "", NoKeys
 		}
 	}
+	gen := v.keyGen.Load() // before keyFor reads the key set
 	claims := jwt.MapClaims{}
 	if tok, err := v.parser.ParseWithClaims(s, claims, v.keyFor); err != nil {
 		if errors.Is(err, jwt.ErrTokenSignatureInvalid) && tok != nil && tok.Method != nil && !v.algs[tok.Method.Alg()] {
@@ -275,8 +285,20 @@ func (v *JWT) verify(s string, h uint64, raw []byte) (string, Reason) {
 			until = e
 		}
 	}
+	if testHookBeforeCache != nil {
+		testHookBeforeCache()
+	}
 	if ttl := until.Sub(now); ttl > 0 {
-		v.cache.SetWithTTL(h, entry{check: maphash.Bytes(v.check, raw), user: user, until: until.UnixNano()}, int64(len(user))+entryOverhead, ttl)
+		// Not cached when a key was withdrawn since the check began: its
+		// key may be the one withdrawn, and the clear is already done (red
+		// team chaos3: such a token was cached after the clear and went on
+		// verifying for its life). The answer to this request stands: it
+		// is concurrent with the withdrawal.
+		v.cacheMu.RLock()
+		if v.keyGen.Load() == gen {
+			v.cache.SetWithTTL(h, entry{check: maphash.Bytes(v.check, raw), user: user, until: until.UnixNano()}, int64(len(user))+entryOverhead, ttl)
+		}
+		v.cacheMu.RUnlock()
 	}
 	return user, OK
 }
@@ -415,10 +437,19 @@ func (v *JWT) load() time.Duration {
 	if v.cfg.JWKSFile != "" {
 		// Bounded like a fetched set: a jwks_file replaced by something
 		// huge is refused, the last good keys kept (config reads it so).
+		// The stamp is taken before the read: a file replaced while it is
+		// read then looks changed to the next poll, which reads it again.
+		// Taken after, it was the new file's stamp beside the old file's
+		// keys, and the poll never read the new one (red team chaos3: a
+		// withdrawn key trusted until the next edit or SIGHUP).
+		stamp := fileStamp(v.cfg.JWKSFile)
 		data, err = config.ReadFileAtMost(v.cfg.JWKSFile, maxJWKSBytes)
+		if testHookJWKSRead != nil {
+			testHookJWKSRead()
+		}
 		if err == nil {
 			v.mu.Lock()
-			v.fileStamp = fileStamp(v.cfg.JWKSFile)
+			v.fileStamp = stamp
 			v.mu.Unlock()
 		}
 	} else {
@@ -448,7 +479,13 @@ func (v *JWT) load() time.Duration {
 			if _, still := ks.byKid[kid]; !still {
 				// A withdrawn key: tokens it signed must not live on
 				// in the cache. Clear it; live tokens re-verify once.
+				// A first sight checked against the old set and not
+				// cached yet must not be cached after the clear: the
+				// generation tells it (verify).
+				v.cacheMu.Lock()
+				v.keyGen.Add(1)
 				v.cache.Clear()
+				v.cacheMu.Unlock()
 				break
 			}
 		}
