@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,6 +51,11 @@ import (
 // chaosMix is what a seed adds to TestChaos's mix.
 type chaosMix struct {
 	kill, durable, restart, fair, bundle bool
+	// §57 (chaos3_test.go): jwt, buyers known by a verified token
+	// (identity.user.jwt, keys from a JWKS file rotated mid-sale, bad
+	// tokens among the clicks); reckill, serve's background reconciler in
+	// every instance and the lease holder killed mid-pass.
+	jwt, reckill bool
 }
 
 // The bundle mix: activity C sells SKUs a and b as bundles of one unit
@@ -85,17 +91,24 @@ func (m chaosMix) String() string {
 	if m.bundle {
 		s = append(s, "bundle")
 	}
+	if m.jwt {
+		s = append(s, "jwt")
+	}
+	if m.reckill {
+		s = append(s, "reckill")
+	}
 	if len(s) == 0 {
 		return "none"
 	}
 	return strings.Join(s, ",")
 }
 
-// chaosMixFor picks the seed's mix: seed mod 32 as five bits (1 kill, 2
-// durable, 4 restart, 8 fair start, 16 bundles), so seeds 1–3 (`make
-// test`) cover kill, durable and both, and any 32 consecutive seeds cover
-// every combination. The cluster run takes kills, fair start and bundles
-// only (its nodes have no replicas and no AOF).
+// chaosMixFor picks the seed's mix: seed mod 128 as seven bits (1 kill, 2
+// durable, 4 restart, 8 fair start, 16 bundles, 32 jwt, 64 reckill), so
+// seeds 1–3 (`make test`) cover kill, durable and both, and any 128
+// consecutive seeds cover every combination (32 consecutive seeds every
+// combination of the first five). The cluster run takes kills, fair start,
+// bundles, jwt and reckill (its nodes have no replicas and no AOF).
 func chaosMixFor(seed int64, cluster bool) chaosMix {
 	if env := os.Getenv("CHAOS_MIX"); env != "" {
 		var m chaosMix
@@ -111,6 +124,10 @@ func chaosMixFor(seed int64, cluster bool) chaosMix {
 				m.fair = true
 			case "bundle":
 				m.bundle = true
+			case "jwt":
+				m.jwt = true
+			case "reckill":
+				m.reckill = true
 			}
 		}
 		if cluster {
@@ -122,7 +139,8 @@ func chaosMixFor(seed int64, cluster bool) chaosMix {
 	if b < 0 {
 		b += 8
 	}
-	m := chaosMix{kill: b&1 != 0, durable: b&2 != 0, restart: b&4 != 0, fair: seed/8%2 != 0, bundle: seed/16%2 != 0}
+	m := chaosMix{kill: b&1 != 0, durable: b&2 != 0, restart: b&4 != 0, fair: seed/8%2 != 0, bundle: seed/16%2 != 0,
+		jwt: seed/32%2 != 0, reckill: seed/64%2 != 0}
 	if cluster {
 		m.durable, m.restart = false, false
 	}
@@ -142,6 +160,12 @@ type chaosInst struct {
 	stop   func()      // admission's loops (Pipeline.Run)
 	mu     sync.Mutex
 	killed time.Time
+	// The reckill mix (chaos3_test.go): serve's background reconciler.
+	rec     *reservation.Reconciler
+	recStop func()
+	recDone chan struct{}
+	cur     *config.Config // the config a reload gave it
+	inPass  atomic.Bool    // a background pass is running
 }
 
 func (in *chaosInst) killedAt() (time.Time, bool) {
@@ -265,6 +289,12 @@ func (in *chaosInst) kill() {
 	in.relay.cut()
 	in.ln.cut()
 	in.stop()
+	in.mu.Lock()
+	recStop := in.recStop
+	in.mu.Unlock()
+	if recStop != nil {
+		recStop() // its pass's calls fail; its lease stays until its TTL
+	}
 	go in.q.Kill()
 }
 
@@ -473,11 +503,23 @@ func (c *chaosEnv) killSteps(chaosFor time.Duration) []chaosStep {
 // killAndReplace kills the instance in slot and, gap later, starts its
 // successor there.
 func (c *chaosEnv) killAndReplace(slot int, gap time.Duration) {
+	c.killAndReplaceThen(slot, gap, nil)
+}
+
+// killAndReplaceThen is killAndReplace, calling killed (if not nil) once
+// the instance is dead, before its successor starts.
+func (c *chaosEnv) killAndReplaceThen(slot int, gap time.Duration, killed func()) {
 	in := c.inst(slot)
 	if _, dead := in.killedAt(); dead {
+		if killed != nil {
+			killed()
+		}
 		return // its successor is not up yet
 	}
 	in.kill()
+	if killed != nil {
+		killed()
+	}
 	at, _ := in.killedAt()
 	c.mu.Lock()
 	c.kills = append(c.kills, chaosKill{gen: in.gen, at: at})
@@ -487,6 +529,7 @@ func (c *chaosEnv) killAndReplace(slot int, gap time.Duration) {
 	c.pmu.Lock()
 	gen := len(c.all)
 	next := startChaosInst(c.t, c.config(c.curB, c.curVar), c.shopAddr(), gen)
+	c.startRec(next)
 	c.insts[slot] = next
 	c.all = append(c.all, next)
 	withB := c.curB
@@ -535,7 +578,7 @@ func (c *chaosEnv) leftByAKill(answers []chaosAnswer, act, user, field string, c
 		createdMs = ran.UnixMilli()
 	}
 	for _, a := range answers {
-		if a.act != act || a.user != user || (a.err == nil && a.code != "STORE_UNAVAILABLE") {
+		if a.act != act || a.user != user || a.bad != "" || (a.err == nil && a.code != "STORE_UNAVAILABLE") {
 			continue
 		}
 		k, dead := c.killedGen(a.gen)

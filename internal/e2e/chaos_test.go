@@ -166,6 +166,7 @@ type chaosShop struct {
 
 type chaosSent struct {
 	act, user string
+	claim     string // the jwt mix: what the buyer's bearer token claims (sync sends carry it)
 	qty       int64
 	n         int
 	from      []string    // the connection each send came on (RemoteAddr: an instance's relay)
@@ -192,6 +193,9 @@ func (s *chaosShop) handle(w http.ResponseWriter, r *http.Request) {
 	s.smu.Lock()
 	if s.sent[tok] == nil {
 		s.sent[tok] = &chaosSent{act: r.Header.Get("X-Seckill-Activity"), user: user, qty: qty}
+		if a := r.Header.Get("Authorization"); a != "" {
+			s.sent[tok].claim = chaosClaim(a)
+		}
 	}
 	s.sent[tok].n++
 	s.sent[tok].from = append(s.sent[tok].from, r.RemoteAddr)
@@ -268,6 +272,7 @@ type chaosAnswer struct {
 	win            bool // WIN or a replay of one
 	err            error
 	body           string
+	kid, bad       string // the jwt mix: the token's key, what is wrong with it ("" nothing)
 }
 
 // chaosBuyer is one buyer's click as the seed planned it.
@@ -322,6 +327,10 @@ type chaosEnv struct {
 	restarts []chaosWindow  // Redis down, from its kill until it answers again
 	canary   int
 	log      []string // what the schedule did, for a failing run
+
+	ident      *chaosIdent // the jwt mix (chaos3_test.go)
+	passes     []chaosPass // the reckill mix: background reconcile passes
+	leaseKills []chaosLeaseKill
 }
 
 func (c *chaosEnv) logf(format string, args ...any) {
@@ -432,6 +441,7 @@ func (c *chaosEnv) reload(withB bool, variant int) {
 		}
 		p.Pipeline.Apply(next)
 		p.q.Start(next)
+		p.setCur(next)
 		c.logf("reload %d (B %v) on %d (gen %d)", variant, withB, i, p.gen)
 	}
 }
@@ -479,6 +489,10 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 				QtyFrom: "query:qty", Mode: "queue"},
 		}}
 	c.bundleC = chaosBundleActivity(start, end)
+	if c.mix.jwt {
+		c.ident = newChaosIdent(t, seed)
+		c.opts.User = c.ident.userSource()
+	}
 	if c.mix.fair {
 		a := &c.opts.Activities[0]
 		a.Start, a.FairStart, a.FairStartSpread = fairAt, chaosFairHold, chaosFairSpread
@@ -488,6 +502,7 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 		// Queue workers in every instance, as serve runs them (B is a
 		// queue-mode activity once a reload adds it).
 		in := startChaosInst(t, c.config(false, 0), c.shopAddr(), i)
+		c.startRec(in)
 		c.insts = append(c.insts, in)
 		c.all = append(c.all, in)
 	}
@@ -670,6 +685,8 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 	lane("redis", redisFaults)
 	lane("shop", shopFaults)
 	lane("ops", ops)
+	lane("identity", c.identitySteps(chaosFor))
+	lane("leasekill", c.leaseKillSteps(chaosFor))
 	lanes.Wait()
 	c.bg.Wait()
 	buyers.Wait()
@@ -725,6 +742,10 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+	if c.mix.reckill {
+		c.checkLeaseKills()
+		c.stopRecs()
+	}
 	Eventually(t, 10*time.Second, "the shop idle", func() bool { return c.shop.cur.Load() == 0 })
 	waitSettled(t, 15*time.Second, c.live()...)
 	c.quiet()
@@ -752,11 +773,25 @@ func (c *chaosEnv) click(b chaosBuyer, i int) {
 		rid = fmt.Sprintf("r%d-%d-%d", c.seed, time.Now().UnixNano(), i)
 	}
 	inst := b.inst
+	var cred chaosCred
+	if c.ident != nil {
+		// A device with a bad token first, now and then: refused, nothing held.
+		if bad := c.ident.badCred(user); bad.tok != "" {
+			c.buy(act, user, rid, qty, inst, bad)
+		}
+		cred = c.ident.cred(user, false)
+	}
 	for round := 0; round < 2; round++ {
 		for try := 0; try < 12 && time.Now().Before(c.end); try++ {
-			a := c.buy(act, user, rid, qty, inst)
+			a := c.buy(act, user, rid, qty, inst, cred)
 			retry := a.err != nil
 			switch a.code {
+			case "UNAUTHENTICATED":
+				// A token signed by a key withdrawn since: sign in again.
+				if c.ident != nil {
+					cred = c.ident.cred(user, true)
+					retry = true
+				}
 			case "STORE_UNAVAILABLE", "PENDING", "BUSY", "PAUSED", "NOT_READY":
 				retry = true
 			case "NOT_STARTED":
@@ -776,13 +811,20 @@ func (c *chaosEnv) click(b chaosBuyer, i int) {
 		if !b.reclickSame {
 			rid = ""
 		}
+		if c.ident != nil {
+			cred = c.ident.cred(user, false) // another device of theirs
+		}
 		time.Sleep(b.backoff)
 		inst = 1 - inst
 	}
 }
 
-func (c *chaosEnv) buy(act, user, rid string, qty int64, inst int) chaosAnswer {
+func (c *chaosEnv) buy(act, user, rid string, qty int64, inst int, cred chaosCred) chaosAnswer {
 	h := [][2]string{{"X-User-Id", user}}
+	if cred.tok != "" {
+		// The proxy must take the user from the token, whatever these say.
+		h = [][2]string{{"X-User-Id", cred.spoof}, {"X-Device-Id", cred.dev}, {"Authorization", "Bearer " + cred.tok}}
+	}
 	if rid != "" {
 		h = append(h, [2]string{"X-Request-Id", rid})
 	}
@@ -795,14 +837,15 @@ func (c *chaosEnv) buy(act, user, rid string, qty int64, inst int) chaosAnswer {
 		uri, body = "/api/seckill/"+act+"/bundle", chaosBundleBody
 		h = append(h, [2]string{"Content-Type", "application/json"})
 	}
-	a := chaosAnswer{act: act, user: user, rid: rid, qty: qty, inst: inst, sent: time.Now()}
+	a := chaosAnswer{act: act, user: user, rid: rid, qty: qty, inst: inst, sent: time.Now(), kid: cred.kid, bad: cred.bad}
 	in := c.inst(inst)
 	a.gen = in.gen
 	r := Do(nil, in.Addr, Req{URI: uri, Header: h, Body: body, Timeout: 10 * time.Second})
 	a.got = time.Now()
 	a.code, a.status, a.token, a.err = r.Code, r.Status, r.Token(), r.Err
 	a.win = r.Code == "WIN" || ra12Replay(r)
-	if r.Err == nil && !ra12SpecCode(r) && (r.Code != "NOT_STARTED" || r.Status != 403) {
+	unauth := r.Code == "UNAUTHENTICATED" && r.Status == 401 && strings.HasPrefix(r.Header["Www-Authenticate"], "Bearer") // the jwt mix (SPEC, RFC 6750)
+	if r.Err == nil && !ra12SpecCode(r) && (r.Code != "NOT_STARTED" || r.Status != 403) && !unauth {
 		a.body = string(r.Body)
 	}
 	c.mu.Lock()
@@ -1053,6 +1096,13 @@ func (c *chaosEnv) check() {
 	if c.actC != nil {
 		c.checkBundles(answers)
 	}
+	if c.ident != nil {
+		all := map[string]map[string]rtRecord{}
+		for _, x := range acts {
+			all[x.a.ID] = rtAuditAt(t, c.redis.Addrs, x.a.ID, x.stock, x.limit)
+		}
+		c.checkIdentity(answers, all)
+	}
 
 	// Repair: one pass as if past pending_timeout.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -1064,8 +1114,12 @@ func (c *chaosEnv) check() {
 	if c.actC != nil {
 		list = append(list, c.actC)
 	}
-	if _, err := reservation.NewReconciler(c.op, metrics.New(), zap.NewNop()).
-		Run(ctx, list, true, time.Now().Add(c.actA.PendingTimeout+time.Minute)); err != nil {
+	final := reservation.NewReconciler(c.op, metrics.New(), zap.NewNop())
+	if c.mix.reckill {
+		// As the CLI's --repair: wait for a background pass's lease.
+		final = final.WithLeaseWait(10 * time.Second)
+	}
+	if _, err := final.Run(ctx, list, true, time.Now().Add(c.actA.PendingTimeout+time.Minute)); err != nil {
 		t.Fatalf("reconcile --repair: %v", err)
 	}
 
@@ -1227,7 +1281,7 @@ func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaos
 	}
 	last := map[string]chaosAnswer{}
 	for _, a := range answers {
-		if a.act == x.a.ID && a.err == nil && a.got.After(last[a.user].got) {
+		if a.act == x.a.ID && a.err == nil && a.bad == "" && a.got.After(last[a.user].got) {
 			last[a.user] = a
 		}
 	}

@@ -1,0 +1,558 @@
+package e2e
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	jwt "github.com/golang-jwt/jwt/v5"
+	"go.uber.org/zap"
+
+	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/identity/jwttest"
+	"github.com/seckill-proxy/seckill-proxy/reservation"
+)
+
+// Red team chaos3 (2026-12-07, docs/decisions.md §57): what §53 left out
+// of TestChaos's mix, as two more bits of chaosMixFor:
+//
+//   - jwt (32): buyers are known by a verified token (identity.user.jwt,
+//     keys from a JWKS file, case_fold). Every click is a new device (its
+//     own token, X-Device-Id, a spoofed X-User-Id the proxy must ignore)
+//     and spells the user id its own way (u7, U7, " U7 "): one verified
+//     user. Some clicks first send a bad token (expired, forged, another
+//     audience, alg none, a key never published): 401, nothing held, no
+//     token. Mid-sale the operator rotates the key as README says (publish
+//     k2 beside k1, sign with k2 once every instance has it, then withdraw
+//     k1): a valid token is never refused for its key, a k1 token is
+//     refused once the withdrawal is read (the file is polled every
+//     second). Checked: every record and every shop order under a
+//     canonical verified id, the shop's X-Seckill-User is the claim of the
+//     token that bought, nobody above the limit per verified user, nothing
+//     held by a refused token, no forged user anywhere.
+//   - reckill (64): serve's background reconciler (backgroundReconciler:
+//     a repairing pass on a ticker, skipped when another instance holds
+//     the lease) runs in every instance, every 200 ms, with a lease TTL of
+//     1 s (Reconciler.WithLeaseTTL; serve's is 2 minutes), and the
+//     instance holding the lease is killed mid-pass (its lease left in
+//     Redis, nothing released). Checked: the lease was still the dead
+//     holder's after the kill; another instance took it over with a
+//     greater fencing token, no earlier than the dead lease expired and
+//     within a few seconds of it; and every invariant of the run (stock
+//     adds up after the final repair, which waits for the lease as the
+//     CLI does).
+
+const (
+	chaosJWTIss = "https://auth.chaos"
+	chaosJWTAud = "shop"
+	// chaosLeaseTTL is the background reconcilers' lease TTL in the
+	// reckill mix; chaosRecEvery their pass interval.
+	chaosLeaseTTL = time.Second
+	chaosRecEvery = 200 * time.Millisecond
+)
+
+// chaosIdent is the jwt mix's identity provider: the keys, the JWKS file
+// the instances read, and every token it made (for the checker).
+type chaosIdent struct {
+	t    *testing.T
+	file string
+	k1   *jwttest.Key
+	k2   *jwttest.Key
+	k3   *jwttest.Key // never published
+
+	mu          sync.Mutex
+	rng         *rand.Rand
+	cur         *jwttest.Key // what new tokens are signed with
+	k2Published time.Time    // k2 in the file from then
+	withdrawn   time.Time    // k1 out of the file from then
+	last        map[string]string
+}
+
+func newChaosIdent(t *testing.T, seed int64) *chaosIdent {
+	id := &chaosIdent{t: t, file: filepath.Join(t.TempDir(), "jwks.json"),
+		k1: jwttest.EC(t, "k1"), k2: jwttest.EC(t, "k2"), k3: jwttest.EC(t, "k3"),
+		rng: rand.New(rand.NewSource(seed ^ 0x1d)), last: map[string]string{}}
+	id.cur = id.k1
+	id.publish(id.k1)
+	return id
+}
+
+// userSource is identity.user for the harness config.
+func (id *chaosIdent) userSource() string {
+	return fmt.Sprintf("{ jwt: { jwks_file: %q, issuer: %q, audience: %q, algorithms: [ES256] }, case_fold: true }",
+		id.file, chaosJWTIss, chaosJWTAud)
+}
+
+// publish writes the key set as an operator would: a new file renamed
+// over the old one.
+func (id *chaosIdent) publish(keys ...*jwttest.Key) {
+	tmp := id.file + ".tmp"
+	if err := os.WriteFile(tmp, jwttest.JWKS(keys...), 0o600); err != nil {
+		id.t.Errorf("jwks: %v", err)
+		return
+	}
+	if err := os.Rename(tmp, id.file); err != nil {
+		id.t.Errorf("jwks: %v", err)
+	}
+}
+
+// chaosCred is the credential of one request.
+type chaosCred struct {
+	tok, kid string
+	bad      string // "" a valid token; else what is wrong with it
+	dev      string
+	spoof    string // the X-User-Id sent beside it (ignored by the proxy)
+}
+
+func (id *chaosIdent) claims(sub string) jwt.MapClaims {
+	now := time.Now()
+	return jwt.MapClaims{"sub": sub, "iss": chaosJWTIss, "aud": chaosJWTAud, "exp": now.Add(time.Hour).Unix(), "iat": now.Unix(),
+		"jti": fmt.Sprintf("%x", id.rng.Int63())}
+}
+
+// spelling is one way a device writes user (u7): case and white space
+// differ, case_fold and the trim make them one id.
+func (id *chaosIdent) spelling(user string) string {
+	switch id.rng.Intn(4) {
+	case 1:
+		return strings.ToUpper(user)
+	case 2:
+		return " " + strings.ToUpper(user[:1]) + user[1:] + " "
+	}
+	return user
+}
+
+// cred is a new device's valid token for user, or (one click in six) the
+// token the user's previous device had (maybe signed by a key withdrawn
+// since: refused, and the device signs in again).
+func (id *chaosIdent) cred(user string, fresh bool) chaosCred {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	c := chaosCred{dev: fmt.Sprintf("dev-%x", id.rng.Int63()), spoof: fmt.Sprintf("spoof-%d", id.rng.Intn(1000))}
+	if old, ok := id.last[user]; ok && !fresh && id.rng.Intn(6) == 0 {
+		c.tok, c.kid = old, chaosKid(old)
+		return c
+	}
+	c.tok = id.cur.Sign(id.t, "ES256", id.claims(id.spelling(user)))
+	c.kid = id.cur.Kid
+	id.last[user] = c.tok
+	return c
+}
+
+// badCred is a token the proxy must refuse (401), or "" for none (three
+// clicks in four).
+func (id *chaosIdent) badCred(user string) chaosCred {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	c := chaosCred{dev: fmt.Sprintf("dev-%x", id.rng.Int63()), spoof: user}
+	switch id.rng.Intn(20) {
+	case 0, 1:
+		cl := id.claims(id.spelling(user))
+		cl["exp"], cl["iat"] = time.Now().Add(-10*time.Minute).Unix(), time.Now().Add(-time.Hour).Unix()
+		c.tok, c.bad = id.cur.Sign(id.t, "ES256", cl), "expired"
+	case 2, 3:
+		c.tok, c.bad = jwttest.Tamper(id.cur.Sign(id.t, "ES256", id.claims(user))), "forged" // sub becomes mallory
+	case 4:
+		cl := id.claims(user)
+		cl["aud"] = "another-shop"
+		c.tok, c.bad = id.cur.Sign(id.t, "ES256", cl), "audience"
+	case 5:
+		c.tok, c.bad = jwttest.None(id.t, id.claims(user)), "none"
+	case 6:
+		c.tok, c.bad = id.k3.Sign(id.t, "ES256", id.claims(user)), "unknown_key"
+	default:
+		return chaosCred{}
+	}
+	c.kid = chaosKid(c.tok)
+	return c
+}
+
+// chaosKid is a token's kid header.
+func chaosKid(tok string) string {
+	h, _, _ := strings.Cut(tok, ".")
+	raw, err := base64.RawURLEncoding.DecodeString(h)
+	if err != nil {
+		return ""
+	}
+	var hdr struct {
+		Kid string `json:"kid"`
+	}
+	_ = json.Unmarshal(raw, &hdr)
+	return hdr.Kid
+}
+
+// chaosClaim is the canonical user a token claims (sub, trimmed and case
+// folded as case_fold does for these ASCII ids), unverified: for the shop
+// to compare with X-Seckill-User.
+func chaosClaim(authz string) string {
+	tok := strings.TrimSpace(strings.TrimPrefix(authz, "Bearer "))
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 {
+		return ""
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return ""
+	}
+	var c struct {
+		Sub string `json:"sub"`
+	}
+	_ = json.Unmarshal(raw, &c)
+	return strings.ToLower(strings.TrimSpace(c.Sub))
+}
+
+// rotate is the operator's key rotation as README says it: publish k2
+// beside k1, sign with k2 once every instance has read it (the file is
+// polled every second), later withdraw k1.
+func (id *chaosIdent) rotate(c *chaosEnv, gap time.Duration) {
+	id.publish(id.k1, id.k2)
+	id.mu.Lock()
+	id.k2Published = time.Now()
+	id.mu.Unlock()
+	c.logf("jwks: k2 published beside k1")
+	time.Sleep(1500 * time.Millisecond)
+	id.mu.Lock()
+	id.cur = id.k2
+	id.mu.Unlock()
+	c.logf("jwks: new tokens signed with k2")
+	time.Sleep(gap)
+	id.publish(id.k2)
+	id.mu.Lock()
+	id.withdrawn = time.Now()
+	id.mu.Unlock()
+	c.logf("jwks: k1 withdrawn")
+}
+
+// identitySteps is the jwt mix's lane: one rotation.
+func (c *chaosEnv) identitySteps(chaosFor time.Duration) []chaosStep {
+	if c.ident == nil {
+		return nil
+	}
+	rng := rand.New(rand.NewSource(c.seed ^ 0x7e1))
+	at := time.Duration(rng.Int63n(int64(chaosFor / 4)))
+	gap := time.Duration(300+rng.Intn(1200)) * time.Millisecond
+	return []chaosStep{{at, func() { c.ident.rotate(c, gap) }}}
+}
+
+var chaosCanonUser = regexp.MustCompile(`^u[0-9]+$`)
+
+// checkIdentity is the jwt mix's part of check: answers to refused tokens,
+// valid tokens never refused for their key, a withdrawn key refused, and
+// every record and order under a canonical verified id.
+func (c *chaosEnv) checkIdentity(answers []chaosAnswer, recs map[string]map[string]rtRecord) {
+	t := c.t
+	t.Helper()
+	id := c.ident
+	id.mu.Lock()
+	published, withdrawn := id.k2Published, id.withdrawn
+	id.mu.Unlock()
+	refused := map[string]int{}
+	withdrawnRefused, withdrawnAfter := 0, 0
+	for _, a := range answers {
+		if a.err != nil {
+			continue
+		}
+		switch {
+		case a.bad != "":
+			refused[a.bad+"/"+a.code]++
+			if a.code != "UNAUTHENTICATED" || a.status != 401 || a.token != "" {
+				t.Errorf("%s: %s's %s token answered %d %s (token %q), want 401 UNAUTHENTICATED and nothing", a.act, a.user, a.bad, a.status, a.code, a.token)
+			}
+		case a.code == "UNAUTHENTICATED":
+			if a.token != "" {
+				t.Errorf("%s: %s: a 401 with a token %s", a.act, a.user, a.token)
+			}
+			if a.kid == "k1" && !withdrawn.IsZero() && !a.got.Before(withdrawn) {
+				withdrawnRefused++
+				continue
+			}
+			t.Errorf("%s: %s's valid token (kid %s, sent %s) refused: 401 (k2 published %s, k1 withdrawn %s)", a.act, a.user, a.kid,
+				a.sent.Format("15:04:05.000"), published.Format("15:04:05.000"), withdrawn.Format("15:04:05.000"))
+		case a.kid == "k1" && !withdrawn.IsZero() && a.sent.After(withdrawn.Add(3*time.Second)):
+			// The file is polled every second; a withdrawn key clears the
+			// token cache (README "Keys from a file").
+			withdrawnAfter++
+			t.Errorf("%s: %s's k1 token answered %d %s at %s, %v after k1 was withdrawn", a.act, a.user, a.status, a.code,
+				a.got.Format("15:04:05.000"), a.sent.Sub(withdrawn).Round(time.Millisecond))
+		case a.code == "AUTH_UNAVAILABLE":
+			t.Errorf("%s: %s: 503 AUTH_UNAVAILABLE with a key file in place", a.act, a.user)
+		}
+	}
+	t.Logf("jwt: k2 published %s, k1 withdrawn %s; bad tokens by answer %v; k1 tokens refused after the withdrawal %d",
+		published.Format("15:04:05.000"), withdrawn.Format("15:04:05.000"), chaosSorted(refused), withdrawnRefused)
+	for act, rs := range recs {
+		for field, r := range rs {
+			if !chaosCanonUser.MatchString(r.User) {
+				t.Errorf("%s: reservation %s is %q's: not a canonical verified id (spellings fold to u<n>; mallory is forged)", act, field, r.User)
+			}
+		}
+	}
+	for tok, s := range c.shop.sends() {
+		if !chaosCanonUser.MatchString(s.user) {
+			t.Errorf("token %s sent to the shop for user %q: not a canonical verified id", tok, s.user)
+		}
+		if s.claim != "" && s.claim != s.user {
+			t.Errorf("token %s sent to the shop as %q with a bearer token claiming %q", tok, s.user, s.claim)
+		}
+	}
+}
+
+// chaosPass is one background reconcile pass.
+type chaosPass struct {
+	gen        int
+	holder     string
+	start, end time.Time
+	fence      int64
+	err        error
+}
+
+// leaseKill is the lease holder killed mid-pass.
+type chaosLeaseKill struct {
+	gen    int
+	holder string
+	at     time.Time
+	fence  int64
+	expiry time.Time // the dead lease's, from its PTTL read after the kill
+}
+
+// startRec runs serve's backgroundReconciler in instance in (the reckill
+// mix): a repairing pass every chaosRecEvery over the activities the
+// instance's config names, skipped while another holds the lease or the
+// clock guard objects, its lease TTL chaosLeaseTTL. A kill cuts it with
+// the instance (chaosInst.kill).
+func (c *chaosEnv) startRec(in *chaosInst) {
+	if !c.mix.reckill {
+		return
+	}
+	rec := reservation.NewReconciler(in.Store, in.Metrics, zap.NewNop()).
+		WithExceptionsMax(in.Cfg.Reconcile.ExceptionsMax).WithLeaseTTL(chaosLeaseTTL).WithClockCheck(in.Pipeline.ClockProblem)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	in.mu.Lock()
+	in.rec, in.recStop, in.recDone, in.cur = rec, cancel, done, in.Cfg
+	in.mu.Unlock()
+	go func() {
+		defer close(done)
+		tk := time.NewTicker(chaosRecEvery)
+		defer tk.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tk.C:
+			}
+			in.mu.Lock()
+			cfg := in.cur
+			in.mu.Unlock()
+			acts := make([]*config.Activity, 0, len(cfg.Activities))
+			for i := range cfg.Activities {
+				acts = append(acts, cfg.Activities[i].ShadowOrSelf())
+			}
+			p := chaosPass{gen: in.gen, holder: rec.Holder(), start: time.Now()}
+			in.inPass.Store(true)
+			rep, err := rec.Run(ctx, acts, true, time.Now())
+			in.inPass.Store(false)
+			p.end, p.fence, p.err = time.Now(), rep.Fence, err
+			if ctx.Err() == nil && err == nil {
+				_, _ = rec.Dropped(ctx, acts, time.Now())
+			}
+			if ctx.Err() != nil && p.err == nil {
+				p.err = ctx.Err()
+			}
+			c.mu.Lock()
+			c.passes = append(c.passes, p)
+			c.mu.Unlock()
+		}
+	}()
+	c.t.Cleanup(in.stopRec)
+}
+
+// stopRec stops in's background reconciler and waits for it.
+func (in *chaosInst) stopRec() {
+	in.mu.Lock()
+	stop, done := in.recStop, in.recDone
+	in.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+}
+
+// setCur is the config a reload gave in (its background reconciler reads
+// its activities from it, as serve's reads current()).
+func (in *chaosInst) setCur(cfg *config.Config) {
+	in.mu.Lock()
+	in.cur = cfg
+	in.mu.Unlock()
+}
+
+func (c *chaosEnv) leaseKey() string {
+	return c.cfg0.Redis.KeyPrefix + ":{lease}:" + reservation.LeaseName
+}
+
+// leaseNow is the lease's holder and fence as Redis has them, and its PTTL.
+func (c *chaosEnv) leaseNow() (holder string, fence int64, pttl time.Duration, ok bool) {
+	v, err := c.do()("GET", c.leaseKey())
+	if err != nil || v == "" {
+		return "", 0, 0, false
+	}
+	i := strings.LastIndexByte(v, '|')
+	if i < 0 {
+		return "", 0, 0, false
+	}
+	_, _ = fmt.Sscan(v[i+1:], &fence)
+	ms, err := c.do()("PTTL", c.leaseKey())
+	if err == nil {
+		var n int64
+		_, _ = fmt.Sscan(ms, &n)
+		pttl = time.Duration(n) * time.Millisecond
+	}
+	return v[:i], fence, pttl, true
+}
+
+// leaseKillSteps is the reckill mix's lane: once, the instance holding the
+// reconciler lease is killed while its pass runs (tried for up to 3 s,
+// polling every millisecond), and replaced as a kill's is.
+func (c *chaosEnv) leaseKillSteps(chaosFor time.Duration) []chaosStep {
+	if !c.mix.reckill {
+		return nil
+	}
+	rng := rand.New(rand.NewSource(c.seed ^ 0x1ea5e))
+	at := 600*time.Millisecond + time.Duration(rng.Int63n(int64(chaosFor/2)))
+	gap := time.Duration(100+rng.Intn(700)) * time.Millisecond
+	return []chaosStep{{at, func() { c.killLeaseHolder(gap) }}}
+}
+
+func (c *chaosEnv) killLeaseHolder(gap time.Duration) {
+	deadline := time.Now().Add(3 * time.Second)
+poll:
+	for time.Now().Before(deadline) {
+		holder, fence, _, ok := c.leaseNow()
+		if ok {
+			for slot := 0; slot < 2; slot++ {
+				in := c.inst(slot)
+				if _, dead := in.killedAt(); dead || !in.inPass.Load() {
+					continue
+				}
+				in.mu.Lock()
+				rec := in.rec
+				in.mu.Unlock()
+				if rec == nil || rec.Holder() != holder {
+					continue
+				}
+				c.bg.Add(1)
+				done := make(chan struct{})
+				go func() { defer c.bg.Done(); c.killAndReplaceThen(slot, gap, func() { close(done) }) }()
+				<-done // killed (its successor comes gap later)
+				at, _ := in.killedAt()
+				h2, f2, pttl, still := c.leaseNow()
+				k := chaosLeaseKill{gen: in.gen, holder: holder, at: at, fence: fence}
+				switch {
+				case still && h2 == holder && f2 == fence:
+					k.expiry = time.Now().Add(pttl)
+					c.logf("killed instance %d mid-pass holding the reconciler lease (fence %d, %v left)", in.gen, fence, pttl)
+				default:
+					// Its pass ended (and let go) between the read and
+					// the kill: a kill all the same, not the one asked for.
+					c.logf("killed instance %d, but its lease was gone already (now %q %d): trying again", in.gen, h2, f2)
+					time.Sleep(gap + 200*time.Millisecond)
+					continue poll
+				}
+				c.mu.Lock()
+				c.leaseKills = append(c.leaseKills, k)
+				c.mu.Unlock()
+				return
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	c.logf("no reconcile pass caught holding the lease in 3 s")
+}
+
+// checkLeaseKills waits for the background reconcilers to take over from
+// each lease holder killed mid-pass, and checks when and with which fence.
+func (c *chaosEnv) checkLeaseKills() {
+	t := c.t
+	t.Helper()
+	c.mu.Lock()
+	kills := append([]chaosLeaseKill(nil), c.leaseKills...)
+	c.mu.Unlock()
+	takeover := func(k chaosLeaseKill) (chaosPass, bool) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, p := range c.passes {
+			if p.err == nil && p.holder != k.holder && p.fence > k.fence && p.end.After(k.at) {
+				return p, true
+			}
+		}
+		return chaosPass{}, false
+	}
+	for _, k := range kills {
+		var p chaosPass
+		ok := false
+		deadline := time.Now().Add(15 * time.Second)
+		for time.Now().Before(deadline) {
+			if p, ok = takeover(k); ok {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if !ok {
+			t.Errorf("reconciler lease of killed instance %d (fence %d, expiring %s): no other instance's background pass took over",
+				k.gen, k.fence, k.expiry.Format("15:04:05.000"))
+			continue
+		}
+		t.Logf("reconciler lease of killed instance %d (fence %d, killed %s, expiring %s): taken over by instance %d (fence %d), pass %s..%s",
+			k.gen, k.fence, k.at.Format("15:04:05.000"), k.expiry.Format("15:04:05.000"), p.gen, p.fence,
+			p.start.Format("15:04:05.000"), p.end.Format("15:04:05.000"))
+		if p.end.Before(k.expiry.Add(-20 * time.Millisecond)) {
+			t.Errorf("reconciler lease of killed instance %d taken over by instance %d before it expired (pass done %s, lease until %s)",
+				k.gen, p.gen, p.end.Format("15:04:05.000"), k.expiry.Format("15:04:05.000"))
+		}
+		if late := p.end.Sub(k.expiry); late > 6*time.Second {
+			t.Errorf("reconciler lease of killed instance %d taken over %v after it expired", k.gen, late.Round(time.Millisecond))
+		}
+	}
+	c.mu.Lock()
+	byFence := map[int64]string{}
+	errs := map[string]int{}
+	n := 0
+	for _, p := range c.passes {
+		switch {
+		case p.err == nil:
+			n++
+			if h, ok := byFence[p.fence]; ok && h != p.holder {
+				t.Errorf("fence %d held by two reconcilers: %s and %s", p.fence, h, p.holder)
+			}
+			byFence[p.fence] = p.holder
+		default:
+			e := p.err.Error()
+			if len(e) > 60 {
+				e = e[:60]
+			}
+			errs[e]++
+		}
+	}
+	c.mu.Unlock()
+	t.Logf("background reconcile passes: %d repaired, %d fences; others %v; lease kills %d", n, len(byFence), chaosSorted(errs), len(kills))
+}
+
+// stopRecs stops every live instance's background reconciler (before the
+// final repair, which runs as the operator's CLI).
+func (c *chaosEnv) stopRecs() {
+	c.pmu.Lock()
+	insts := append([]*chaosInst(nil), c.all...)
+	c.pmu.Unlock()
+	for _, in := range insts {
+		in.stopRec()
+	}
+}
