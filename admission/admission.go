@@ -387,7 +387,7 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 			// abort still to come (perhaps another instance's): the
 			// script answers them PENDING, not SOLD_OUT beside their
 			// held unit (red team rv20).
-			if r.RequestID == "" && !p.mayHold(ctx, r, flags.Shards) {
+			if r.RequestID == "" && !p.mayHold(ctx, p.holderView(r), flags.Shards) {
 				// Units this instance's settles may put back on sale:
 				// come back rather than SOLD_OUT (§54).
 				if p.inTransit(ctx, r.Activity.ID, r.SKU, flags.Shards) {
@@ -621,6 +621,25 @@ func (p *Pipeline) claimNonce(ctx context.Context, st *actState, r *Request) (De
 func (p *Pipeline) inTransit(ctx context.Context, act, sku string, shards int) bool {
 	t, ok := p.ts.(TransitChecker)
 	return ok && t.InTransit(ctx, act, sku, shards)
+}
+
+// holderView is r as the holders check sees it: a session identity not
+// looked up yet (the look-up comes after the sold-out check, so a sold-out
+// SKU costs the shop none) takes the user this instance's session cache
+// holds for it, from memory; without one it stays unknown (the check
+// answers no: SOLD_OUT, as before). Red team chaos3 (§57): a session
+// buyer holding the last unit who clicked again heard SOLD_OUT beside it.
+func (p *Pipeline) holderView(r *Request) *Request {
+	if r.Identify == nil || r.User != "" {
+		return r
+	}
+	u, err, ok := r.Identify.Cached(r.Session)
+	if !ok || err != nil || u == "" {
+		return r
+	}
+	c := *r
+	c.User = u
+	return &c
 }
 
 // mayHold reports whether r's buyer may hold units of r's sold-out SKU

@@ -57,7 +57,7 @@ func (p *Pipeline) checkBundle(r *Request) (Decision, bool) {
 func (p *Pipeline) bundleSoldOut(ctx context.Context, st *actState, r *Request, shards int) (d Decision, out, held bool) {
 	for _, it := range r.Items {
 		if k := st.skus[it.SKU]; k != nil && k.soldOut.Load() {
-			if p.bundleMayHold(ctx, r, shards) {
+			if p.bundleMayHold(ctx, p.holderView(r), shards) {
 				return Decision{}, false, true
 			}
 			if p.inTransit(ctx, r.Activity.ID, it.SKU, shards) {
