@@ -98,8 +98,12 @@ test-soak: redis
 # 1 a proxy instance killed mid-sale (and a fresh one started), 2 durable
 # winners (a replica), 4 Redis SIGKILLed and restarted from its AOF, 8 fair
 # start, 16 bundles (the cluster run: kill, fair start, bundles), so 32
-# consecutive seeds cover every combination; CHAOS_MIX=kill,durable,...
-# (or none) overrides it, CHAOS_ZAP=1 shows the instances' logs.
+# consecutive seeds cover every combination; §57 (red team chaos3) adds 32
+# verified buyers (JWT with a key rotation, or with bit 128 the shop's
+# session) and 64 serve's background reconciler in every instance with the
+# lease holder killed mid-pass; seeds below 32 (`test`'s) draw neither.
+# CHAOS_MIX=kill,durable,jwt,session,reckill,... (or none) overrides it,
+# CHAOS_ZAP=1 shows the instances' logs.
 CHAOS_RUNS ?= 50
 chaos: redis
 	CHAOS_RUNS=$(CHAOS_RUNS) nice -n 19 $(GO) test -count=1 -timeout 90m -run 'TestChaos$$|TestChaosCluster$$' -v ./internal/e2e/

@@ -56,6 +56,10 @@ type chaosMix struct {
 	// tokens among the clicks); reckill, serve's background reconciler in
 	// every instance and the lease holder killed mid-pass.
 	jwt, reckill bool
+	// session: buyers known by the shop's session cookie
+	// (identity.user.session); the identity bit's kind on seeds whose
+	// bit 128 is set.
+	session bool
 }
 
 // The bundle mix: activity C sells SKUs a and b as bundles of one unit
@@ -94,6 +98,9 @@ func (m chaosMix) String() string {
 	if m.jwt {
 		s = append(s, "jwt")
 	}
+	if m.session {
+		s = append(s, "session")
+	}
 	if m.reckill {
 		s = append(s, "reckill")
 	}
@@ -104,11 +111,14 @@ func (m chaosMix) String() string {
 }
 
 // chaosMixFor picks the seed's mix: seed mod 128 as seven bits (1 kill, 2
-// durable, 4 restart, 8 fair start, 16 bundles, 32 jwt, 64 reckill), so
-// seeds 1–3 (`make test`) cover kill, durable and both, and any 128
-// consecutive seeds cover every combination (32 consecutive seeds every
-// combination of the first five). The cluster run takes kills, fair start,
-// bundles, jwt and reckill (its nodes have no replicas and no AOF).
+// durable, 4 restart, 8 fair start, 16 bundles, 32 verified identity, 64
+// reckill), the identity's kind by bit 128 (JWT without it, the shop's
+// session with it), so seeds 1–3 (`make test`) cover kill, durable and
+// both, any 128 consecutive seeds every combination of the seven bits and
+// 256 both kinds of identity with each (32 consecutive seeds every
+// combination of the first five). The cluster run takes all but durable
+// (its nodes have no replicas); with restart its nodes run with AOF and
+// the stalled master is the one SIGKILLed and restarted (§57).
 func chaosMixFor(seed int64, cluster bool) chaosMix {
 	if env := os.Getenv("CHAOS_MIX"); env != "" {
 		var m chaosMix
@@ -126,12 +136,14 @@ func chaosMixFor(seed int64, cluster bool) chaosMix {
 				m.bundle = true
 			case "jwt":
 				m.jwt = true
+			case "session":
+				m.session = true
 			case "reckill":
 				m.reckill = true
 			}
 		}
 		if cluster {
-			m.durable, m.restart = false, false
+			m.durable = false
 		}
 		return m
 	}
@@ -140,9 +152,14 @@ func chaosMixFor(seed int64, cluster bool) chaosMix {
 		b += 8
 	}
 	m := chaosMix{kill: b&1 != 0, durable: b&2 != 0, restart: b&4 != 0, fair: seed/8%2 != 0, bundle: seed/16%2 != 0,
-		jwt: seed/32%2 != 0, reckill: seed/64%2 != 0}
+		reckill: seed/64%2 != 0}
+	if seed/32%2 != 0 {
+		// Verified identity: JWT on seeds 32–63 and 96–127 (mod 256),
+		// the shop's session on 160–191 and 224–255.
+		m.jwt, m.session = seed/128%2 == 0, seed/128%2 != 0
+	}
 	if cluster {
-		m.durable, m.restart = false, false
+		m.durable = false // no replicas (§57: restarts from AOF run on the cluster too)
 	}
 	return m
 }
@@ -160,6 +177,10 @@ type chaosInst struct {
 	stop   func()      // admission's loops (Pipeline.Run)
 	mu     sync.Mutex
 	killed time.Time
+	// killDone is when the kill's last cut was made: a request accepted
+	// before it may still have reached Redis through the instance (the
+	// cuts take a fraction of a millisecond, one after another).
+	killDone time.Time
 	// The reckill mix (chaos3_test.go): serve's background reconciler.
 	rec     *reservation.Reconciler
 	recStop func()
@@ -291,6 +312,7 @@ func (in *chaosInst) kill() {
 	in.stop()
 	in.mu.Lock()
 	recStop := in.recStop
+	in.killDone = time.Now()
 	in.mu.Unlock()
 	if recStop != nil {
 		recStop() // its pass's calls fail; its lease stays until its TTL
@@ -549,6 +571,21 @@ func (c *chaosEnv) killedGen(gen int) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// killSpan is when instance gen's kill began and when its last cut was
+// made (the kill's instant, as the emulation makes it).
+func (c *chaosEnv) killSpan(gen int) (from, to time.Time, ok bool) {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	for _, in := range c.all {
+		if in.gen == gen {
+			in.mu.Lock()
+			defer in.mu.Unlock()
+			return in.killed, in.killDone, !in.killed.IsZero()
+		}
+	}
+	return time.Time{}, time.Time{}, false
+}
+
 // senderGen is the instance whose relay made the shop connection from
 // addr (the shop's RemoteAddr), -1 if none.
 func (c *chaosEnv) senderGen(addr string) int {
@@ -581,8 +618,11 @@ func (c *chaosEnv) leftByAKill(answers []chaosAnswer, act, user, field string, c
 		if a.act != act || a.user != user || a.bad != "" || (a.err == nil && a.code != "STORE_UNAVAILABLE") {
 			continue
 		}
-		k, dead := c.killedGen(a.gen)
-		if dead && !a.sent.After(k) && createdMs >= a.sent.UnixMilli()-1 && createdMs <= k.UnixMilli()+1 {
+		// Sent before the kill's last cut (§57: seed 95's request reached
+		// the instance 0.1 ms into its kill, its reserve reached Redis
+		// before the relay's cut closed that connection).
+		_, k, dead := c.killSpan(a.gen)
+		if dead && !k.IsZero() && !a.sent.After(k) && createdMs >= a.sent.UnixMilli()-1 && createdMs <= k.UnixMilli()+1 {
 			return true
 		}
 	}

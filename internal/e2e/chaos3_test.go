@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -63,11 +64,12 @@ const (
 // chaosIdent is the jwt mix's identity provider: the keys, the JWKS file
 // the instances read, and every token it made (for the checker).
 type chaosIdent struct {
-	t    *testing.T
-	file string
-	k1   *jwttest.Key
-	k2   *jwttest.Key
-	k3   *jwttest.Key // never published
+	t       *testing.T
+	session bool // the session mix: the shop's whoami names the buyer
+	file    string
+	k1      *jwttest.Key
+	k2      *jwttest.Key
+	k3      *jwttest.Key // never published
 
 	mu          sync.Mutex
 	rng         *rand.Rand
@@ -75,19 +77,27 @@ type chaosIdent struct {
 	k2Published time.Time    // k2 in the file from then
 	withdrawn   time.Time    // k1 out of the file from then
 	last        map[string]string
+
+	smu      sync.Mutex
+	sessions map[string]string // the session mix: sid -> the user as the shop spells it ("" signed out)
 }
 
 func newChaosIdent(t *testing.T, seed int64) *chaosIdent {
 	id := &chaosIdent{t: t, file: filepath.Join(t.TempDir(), "jwks.json"),
 		k1: jwttest.EC(t, "k1"), k2: jwttest.EC(t, "k2"), k3: jwttest.EC(t, "k3"),
-		rng: rand.New(rand.NewSource(seed ^ 0x1d)), last: map[string]string{}}
+		rng: rand.New(rand.NewSource(seed ^ 0x1d)), last: map[string]string{}, sessions: map[string]string{}}
 	id.cur = id.k1
 	id.publish(id.k1)
 	return id
 }
 
 // userSource is identity.user for the harness config.
-func (id *chaosIdent) userSource() string {
+func (id *chaosIdent) userSource(shopURL string) string {
+	if id.session {
+		// timeout 300 ms (the default): the shop's slow mode is slower.
+		return fmt.Sprintf("{ session: { cookie: sid, url: %q, user_from: \"json:/user_id\", ttl: 30s, negative_ttl: 2s }, case_fold: true }",
+			strings.TrimSuffix(shopURL, "/")+"/internal/whoami")
+	}
 	return fmt.Sprintf("{ jwt: { jwks_file: %q, issuer: %q, audience: %q, algorithms: [ES256] }, case_fold: true }",
 		id.file, chaosJWTIss, chaosJWTAud)
 }
@@ -108,6 +118,7 @@ func (id *chaosIdent) publish(keys ...*jwttest.Key) {
 // chaosCred is the credential of one request.
 type chaosCred struct {
 	tok, kid string
+	sid      string // the session mix: the session cookie
 	bad      string // "" a valid token; else what is wrong with it
 	dev      string
 	spoof    string // the X-User-Id sent beside it (ignored by the proxy)
@@ -138,6 +149,21 @@ func (id *chaosIdent) cred(user string, fresh bool) chaosCred {
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	c := chaosCred{dev: fmt.Sprintf("dev-%x", id.rng.Int63()), spoof: fmt.Sprintf("spoof-%d", id.rng.Intn(1000))}
+	if id.session {
+		// The user's device keeps its session; now and then (one click in
+		// six) another device signs in: a session of its own, the shop's
+		// whoami spelling the user its own way.
+		if old, ok := id.last[user]; ok && id.rng.Intn(6) != 0 {
+			c.sid = old
+			return c
+		}
+		c.sid = fmt.Sprintf("s%x", id.rng.Int63())
+		id.last[user] = c.sid
+		id.smu.Lock()
+		id.sessions[c.sid] = id.spelling(user)
+		id.smu.Unlock()
+		return c
+	}
 	if old, ok := id.last[user]; ok && !fresh && id.rng.Intn(6) == 0 {
 		c.tok, c.kid = old, chaosKid(old)
 		return c
@@ -154,6 +180,20 @@ func (id *chaosIdent) badCred(user string) chaosCred {
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	c := chaosCred{dev: fmt.Sprintf("dev-%x", id.rng.Int63()), spoof: user}
+	if id.session {
+		switch id.rng.Intn(20) {
+		case 0, 1, 2:
+			c.sid, c.bad = fmt.Sprintf("s%x", id.rng.Int63()), "unknown_session" // never signed in
+		case 3, 4:
+			c.sid, c.bad = fmt.Sprintf("s%x", id.rng.Int63()), "signed_out"
+			id.smu.Lock()
+			id.sessions[c.sid] = ""
+			id.smu.Unlock()
+		default:
+			return chaosCred{}
+		}
+		return c
+	}
 	switch id.rng.Intn(20) {
 	case 0, 1:
 		cl := id.claims(id.spelling(user))
@@ -174,6 +214,73 @@ func (id *chaosIdent) badCred(user string) chaosCred {
 	}
 	c.kid = chaosKid(c.tok)
 	return c
+}
+
+// whoami is the shop's session look-up (identity.user.session.url): the
+// user a session belongs to, 401 for one unknown or signed out. In the
+// shop's bad moods it answers as its buys do: 503, 502, slower than the
+// proxy's look-up timeout, or a reset connection (each AUTH_UNAVAILABLE:
+// nothing held, the buyer asks again).
+func (id *chaosIdent) whoami(s *chaosShop, w http.ResponseWriter, r *http.Request) {
+	switch s.mode.Load() {
+	case shop503:
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	case shop502:
+		w.WriteHeader(http.StatusBadGateway)
+		return
+	case shopSlow:
+		time.Sleep(time.Duration(s.latency.Load()))
+	case shopResetBefore, shopResetAfter:
+		if hj, ok := w.(http.Hijacker); ok {
+			if c, _, err := hj.Hijack(); err == nil {
+				_ = c.Close()
+				return
+			}
+		}
+		panic(http.ErrAbortHandler)
+	}
+	u := ""
+	if ck, err := r.Cookie("sid"); err == nil {
+		u = id.sessionUser(ck.Value)
+	}
+	if u == "" {
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]string{"user_id": u})
+}
+
+// sessionUser is the user session sid belongs to, as the shop spells it
+// ("" none).
+func (id *chaosIdent) sessionUser(sid string) string {
+	id.smu.Lock()
+	defer id.smu.Unlock()
+	return id.sessions[sid]
+}
+
+// beforeLookup says whether a (a SOLD_OUT in the session mix) came from
+// an instance that had not looked up its session: no answer of that
+// instance (gen) for the session that only a looked-up buyer gets (WIN, a
+// replay, QUEUED, PENDING, ALREADY_PURCHASED, UPSTREAM_*) came before it,
+// within the session ttl (30 s). Such a buyer is not known on a sold-out
+// SKU: the look-up is not spent on it (README, Session identity), and the
+// holders check has no user (§57).
+func (c *chaosEnv) beforeLookup(answers []chaosAnswer, a chaosAnswer) bool {
+	if c.ident == nil || !c.ident.session || a.sid == "" {
+		return false
+	}
+	for _, b := range answers {
+		if b.sid != a.sid || b.gen != a.gen || !b.got.Before(a.sent) || a.sent.Sub(b.got) > 30*time.Second {
+			continue
+		}
+		switch {
+		case b.win, b.code == "QUEUED", b.code == "PENDING", b.code == "ALREADY_PURCHASED", strings.HasPrefix(b.code, "UPSTREAM_"):
+			return false
+		}
+	}
+	return true
 }
 
 // chaosKid is a token's kid header.
@@ -234,7 +341,7 @@ func (id *chaosIdent) rotate(c *chaosEnv, gap time.Duration) {
 
 // identitySteps is the jwt mix's lane: one rotation.
 func (c *chaosEnv) identitySteps(chaosFor time.Duration) []chaosStep {
-	if c.ident == nil {
+	if c.ident == nil || c.ident.session {
 		return nil
 	}
 	rng := rand.New(rand.NewSource(c.seed ^ 0x7e1))
@@ -264,6 +371,9 @@ func (c *chaosEnv) checkIdentity(answers []chaosAnswer, recs map[string]map[stri
 		switch {
 		case a.bad != "":
 			refused[a.bad+"/"+a.code]++
+			if id.session && a.code == "AUTH_UNAVAILABLE" && a.status == 503 && a.token == "" {
+				continue // the look-up failed (the shop's bad mood): nothing held either
+			}
 			if a.code != "UNAUTHENTICATED" || a.status != 401 || a.token != "" {
 				t.Errorf("%s: %s's %s token answered %d %s (token %q), want 401 UNAUTHENTICATED and nothing", a.act, a.user, a.bad, a.status, a.code, a.token)
 			}
@@ -283,12 +393,21 @@ func (c *chaosEnv) checkIdentity(answers []chaosAnswer, recs map[string]map[stri
 			withdrawnAfter++
 			t.Errorf("%s: %s's k1 token answered %d %s at %s, %v after k1 was withdrawn", a.act, a.user, a.status, a.code,
 				a.got.Format("15:04:05.000"), a.sent.Sub(withdrawn).Round(time.Millisecond))
+		case a.code == "AUTH_UNAVAILABLE" && id.session:
+			refused["valid/AUTH_UNAVAILABLE"]++
+			if a.status != 503 || a.token != "" {
+				t.Errorf("%s: %s: AUTH_UNAVAILABLE %d with token %q", a.act, a.user, a.status, a.token)
+			}
 		case a.code == "AUTH_UNAVAILABLE":
 			t.Errorf("%s: %s: 503 AUTH_UNAVAILABLE with a key file in place", a.act, a.user)
 		}
 	}
-	t.Logf("jwt: k2 published %s, k1 withdrawn %s; bad tokens by answer %v; k1 tokens refused after the withdrawal %d",
-		published.Format("15:04:05.000"), withdrawn.Format("15:04:05.000"), chaosSorted(refused), withdrawnRefused)
+	if id.session {
+		t.Logf("session: look-ups by answer %v", chaosSorted(refused))
+	} else {
+		t.Logf("jwt: k2 published %s, k1 withdrawn %s; bad tokens by answer %v; k1 tokens refused after the withdrawal %d",
+			published.Format("15:04:05.000"), withdrawn.Format("15:04:05.000"), chaosSorted(refused), withdrawnRefused)
+	}
 	for act, rs := range recs {
 		for field, r := range rs {
 			if !chaosCanonUser.MatchString(r.User) {
@@ -321,7 +440,7 @@ type chaosLeaseKill struct {
 	holder string
 	at     time.Time
 	fence  int64
-	expiry time.Time // the dead lease's, from its PTTL read after the kill
+	expiry time.Time // the dead lease's, no later than Redis's (its PTTL read after the kill)
 }
 
 // startRec runs serve's backgroundReconciler in instance in (the reckill
@@ -399,24 +518,26 @@ func (c *chaosEnv) leaseKey() string {
 	return c.cfg0.Redis.KeyPrefix + ":{lease}:" + reservation.LeaseName
 }
 
-// leaseNow is the lease's holder and fence as Redis has them, and its PTTL.
-func (c *chaosEnv) leaseNow() (holder string, fence int64, pttl time.Duration, ok bool) {
+// leaseNow is the lease's holder and fence as Redis has them, and when it
+// expires: no earlier than its PTTL after the moment before the reads.
+func (c *chaosEnv) leaseNow() (holder string, fence int64, expiry time.Time, ok bool) {
+	before := time.Now()
 	v, err := c.do()("GET", c.leaseKey())
 	if err != nil || v == "" {
-		return "", 0, 0, false
+		return "", 0, time.Time{}, false
 	}
 	i := strings.LastIndexByte(v, '|')
 	if i < 0 {
-		return "", 0, 0, false
+		return "", 0, time.Time{}, false
 	}
 	_, _ = fmt.Sscan(v[i+1:], &fence)
 	ms, err := c.do()("PTTL", c.leaseKey())
 	if err == nil {
 		var n int64
 		_, _ = fmt.Sscan(ms, &n)
-		pttl = time.Duration(n) * time.Millisecond
+		expiry = before.Add(time.Duration(n) * time.Millisecond)
 	}
-	return v[:i], fence, pttl, true
+	return v[:i], fence, expiry, true
 }
 
 // leaseKillSteps is the reckill mix's lane: once, the instance holding the
@@ -454,12 +575,12 @@ poll:
 				go func() { defer c.bg.Done(); c.killAndReplaceThen(slot, gap, func() { close(done) }) }()
 				<-done // killed (its successor comes gap later)
 				at, _ := in.killedAt()
-				h2, f2, pttl, still := c.leaseNow()
+				h2, f2, expiry, still := c.leaseNow()
 				k := chaosLeaseKill{gen: in.gen, holder: holder, at: at, fence: fence}
 				switch {
 				case still && h2 == holder && f2 == fence:
-					k.expiry = time.Now().Add(pttl)
-					c.logf("killed instance %d mid-pass holding the reconciler lease (fence %d, %v left)", in.gen, fence, pttl)
+					k.expiry = expiry
+					c.logf("killed instance %d mid-pass holding the reconciler lease (fence %d, until %s)", in.gen, fence, expiry.Format("15:04:05.000"))
 				default:
 					// Its pass ended (and let go) between the read and
 					// the kill: a kill all the same, not the one asked for.
@@ -514,7 +635,7 @@ func (c *chaosEnv) checkLeaseKills() {
 		t.Logf("reconciler lease of killed instance %d (fence %d, killed %s, expiring %s): taken over by instance %d (fence %d), pass %s..%s",
 			k.gen, k.fence, k.at.Format("15:04:05.000"), k.expiry.Format("15:04:05.000"), p.gen, p.fence,
 			p.start.Format("15:04:05.000"), p.end.Format("15:04:05.000"))
-		if p.end.Before(k.expiry.Add(-20 * time.Millisecond)) {
+		if p.end.Before(k.expiry) { // it took the lease before the end of its pass
 			t.Errorf("reconciler lease of killed instance %d taken over by instance %d before it expired (pass done %s, lease until %s)",
 				k.gen, p.gen, p.end.Format("15:04:05.000"), k.expiry.Format("15:04:05.000"))
 		}

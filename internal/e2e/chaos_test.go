@@ -159,9 +159,10 @@ var shopModeNames = []string{"normal", "slow", "503", "502-after-order", "reset-
 // order, as a shop does before the operator's release.
 type chaosShop struct {
 	*ra12Shop
-	mode atomic.Int32
-	smu  sync.Mutex
-	sent map[string]*chaosSent // by token
+	mode  atomic.Int32
+	ident *chaosIdent // the session mix: whoami's sessions
+	smu   sync.Mutex
+	sent  map[string]*chaosSent // by token
 }
 
 type chaosSent struct {
@@ -184,6 +185,10 @@ func chaosStartShop(t *testing.T) *chaosShop {
 
 func (s *chaosShop) handle(w http.ResponseWriter, r *http.Request) {
 	tok := r.Header.Get("X-Seckill-Token")
+	if r.URL.Path == "/internal/whoami" && s.ident != nil {
+		s.ident.whoami(s, w, r)
+		return
+	}
 	if tok == "" || r.URL.Path == "/internal/orders" {
 		s.serve(w, r)
 		return
@@ -195,6 +200,9 @@ func (s *chaosShop) handle(w http.ResponseWriter, r *http.Request) {
 		s.sent[tok] = &chaosSent{act: r.Header.Get("X-Seckill-Activity"), user: user, qty: qty}
 		if a := r.Header.Get("Authorization"); a != "" {
 			s.sent[tok].claim = chaosClaim(a)
+		}
+		if ck, err := r.Cookie("sid"); err == nil && s.ident != nil {
+			s.sent[tok].claim = strings.ToLower(strings.TrimSpace(s.ident.sessionUser(ck.Value)))
 		}
 	}
 	s.sent[tok].n++
@@ -273,6 +281,7 @@ type chaosAnswer struct {
 	err            error
 	body           string
 	kid, bad       string // the jwt mix: the token's key, what is wrong with it ("" nothing)
+	sid            string // the session mix: the session cookie
 }
 
 // chaosBuyer is one buyer's click as the seed planned it.
@@ -451,7 +460,15 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 	c := &chaosEnv{t: t, seed: seed, cluster: cluster, refunded: map[string]string{}, mix: chaosMixFor(seed, cluster)}
 	var redisExtra []string
 	if cluster {
-		c.redis = StartCluster(t)
+		if c.mix.restart {
+			// §57: the victim master SIGKILLed and restarted from its AOF
+			// (appendfsync always, as on the single node), rejoining as
+			// itself (its nodes.conf); no replica, so no failover.
+			nodes := redistest.StartClusterWith(t, 3, "--appendonly", "yes", "--appendfsync", "always")
+			c.redis = &Redis{Addrs: nodes.Addrs(), Cluster: true, Nodes: nodes}
+		} else {
+			c.redis = StartCluster(t)
+		}
 		c.victim = c.redis.Nodes.Nodes[rng.Intn(len(c.redis.Nodes.Nodes))]
 	} else {
 		args := []string{"--enable-debug-command", "yes"}
@@ -489,9 +506,11 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 				QtyFrom: "query:qty", Mode: "queue"},
 		}}
 	c.bundleC = chaosBundleActivity(start, end)
-	if c.mix.jwt {
+	if c.mix.jwt || c.mix.session {
 		c.ident = newChaosIdent(t, seed)
-		c.opts.User = c.ident.userSource()
+		c.ident.session = c.mix.session
+		c.shop.ident = c.ident
+		c.opts.User = c.ident.userSource(c.shop.URL)
 	}
 	if c.mix.fair {
 		a := &c.opts.Activities[0]
@@ -792,7 +811,7 @@ func (c *chaosEnv) click(b chaosBuyer, i int) {
 					cred = c.ident.cred(user, true)
 					retry = true
 				}
-			case "STORE_UNAVAILABLE", "PENDING", "BUSY", "PAUSED", "NOT_READY":
+			case "STORE_UNAVAILABLE", "PENDING", "BUSY", "PAUSED", "NOT_READY", "AUTH_UNAVAILABLE":
 				retry = true
 			case "NOT_STARTED":
 				retry = true // the fair-start mix: A opens during the chaos
@@ -821,9 +840,12 @@ func (c *chaosEnv) click(b chaosBuyer, i int) {
 
 func (c *chaosEnv) buy(act, user, rid string, qty int64, inst int, cred chaosCred) chaosAnswer {
 	h := [][2]string{{"X-User-Id", user}}
-	if cred.tok != "" {
+	switch {
+	case cred.tok != "":
 		// The proxy must take the user from the token, whatever these say.
 		h = [][2]string{{"X-User-Id", cred.spoof}, {"X-Device-Id", cred.dev}, {"Authorization", "Bearer " + cred.tok}}
+	case cred.sid != "":
+		h = [][2]string{{"X-User-Id", cred.spoof}, {"X-Device-Id", cred.dev}, {"Cookie", "sid=" + cred.sid}}
 	}
 	if rid != "" {
 		h = append(h, [2]string{"X-Request-Id", rid})
@@ -837,14 +859,17 @@ func (c *chaosEnv) buy(act, user, rid string, qty int64, inst int, cred chaosCre
 		uri, body = "/api/seckill/"+act+"/bundle", chaosBundleBody
 		h = append(h, [2]string{"Content-Type", "application/json"})
 	}
-	a := chaosAnswer{act: act, user: user, rid: rid, qty: qty, inst: inst, sent: time.Now(), kid: cred.kid, bad: cred.bad}
+	a := chaosAnswer{act: act, user: user, rid: rid, qty: qty, inst: inst, sent: time.Now(), kid: cred.kid, bad: cred.bad, sid: cred.sid}
 	in := c.inst(inst)
 	a.gen = in.gen
 	r := Do(nil, in.Addr, Req{URI: uri, Header: h, Body: body, Timeout: 10 * time.Second})
 	a.got = time.Now()
 	a.code, a.status, a.token, a.err = r.Code, r.Status, r.Token(), r.Err
 	a.win = r.Code == "WIN" || ra12Replay(r)
-	unauth := r.Code == "UNAUTHENTICATED" && r.Status == 401 && strings.HasPrefix(r.Header["Www-Authenticate"], "Bearer") // the jwt mix (SPEC, RFC 6750)
+	// The jwt and session mixes' refusals (SPEC; RFC 6750, the Cookie scheme).
+	unauth := (r.Code == "UNAUTHENTICATED" && r.Status == 401 && (strings.HasPrefix(r.Header["Www-Authenticate"], "Bearer") ||
+		strings.HasPrefix(r.Header["Www-Authenticate"], "Cookie "))) ||
+		(r.Code == "AUTH_UNAVAILABLE" && r.Status == 503 && r.Header["Retry-After"] != "")
 	if r.Err == nil && !ra12SpecCode(r) && (r.Code != "NOT_STARTED" || r.Status != 403) && !unauth {
 		a.body = string(r.Body)
 	}
@@ -1293,7 +1318,7 @@ func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaos
 		}
 		return false
 	}
-	transit, concurrent, unseen, bad := 0, 0, 0, 0
+	transit, concurrent, unseen, bad, unlooked := 0, 0, 0, 0, 0
 	for _, a := range answers {
 		if a.act != x.a.ID || a.code != "SOLD_OUT" {
 			continue
@@ -1316,6 +1341,9 @@ func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaos
 				continue
 			case inFault(a.got):
 				transit++
+				continue
+			case c.beforeLookup(answers, a):
+				unlooked++
 				continue
 			}
 			bad++
@@ -1342,6 +1370,9 @@ func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaos
 					case inFault(a.got):
 						transit++ // memory older than Redis (§49, §50)
 						continue
+					case c.beforeLookup(answers, a):
+						unlooked++ // a session this instance never looked up (§57)
+						continue
 					}
 					t.Logf("%s: %s's reservation %s run by Redis %s; their answers: %s", x.a.ID, u, h.id, ran.Format("15:04:05.000000"), c.answersOf(answers, x.a.ID, u))
 					t.Errorf("%s: %s's last answer was SOLD_OUT (at %s on %d, request id %q, during a fault %v) while a reservation of theirs (created %s) is %s",
@@ -1350,7 +1381,8 @@ func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaos
 			}
 		}
 	}
-	t.Logf("%s: late reservations released by their aborts %d; SOLD_OUT beside one: %d concurrent with its run, %d during a fault (§49), %d after", x.a.ID, late, concurrent, transit, bad)
+	t.Logf("%s: late reservations released by their aborts %d; SOLD_OUT beside one: %d concurrent with its run, %d during a fault (§49), %d from an instance that had not looked up the session (§57), %d after",
+		x.a.ID, late, concurrent, transit, unlooked, bad)
 }
 
 // answersOf lists user's answers for act, in the order they came.

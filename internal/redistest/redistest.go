@@ -301,10 +301,19 @@ func (c *Cluster) Addrs() []string {
 // --cluster create, and waits for cluster_state:ok on every node.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
+	return StartClusterWith(t, n)
+}
+
+// StartClusterWith is StartCluster with more redis-server arguments for
+// every node (e.g. appendonly, so a node SIGKILLed and Restarted comes back
+// with its data; its nodes.conf is in its Dir, so it rejoins as itself).
+func StartClusterWith(t testing.TB, n int, extra ...string) *Cluster {
+	t.Helper()
 	c := &Cluster{}
 	for i := 0; i < n; i++ {
-		c.Nodes = append(c.Nodes, Start(t, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
-			"--cluster-config-file", "nodes.conf"))
+		args := append([]string{"--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
+			"--cluster-config-file", "nodes.conf"}, extra...)
+		c.Nodes = append(c.Nodes, Start(t, args...))
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
