@@ -532,12 +532,14 @@ func (c *chaosEnv) leaseNow() (holder string, fence int64, expiry time.Time, ok 
 	}
 	_, _ = fmt.Sscan(v[i+1:], &fence)
 	ms, err := c.do()("PTTL", c.leaseKey())
+	var n int64
 	if err == nil {
-		var n int64
 		_, _ = fmt.Sscan(ms, &n)
-		expiry = before.Add(time.Duration(n) * time.Millisecond)
 	}
-	return v[:i], fence, expiry, true
+	if n <= 0 {
+		return "", 0, time.Time{}, false // gone between the two reads (or unreadable)
+	}
+	return v[:i], fence, before.Add(time.Duration(n) * time.Millisecond), true
 }
 
 // leaseKillSteps is the reckill mix's lane: once, the instance holding the
@@ -555,6 +557,7 @@ func (c *chaosEnv) leaseKillSteps(chaosFor time.Duration) []chaosStep {
 
 func (c *chaosEnv) killLeaseHolder(gap time.Duration) {
 	deadline := time.Now().Add(3 * time.Second)
+	tries := 0
 poll:
 	for time.Now().Before(deadline) {
 		holder, fence, _, ok := c.leaseNow()
@@ -584,7 +587,13 @@ poll:
 				default:
 					// Its pass ended (and let go) between the read and
 					// the kill: a kill all the same, not the one asked for.
-					c.logf("killed instance %d, but its lease was gone already (now %q %d): trying again", in.gen, h2, f2)
+					c.logf("killed instance %d, but its lease was gone already (now %q %d)", in.gen, h2, f2)
+					c.mu.Lock()
+					c.leaseMisses++
+					c.mu.Unlock()
+					if tries++; tries == 3 {
+						return
+					}
 					time.Sleep(gap + 200*time.Millisecond)
 					continue poll
 				}
@@ -636,6 +645,16 @@ func (c *chaosEnv) checkLeaseKills() {
 			k.gen, k.fence, k.at.Format("15:04:05.000"), k.expiry.Format("15:04:05.000"), p.gen, p.fence,
 			p.start.Format("15:04:05.000"), p.end.Format("15:04:05.000"))
 		if p.end.Before(k.expiry) { // it took the lease before the end of its pass
+			if at, ok := c.mon.leaseLetGo(k.holder, k.at); ok && c.cluster {
+				// The killed instance's let-go reached Redis after its
+				// kill: on a cluster the client dials the nodes past any
+				// relay and a redial may outlive the kill's Closes (§53:
+				// the cluster kill is not airtight). Not what a SIGKILL
+				// does; nothing of the product's.
+				t.Logf("reconciler lease of killed instance %d released by its own let-go at %s, after its kill (the cluster kill is not airtight, §53): taken over at once",
+					k.gen, at.Format("15:04:05.000000"))
+				continue
+			}
 			t.Errorf("reconciler lease of killed instance %d taken over by instance %d before it expired (pass done %s, lease until %s)",
 				k.gen, p.gen, p.end.Format("15:04:05.000"), k.expiry.Format("15:04:05.000"))
 		}
@@ -664,7 +683,21 @@ func (c *chaosEnv) checkLeaseKills() {
 		}
 	}
 	c.mu.Unlock()
-	t.Logf("background reconcile passes: %d repaired, %d fences; others %v; lease kills %d", n, len(byFence), chaosSorted(errs), len(kills))
+	t.Logf("background reconcile passes: %d repaired, %d fences; others %v; lease holders killed mid-pass %d (kills that found the lease let go already %d)",
+		n, len(byFence), chaosSorted(errs), len(kills), c.leaseMisses)
+}
+
+// leaseLetGo is when Redis ran a release of the reconciler lease by holder
+// (ReleaseLease's compare-and-delete names it) after after, if it did.
+func (m *chaosMonitor) leaseLetGo(holder string, after time.Time) (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, l := range m.lease {
+		if l.at.After(after) && strings.Contains(l.line, "DEL") && strings.Contains(l.line, "\""+holder+"\"") {
+			return l.at, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // stopRecs stops every live instance's background reconciler (before the

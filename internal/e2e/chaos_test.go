@@ -337,9 +337,10 @@ type chaosEnv struct {
 	canary   int
 	log      []string // what the schedule did, for a failing run
 
-	ident      *chaosIdent // the jwt mix (chaos3_test.go)
-	passes     []chaosPass // the reckill mix: background reconcile passes
-	leaseKills []chaosLeaseKill
+	ident       *chaosIdent // the jwt mix (chaos3_test.go)
+	passes      []chaosPass // the reckill mix: background reconcile passes
+	leaseKills  []chaosLeaseKill
+	leaseMisses int
 }
 
 func (c *chaosEnv) logf(format string, args ...any) {
@@ -725,12 +726,12 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 		// pending_timeout, would release it unsent.
 		deadline := time.Now().Add(20 * time.Second)
 		for {
-			var queued []string
-			for field, r := range rtAuditAt(t, c.redis.Addrs, chaosB, chaosStockB, chaosLimitB) {
-				if r.State == "q" && r.Reason != "" { // a q record's sixth field is its entry id
-					queued = append(queued, fmt.Sprintf("%s of %s (stamped %s)", field, r.User, time.UnixMilli(r.CreatedMs).Format("15:04:05.000")))
-				}
-			}
+			// Read without the audit's asserts: workers and (the reckill
+			// mix) background reconcilers still settle while this waits,
+			// and a release between the audit's reads of a shard's
+			// records and its users hash is no broken invariant (seed 104,
+			// §57). The strict audit runs once Redis is quiet.
+			queued := c.queuedWithEntry(chaosB)
 			entries := 0
 			for _, addr := range c.redis.Addrs {
 				keys, _ := redistest.Do(addr, "KEYS", "*{cb:*:log")
@@ -769,6 +770,30 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 	waitSettled(t, 15*time.Second, c.live()...)
 	c.quiet()
 	c.check()
+}
+
+// queuedWithEntry lists act's queued records that name a stream entry (a
+// q record's sixth field is its entry id), read from Redis as they are.
+func (c *chaosEnv) queuedWithEntry(act string) []string {
+	var out []string
+	for _, addr := range c.redis.Addrs {
+		keys, _ := redistest.Do(addr, "KEYS", "*{"+act+":*")
+		for _, k := range rtLines(keys) {
+			if !strings.HasSuffix(k, ":res") {
+				continue
+			}
+			raw, _ := redistest.Do(addr, "HGETALL", k)
+			f := rtLines(raw)
+			for j := 0; j+1 < len(f); j += 2 {
+				parts := strings.Split(f[j+1], "|")
+				if len(parts) > 5 && parts[0] == "q" && parts[5] != "" {
+					created, _ := strconv.ParseInt(parts[3], 10, 64)
+					out = append(out, fmt.Sprintf("%s of %s (stamped %s)", f[j], parts[1], time.UnixMilli(created).Format("15:04:05.000")))
+				}
+			}
+		}
+	}
+	return out
 }
 
 type chaosStep struct {
@@ -1418,6 +1443,13 @@ type chaosMonitor struct {
 	addrs []string
 	mu    sync.Mutex
 	first map[string]time.Time // token id -> first EVAL/EVALSHA naming it
+	lease []chaosMonLine       // script calls on the reconciler lease (§57)
+}
+
+// chaosMonLine is one MONITOR line and when Redis ran it.
+type chaosMonLine struct {
+	at   time.Time
+	line string
 }
 
 func chaosStartMonitor(t *testing.T, addrs []string) *chaosMonitor {
@@ -1490,6 +1522,11 @@ func (m *chaosMonitor) line(l string) {
 		return
 	}
 	at := time.Unix(si, ui*1000)
+	if strings.Contains(rest, "{lease}:"+reservation.LeaseName) {
+		m.mu.Lock()
+		m.lease = append(m.lease, chaosMonLine{at, rest})
+		m.mu.Unlock()
+	}
 	for _, f := range strings.Split(rest, "\" \"") {
 		// Scripts name a reservation by its field, "<sku>:<id>".
 		if i := strings.LastIndexByte(f, ':'); i >= 0 {
