@@ -24,8 +24,14 @@ import (
 )
 
 // Red team chaos3 (2026-12-07, docs/decisions.md §57): what §53 left out
-// of TestChaos's mix, as two more bits of chaosMixFor:
+// of TestChaos's mix, as two more bits of chaosMixFor (and, on the
+// cluster, restarts from AOF: redistest.StartClusterWith):
 //
+//   - session (32 with 128): as jwt below, but the buyer is who the shop's
+//     whoami says their session cookie belongs to (identity.user.session;
+//     the chaos shop's /internal/whoami, answering 503, 502, slowly or
+//     with a reset in its bad moods: AUTH_UNAVAILABLE, asked again); bad
+//     sessions (never signed in, signed out) are 401;
 //   - jwt (32): buyers are known by a verified token (identity.user.jwt,
 //     keys from a JWKS file, case_fold). Every click is a new device (its
 //     own token, X-Device-Id, a spoofed X-User-Id the proxy must ignore)
@@ -352,6 +358,13 @@ func (c *chaosEnv) identitySteps(chaosFor time.Duration) []chaosStep {
 
 var chaosCanonUser = regexp.MustCompile(`^u[0-9]+$`)
 
+// chaosBeforeLookup are the answers a bad session may get besides 401: a
+// failed look-up, and what admission answers from memory before looking
+// the session up (SOLD_OUT, or STORE_UNAVAILABLE when units are in
+// transit, §54).
+var chaosBeforeLookup = map[string]int{"AUTH_UNAVAILABLE": 503, "SOLD_OUT": 410, "PAUSED": 503,
+	"NOT_STARTED": 403, "NOT_READY": 503, "STORE_UNAVAILABLE": 503}
+
 // checkIdentity is the jwt mix's part of check: answers to refused tokens,
 // valid tokens never refused for their key, a withdrawn key refused, and
 // every record and order under a canonical verified id.
@@ -371,8 +384,12 @@ func (c *chaosEnv) checkIdentity(answers []chaosAnswer, recs map[string]map[stri
 		switch {
 		case a.bad != "":
 			refused[a.bad+"/"+a.code]++
-			if id.session && a.code == "AUTH_UNAVAILABLE" && a.status == 503 && a.token == "" {
-				continue // the look-up failed (the shop's bad mood): nothing held either
+			if id.session && a.token == "" && chaosBeforeLookup[a.code] == a.status {
+				// The look-up failed (the shop's bad mood), or admission
+				// refused the buy from memory before any look-up (README,
+				// Session identity: not started, paused, sold out...).
+				// Nothing held, no token either way.
+				continue
 			}
 			if a.code != "UNAUTHENTICATED" || a.status != 401 || a.token != "" {
 				t.Errorf("%s: %s's %s token answered %d %s (token %q), want 401 UNAUTHENTICATED and nothing", a.act, a.user, a.bad, a.status, a.code, a.token)

@@ -820,7 +820,7 @@ func (c *chaosEnv) click(b chaosBuyer, i int) {
 	var cred chaosCred
 	if c.ident != nil {
 		// A device with a bad token first, now and then: refused, nothing held.
-		if bad := c.ident.badCred(user); bad.tok != "" {
+		if bad := c.ident.badCred(user); bad.tok != "" || bad.sid != "" {
 			c.buy(act, user, rid, qty, inst, bad)
 		}
 		cred = c.ident.cred(user, false)
