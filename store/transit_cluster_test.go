@@ -34,11 +34,35 @@ func TestTransitIsNotSoldOut(t *testing.T) {
 		{"home on the donor's master", true},
 		{"home on another master", false},
 	} {
-		t.Run(tc.name, func(t *testing.T) { transitWave(t, tc.donorsMaster) })
+		t.Run(tc.name, func(t *testing.T) { transitWave(t, tc.donorsMaster, false) })
 	}
 }
 
-func transitWave(t *testing.T, donorsMaster bool) {
+// TestTransitIsNotSoldOutFleetWide (decisions §58): the same stall, seen
+// from the other instance, which holds no settle of the SKU. Before §58 it
+// answered its buyers SOLD_OUT from memory for the whole stall, and for
+// the few ms after it that its memory lags Redis, while the unit sat in
+// transit and then in the late reservation whose abort gives it back. The
+// instance whose call timed out marks the SKU in transit on every shard
+// tag (store/fleetmark.go): during the stall the other instance answers
+// STORE_UNAVAILABLE, and from the master's wake until one of its buyers
+// wins the unit that came back it never answers SOLD_OUT; once the marks
+// have lapsed (bounded) it answers SOLD_OUT from memory again.
+func TestTransitIsNotSoldOutFleetWide(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		donorsMaster bool
+	}{
+		{"home on the donor's master", true},
+		{"home on another master", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) { transitWave(t, tc.donorsMaster, true) })
+	}
+}
+
+// transitWave runs the stall; fleet asserts what the other instance, b,
+// answers (else it is logged).
+func transitWave(t *testing.T, donorsMaster, fleet bool) {
 	const shards = 4
 	cl := redistest.StartCluster(t, 3)
 	cfg := redisConfig(cl.Addrs(), true)
@@ -117,13 +141,47 @@ func transitWave(t *testing.T, donorsMaster bool) {
 	if !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("during the stall, the instance holding the move's settle answered another buyer %v (from memory %v), %v; want ErrUnavailable (the unit comes back)", res.Code, res.FromMemory, err)
 	}
-	if res, err := b.Reserve(ctx(t), reserveReq(act, w, 1)); err == nil {
-		t.Logf("during the stall, the other instance (nothing held for the SKU) answered %v (from memory %v): the fleet gap", res.Code, res.FromMemory)
+	res, err = b.Reserve(ctx(t), reserveReq(act, w, 1))
+	switch {
+	case fleet && !errors.Is(err, store.ErrUnavailable):
+		t.Errorf("during the stall, the other instance (nothing held for the SKU) answered %v (from memory %v), %v; want ErrUnavailable (the unit comes back): the fleet gap", res.Code, res.FromMemory, err)
+	case err == nil:
+		t.Logf("during the stall, the other instance (nothing held for the SKU) answered %v (from memory %v)", res.Code, res.FromMemory)
 	}
 	if d := time.Since(stoppedAt); d > 900*time.Millisecond {
 		t.Fatalf("the stall's checks took %v: the cached flags may have expired", d)
 	}
 	stopped.Resume(t)
+	if fleet {
+		// From the wake until one of b's buyers wins the unit that comes
+		// back, b never says SOLD_OUT (its memory may lag the abort that
+		// reopens a shard: §54's "a few ms after the stall").
+		woke := time.Now()
+		for n := 2; ; n++ {
+			res, err := b.Reserve(ctx(t), reserveReq(act, userOn(other, shards, n), 1))
+			if err == nil && res.Code == lua.OK {
+				t.Logf("b's buyer won the unit %v after the wake", time.Since(woke))
+				break
+			}
+			if err == nil && res.Code == lua.Empty {
+				stopped.Resume(t)
+				t.Fatalf("%v after the wake, the other instance answered SOLD_OUT (from memory %v) with the unit still to come back (retrier jobs of a: %d)", time.Since(woke), res.FromMemory, a.Retrier().Len())
+			}
+			if time.Since(woke) > 5*time.Second {
+				t.Fatalf("the unit did not come back within 5 s (last answer %v, %v)", res.Code, err)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		settled := time.Now()
+		eventually(t, 5*time.Second, "the instance's settles answered", func() bool { return a.Retrier().Len() == 0 })
+		// The marks lapse: b answers SOLD_OUT from memory again, soon.
+		eventually(t, 2*time.Second, "SOLD_OUT on b once the marks lapsed", func() bool {
+			res, err := b.Reserve(ctx(t), reserveReq(act, w, 1))
+			return err == nil && res.Code == lua.Empty
+		})
+		t.Logf("b answered SOLD_OUT again %v after its buyer won", time.Since(settled))
+		return
+	}
 	eventually(t, 5*time.Second, "the instance's settles answered", func() bool { return a.Retrier().Len() == 0 })
 	// The unit is back on sale (the late reservation released, or the move
 	// deposited): v, told to come back, gets it.
