@@ -388,9 +388,10 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 			// script answers them PENDING, not SOLD_OUT beside their
 			// held unit (red team rv20).
 			if r.RequestID == "" && !p.mayHold(ctx, p.holderView(r), flags.Shards) {
-				// Units this instance's settles may put back on sale:
-				// come back rather than SOLD_OUT (§54).
-				if p.inTransit(ctx, r.Activity.ID, r.SKU, flags.Shards) {
+				// Units this instance's settles, or another's (its
+				// mark), may put back on sale: come back rather than
+				// SOLD_OUT (§54, §58).
+				if k.transit.Load() || p.inTransit(ctx, r.Activity.ID, r.SKU, flags.Shards) {
 					return p.storeDown(store.ErrUnavailable)
 				}
 				return p.refuse(rSoldOut, 0)

@@ -60,8 +60,8 @@ func (p *Pipeline) bundleSoldOut(ctx context.Context, st *actState, r *Request, 
 			if p.bundleMayHold(ctx, p.holderView(r), shards) {
 				return Decision{}, false, true
 			}
-			if p.inTransit(ctx, r.Activity.ID, it.SKU, shards) {
-				return p.storeDown(store.ErrUnavailable), true, false // §54
+			if k.transit.Load() || p.inTransit(ctx, r.Activity.ID, it.SKU, shards) {
+				return p.storeDown(store.ErrUnavailable), true, false // §54, §58
 			}
 			d := p.refuse(rSoldOut, 0)
 			d.Short = it.SKU

@@ -122,6 +122,10 @@ func (p *Pipeline) epoch() uint64 {
 
 type skuState struct {
 	soldOut atomic.Bool
+	// transit (with soldOut): an instance marks units of the SKU in
+	// transit (store.OutMark.Transit, decisions §58): STORE_UNAVAILABLE,
+	// not SOLD_OUT.
+	transit atomic.Bool
 }
 
 // members is one immutable list snapshot: value -> expire-at ms.
@@ -449,7 +453,9 @@ func (p *Pipeline) refreshActivity(ctx context.Context, st *actState, now time.T
 			return
 		}
 		for i, id := range st.ids {
-			st.skus[id].soldOut.Store(st.marks[i].Out)
+			k := st.skus[id]
+			k.transit.Store(st.marks[i].Transit) // before soldOut: never SOLD_OUT beside a mark just read
+			k.soldOut.Store(st.marks[i].Out)
 		}
 	} else if f.Ready && f.Shards > 0 {
 		for id, k := range st.skus {
@@ -465,6 +471,7 @@ func (p *Pipeline) refreshActivity(ctx context.Context, st *actState, now time.T
 		// restarted empty): marks from before mean nothing now.
 		for _, k := range st.skus {
 			k.soldOut.Store(false)
+			k.transit.Store(false)
 		}
 		clear(st.marks)
 	}

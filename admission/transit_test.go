@@ -71,3 +71,56 @@ func TestTransitIsNotSoldOut(t *testing.T) {
 		t.Errorf("nothing in transit: %v, want SOLD_OUT", d.Code)
 	}
 }
+
+// TestFleetTransitIsNotSoldOut (decisions §58): another instance holding
+// a settle of the SKU marks it in transit on a shard's tag (store
+// fleetmark.go; the SET it sends, written here as it writes it): this
+// instance, which holds nothing, answers the sold-out SKU's buyers
+// STORE_UNAVAILABLE instead of SOLD_OUT from the sold-out mark, single
+// buys and bundles alike, with no call into the store; SOLD_OUT again
+// from the mark once the mark lapses.
+func TestFleetTransitIsNotSoldOut(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := realConfig(t, 2, 2)
+	a := &cfg.Activities[0]
+	in := startInstance(t, redisCfg([]string{srv.Addr}, false), cfg, time.Now)
+	ts := &transitStore{Store: in.st}
+	p := admission.New(ts, in.m, zapNop(), time.Now)
+	p.Apply(cfg)
+	t.Cleanup(p.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	preheat(t, in.st, a)
+	for i := 0; i < 2; i++ {
+		eventually(t, 2*time.Second, "a winner", func() bool {
+			return p.Decide(bg(t), req(a, "buyer"+strconv.Itoa(i))).Code == admission.Admitted
+		})
+	}
+	eventually(t, 2*time.Second, "sold-out mark", func() bool {
+		n := ts.reserves.Load()
+		return p.Decide(bg(t), req(a, "late")).Code == admission.SoldOut && ts.reserves.Load() == n
+	})
+	k := in.st.SKUKeys(a.ID, a.SKUs[0].ID, a.Shards)
+	if _, err := srv.Do("SET", k.Shards[1].Transit, "1", "PX", "400"); err != nil {
+		t.Fatal(err)
+	}
+	marked := time.Now()
+	n := ts.reserves.Load()
+	eventually(t, time.Second, "STORE_UNAVAILABLE beside the mark", func() bool {
+		return p.Decide(bg(t), req(a, "late2")).Code == admission.StoreUnavailable
+	})
+	b := req(a, "late3")
+	b.Items = []store.BundleItem{{SKU: a.SKUs[0].ID, Qty: 1}}
+	if d := p.Decide(bg(t), b); d.Code != admission.StoreUnavailable && time.Since(marked) < 300*time.Millisecond {
+		t.Errorf("a bundle of a sold-out SKU marked in transit: %v, want STORE_UNAVAILABLE", d.Code)
+	}
+	if got := ts.reserves.Load(); got != n {
+		t.Errorf("%d reserves reached the store beside the mark, want none", got-n)
+	}
+	eventually(t, 2*time.Second, "SOLD_OUT once the mark lapsed", func() bool {
+		return p.Decide(bg(t), req(a, "late4")).Code == admission.SoldOut
+	})
+	t.Logf("SOLD_OUT again %v after the mark (PX 400)", time.Since(marked))
+}

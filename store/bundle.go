@@ -152,11 +152,12 @@ func (s *Store) ReserveBundle(ctx context.Context, q BundleRequest) (result Bund
 			return BundleResult{}, err
 		}
 	}
-	// Not SOLD_OUT while units of an item's SKU may come back (transit.go).
+	// Not SOLD_OUT while units of an item's SKU may come back (transit.go,
+	// fleetmark.go).
 	defer func() {
 		if rerr == nil && result.Code == lua.Empty {
 			for _, k := range ks {
-				if s.inTransit(k, result.FromMemory) {
+				if s.inTransit(k, result.FromMemory) || s.fleetMarked(ctx, c, k, result.FromMemory) {
 					result, rerr = BundleResult{}, errInTransit
 					return
 				}

@@ -31,6 +31,10 @@ type ShardKeys struct {
 	Fence   string // string: highest reconciler fencing token seen (see lua/fence.lua)
 	RidBits string // bitset of this SKU's request ids with a record (see lua/reserve.lua KEYS[10])
 	Holders string // bitset of this SKU's buyers the reserve took units for (lua/reserve.lua KEYS[#KEYS])
+	// Transit is a short-lived string, set by an instance holding a settle
+	// of this SKU that may put units back on sale, on every shard's tag so
+	// that one lands on a live master (fleetmark.go). No script reads it.
+	Transit string
 	// Epoch is an integer set at preheat and incremented by every script
 	// that lowers a buyer's units (release.lua, abort.lua): a buyer seen at
 	// their limit stays there while it is unchanged, so their repeats are
@@ -48,6 +52,8 @@ type SKUKeys struct {
 	reserveKeys [][]string
 	shortKeys   [][]string
 	outKeys     []string
+	// markKeys are the shards' Transit keys (fleetmark.go).
+	markKeys []string
 	// gates bound each shard's reserve calls in flight (see reserveGate).
 	gates []reserveGate
 	// batchers gather each shard's common reserve calls (see reserveBatcher).
@@ -76,6 +82,13 @@ type SKUKeys struct {
 	// shard d not answered yet (see transit.go).
 	transit, transitLive atomic.Int64
 	movesOut             []atomic.Int32
+	// marking is set while a goroutine renews the SKU's fleet marks,
+	// markBusy[s] while a write of shard s's mark waits for its reply, and
+	// markTried is when a caller last wrote the marks and waited (unix ns;
+	// see fleetmark.go).
+	marking   atomic.Bool
+	markBusy  []atomic.Bool
+	markTried atomic.Int64
 }
 
 // bitsView is one shard's bitset as last read through the client-side
@@ -104,6 +117,7 @@ const (
 	refOut uint8 = iota
 	refHolders
 	refRidBits
+	refTransit
 )
 
 // outRef names one shard's key in keyCache.outs: its sold-out flag, or its
@@ -138,7 +152,8 @@ func newSKUKeys(prefix, act, sku string, shards int, salts []string) *SKUKeys {
 		salts = nil // no placement for this many shards: the original tags
 	}
 	k := &SKUKeys{Shards: make([]ShardKeys, shards), reserveKeys: make([][]string, shards), shortKeys: make([][]string, shards), outKeys: make([]string, shards), gates: make([]reserveGate, shards), batchers: make([]reserveBatcher, shards), outInval: make([]atomic.Bool, shards),
-		holders: make([]bitsView, shards), ridbits: make([]bitsView, shards), movesOut: make([]atomic.Int32, shards)}
+		holders: make([]bitsView, shards), ridbits: make([]bitsView, shards), movesOut: make([]atomic.Int32, shards),
+		markKeys: make([]string, shards), markBusy: make([]atomic.Bool, shards)}
 	for s := 0; s < shards; s++ {
 		salt := ""
 		if salts != nil {
@@ -149,11 +164,13 @@ func newSKUKeys(prefix, act, sku string, shards int, salts []string) *SKUKeys {
 			Stock: base + "stock:" + sku, Users: base + "users", Res: base + "res", Pending: base + "pending",
 			Log: base + "log", Out: base + "out:" + sku, MovesIn: base + "movesin", Moves: base + "moves",
 			Fence: base + "fence", RidBits: base + "ridbits:" + sku, Holders: base + "holders:" + sku, Epoch: base + "epoch",
+			Transit: base + "transit:" + sku,
 		}
 		k.Shards[s] = sk
 		k.reserveKeys[s] = sk.reserveKeys()
 		k.shortKeys[s] = sk.shortKeys()
 		k.outKeys[s] = sk.Out
+		k.markKeys[s] = sk.Transit
 	}
 	return k
 }
@@ -190,7 +207,7 @@ func (c *keyCache) track(k *SKUKeys, drop bool) {
 	}
 	for i := range k.Shards {
 		sk := &k.Shards[i]
-		for kind, key := range [...]string{refOut: sk.Out, refHolders: sk.Holders, refRidBits: sk.RidBits} {
+		for kind, key := range [...]string{refOut: sk.Out, refHolders: sk.Holders, refRidBits: sk.RidBits, refTransit: sk.Transit} {
 			if drop {
 				c.outs.Delete(key)
 			} else {
@@ -220,6 +237,10 @@ func (c *keyCache) outInvalidated(key string) {
 		r.k.holders[r.i].gen.Add(1)
 	case refRidBits:
 		r.k.ridbits[r.i].gen.Add(1)
+	case refTransit:
+		// Read beside the flags (SoldOutMany re-reads a SKU whose
+		// outGen moved); no flip of a flag.
+		r.k.outGen.Add(1)
 	}
 }
 

@@ -28,7 +28,9 @@ func TestKeyCacheBounded(t *testing.T) {
 // flag marks that shard only, and of its holders or request-id bitset ends
 // that shard's view only; keys the cache dropped (a new placement, a new
 // shard count) are no longer tracked, so the index stays the cache's size
-// (three keys a shard), and their views are never used again.
+// (four keys a shard), and their views are never used again. A transit
+// mark's invalidation (fleetmark.go) moves the SKU's outGen, so that
+// SoldOutMany reads it again, and flips no shard.
 func TestKeyCacheTracksFlagKeys(t *testing.T) {
 	c := keyCache{prefix: "p"}
 	k := c.get("act", "s", 2)
@@ -42,13 +44,18 @@ func TestKeyCacheTracksFlagKeys(t *testing.T) {
 	if k.holders[0].gen.Load() != 1 || k.holders[1].gen.Load() != 0 || k.ridbits[0].gen.Load() != 0 || k.ridbits[1].gen.Load() != 1 {
 		t.Fatal("a bitset's invalidation reached another shard's view")
 	}
+	gen := k.outGen.Load()
+	c.outInvalidated(k.Shards[0].Transit)
+	if k.outGen.Load() != gen+1 || k.outInval[0].Load() {
+		t.Fatal("a transit mark's invalidation: outGen not moved, or a shard flipped")
+	}
 	count := func() (n int) {
 		c.outs.Range(func(any, any) bool { n++; return true })
 		return n
 	}
 	k3 := c.get("act", "s", 3) // the shard count changed: new keys
-	if n := count(); n != 9 {
-		t.Fatalf("%d keys tracked after a new shard count, want 9", n)
+	if n := count(); n != 12 {
+		t.Fatalf("%d keys tracked after a new shard count, want 12", n)
 	}
 	if k.tracked.Load() || !k3.tracked.Load() {
 		t.Fatal("the dropped keys' views are still used, or the new ones' not")

@@ -108,9 +108,10 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 		return ReserveResult{}, err
 	}
 	// Not SOLD_OUT while units of the SKU may come back: a settle of this
-	// instance's is pending (transit.go).
+	// instance's is pending (transit.go), or another's (its mark,
+	// fleetmark.go).
 	defer func() {
-		if rerr == nil && result.Code == lua.Empty && s.inTransit(k, result.FromMemory) {
+		if rerr == nil && result.Code == lua.Empty && (s.inTransit(k, result.FromMemory) || s.fleetMarked(ctx, c, k, result.FromMemory)) {
 			result, rerr = ReserveResult{}, errInTransit
 		}
 	}()
@@ -936,6 +937,10 @@ type outSnap struct {
 	gen uint64
 	at  int64 // unix ns
 	out []bool
+	// marksRead: every flag was set and the fleet's transit marks were
+	// read with them; marked: one is set, or could not be read
+	// (fleetmark.go).
+	marksRead, marked bool
 }
 
 // outFlagsIn is outFlags within cctx's deadline.
@@ -972,7 +977,13 @@ func (s *Store) outFlagsIn(cctx context.Context, c rueidis.Client, k *SKUKeys, r
 	withBits := rid && s.clientCache && k.takeFlips(sn)
 	out, nfailed, err := s.readOutFlags(cctx, c, k, withBits)
 	if err == nil && nfailed == 0 && s.clientCache {
-		k.snap.Store(&outSnap{gen: gen, at: now, out: slices.Clone(out)})
+		n := &outSnap{gen: gen, at: now, out: slices.Clone(out)}
+		if allTrue(out) {
+			// Sold out by the flags: whether the fleet marks units in
+			// transit (fleetmark.go), for the SOLD_OUT to come.
+			n.marksRead, n.marked = true, s.readMarks(cctx, c, k)
+		}
+		k.snap.Store(n)
 	}
 	return out, err
 }

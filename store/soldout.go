@@ -12,6 +12,10 @@ import (
 type OutMark struct {
 	// Out: every shard's sold-out flag was set at the read.
 	Out bool
+	// Transit (with Out): an instance marked units of the SKU in transit,
+	// or a mark could not be read (fleetmark.go): STORE_UNAVAILABLE, not
+	// SOLD_OUT.
+	Transit bool
 	// The read: of which keys, at which flag generation of the SKU and
 	// cache epoch of the store, when (unix ns). Zero: never read.
 	k     *SKUKeys
@@ -63,7 +67,9 @@ func (s *Store) SoldOutMany(ctx context.Context, act string, skus []string, shar
 		}
 		m := &marks[i]
 		gen := k.outGen.Load() // before the read: an invalidation after it moves it on
-		if m.k == k && m.gen == gen && m.epoch == epoch && uint64(now-m.at) < uint64(flagTTL) {
+		// A mark seen is read again within outSnapTTL even with no
+		// invalidation: it lapses by its TTL (fleetmark.go).
+		if m.k == k && m.gen == gen && m.epoch == epoch && uint64(now-m.at) < uint64(flagTTL) && (!m.Transit || uint64(now-m.at) < uint64(outSnapTTL)) {
 			continue
 		}
 		wants = append(wants, want{i: i, k: k, gen: gen})
@@ -82,6 +88,7 @@ func (s *Store) SoldOutMany(ctx context.Context, act string, skus []string, shar
 	}
 	var failed error
 	nfailed, j := 0, 0
+	var mcmds []rueidis.CacheableTTL // the transit marks of the SKUs found out
 	for _, w := range wants {
 		out, ok := true, true
 		for range w.k.outKeys {
@@ -97,15 +104,45 @@ func (s *Store) SoldOutMany(ctx context.Context, act string, skus []string, shar
 			}
 		}
 		m := &marks[w.i]
-		m.Out = out
+		m.Out, m.Transit = out, false
 		if ok {
 			m.k, m.gen, m.epoch, m.at = w.k, w.gen, epoch, now
 		} else {
 			m.k = nil // read again next time
 		}
+		if out {
+			for _, key := range w.k.markKeys {
+				mcmds = append(mcmds, rueidis.CT(c.B().Get().Key(key).Cache(), flagTTL))
+			}
+		}
 	}
 	if nfailed == len(cmds) {
 		return wrap(failed)
+	}
+	if len(mcmds) == 0 {
+		return nil
+	}
+	// Sold out by the flags: whether the fleet marks units in transit. A
+	// second batch, for those SKUs only (a SKU on sale reads none); a
+	// mark that cannot be read counts as set.
+	res = res[:0]
+	for from := 0; from < len(mcmds); from += soldOutBatch {
+		cctx, cancel := s.ctx(ctx)
+		res = append(res, c.DoMultiCache(cctx, mcmds[from:min(from+soldOutBatch, len(mcmds))]...)...)
+		cancel()
+	}
+	j = 0
+	for _, w := range wants {
+		m := &marks[w.i]
+		if !m.Out {
+			continue
+		}
+		for range w.k.markKeys {
+			if err := res[j].Error(); err == nil || !rueidis.IsRedisNil(err) {
+				m.Transit = true
+			}
+			j++
+		}
 	}
 	return nil
 }

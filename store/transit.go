@@ -23,8 +23,9 @@ import (
 // come back — and writes no new steal to a donor whose steal it has not
 // settled (the pile of late steals §51 found on a stopped master).
 //
-// Other instances, holding no settle of the SKU, still answer from their
-// flags: the fleet gap §54 leaves.
+// Other instances, holding no settle of the SKU, learn of it from the
+// marks this one writes meanwhile (fleetmark.go, §58): the fleet gap §54
+// left.
 
 // transitGrace is how long a finished settle still holds its SKU's
 // SOLD_OUT from memory back.
@@ -45,6 +46,7 @@ func (s *Store) holdTransit(k *SKUKeys, donor int) func() {
 	if donor >= 0 {
 		k.movesOut[donor].Add(1)
 	}
+	s.markTransit(k) // and across the fleet (fleetmark.go)
 	return func() {
 		if donor >= 0 {
 			k.movesOut[donor].Add(-1)
