@@ -121,15 +121,30 @@ func (s *Store) writeMarks(k *SKUKeys, wait bool) {
 	}
 }
 
-// readMarks reports whether any shard's mark of k's SKU is set, through
-// the client-side cache (key by key while the answers come from memory,
-// the rest in one batch at the first miss, as readOutFlags). A mark that
-// cannot be read counts as set: not known, so not SOLD_OUT.
+// readMarks reports whether any shard's mark of k's SKU is set: from the
+// last read while no mark was invalidated since (k.marks, as bitsView),
+// else through the client-side cache (key by key while the answers come
+// from memory, the rest in one batch at the first miss, as readOutFlags).
+// A mark that cannot be read counts as set: not known, so not SOLD_OUT.
 func (s *Store) readMarks(cctx context.Context, c rueidis.Client, k *SKUKeys) bool {
-	marked := false
+	now, epoch := time.Now().UnixNano(), s.epoch.Load()
+	if sn := k.marks.Load(); sn != nil && sn.gen == k.markGen.Load() && sn.epoch == epoch && k.tracked.Load() &&
+		uint64(now-sn.at) < uint64(outSnapTTL) {
+		return sn.marked
+	}
+	gen := k.markGen.Load() // before the read: an invalidation during it moves it on
+	marked, failed := false, false
+	defer func() {
+		if !failed {
+			k.marks.Store(&marksSnap{gen: gen, epoch: epoch, at: now, marked: marked})
+		}
+	}()
 	read := func(r rueidis.RedisResult) {
-		if err := r.Error(); err == nil || !rueidis.IsRedisNil(err) {
+		switch err := r.Error(); {
+		case err == nil:
 			marked = true
+		case !rueidis.IsRedisNil(err):
+			marked, failed = true, true
 		}
 	}
 	from := 0

@@ -89,6 +89,20 @@ type SKUKeys struct {
 	marking   atomic.Bool
 	markBusy  []atomic.Bool
 	markTried atomic.Int64
+	// markGen counts Redis's invalidations of the shards' transit marks;
+	// marks is their last read (readMarks), used while markGen and the
+	// store's cache epoch are unchanged and for at most outSnapTTL: a flag
+	// snapshot read again after some other key's invalidation reads no
+	// mark.
+	markGen atomic.Uint64
+	marks   atomic.Pointer[marksSnap]
+}
+
+// marksSnap is a read of a SKU's transit marks (readMarks).
+type marksSnap struct {
+	gen, epoch uint64
+	at         int64 // unix ns
+	marked     bool
 }
 
 // bitsView is one shard's bitset as last read through the client-side
@@ -240,6 +254,7 @@ func (c *keyCache) outInvalidated(key string) {
 	case refTransit:
 		// Read beside the flags (SoldOutMany re-reads a SKU whose
 		// outGen moved); no flip of a flag.
+		r.k.markGen.Add(1)
 		r.k.outGen.Add(1)
 	}
 }
