@@ -17,8 +17,7 @@ import (
 // gap). Now the instance holding a settle also SETs a short-lived mark,
 // Transit, on every shard's tag of the SKU (one lands on a live master
 // unless every shard of the SKU shares the stalled one), and renews it
-// while any settle of the SKU is pending here (transit, which includes
-// transitGrace). Every instance reads the marks beside the flags through
+// while any settle of the SKU is pending here (transitLive). Every instance reads the marks beside the flags through
 // client-side caching, only when every flag is set: a SKU on sale reads
 // none. A mark seen turns a SOLD_OUT into STORE_UNAVAILABLE, as a settle of
 // its own would (Reserve, ReserveBundle, admission's sold-out mark through
@@ -27,10 +26,10 @@ import (
 // Nothing is written while nothing is pending; with nothing marked the
 // sold-out answer from memory costs one pointer load more. A mark
 // lingers at most fleetMarkTTL past its last write: the fleet answers
-// STORE_UNAVAILABLE for at most about transitGrace + fleetMarkTTL past the
-// last settle's answer (plus the reader's refresh), never for as long as a
-// stalled Redis stays stalled unless a settle keeps waiting on it. A
-// write sent to the stalled master runs when it wakes and lasts
+// STORE_UNAVAILABLE for 200-300 ms past the last settle's answer (plus
+// Redis's expiry and the reader's refresh, up to ~100 ms), never for as
+// long as a stalled Redis stays stalled unless a settle keeps waiting on
+// it. A write sent to the stalled master runs when it wakes and lasts
 // fleetMarkTTL from then.
 
 // fleetMarkTTL is a mark's lifetime in Redis (SET PX): renewed every
@@ -57,7 +56,11 @@ func (s *Store) markTransit(k *SKUKeys) {
 	}
 }
 
-// renewMarks writes k's marks every fleetMarkEvery until k.transit is 0.
+// renewMarks writes k's marks every fleetMarkEvery until no settle of the
+// SKU waits here (k.transitLive): the last write outlives the last settle
+// by fleetMarkTTL - fleetMarkEvery at least, ample for the readers' flags
+// to hear of what the settles gave back (a few ms; transitGrace is this
+// instance's own margin for the same).
 func (s *Store) renewMarks(k *SKUKeys) {
 	t := time.NewTicker(fleetMarkEvery)
 	defer t.Stop()
@@ -68,11 +71,11 @@ func (s *Store) renewMarks(k *SKUKeys) {
 			return
 		case <-t.C:
 		}
-		if k.transit.Load() == 0 {
+		if k.transitLive.Load() == 0 {
 			k.marking.Store(false)
 			// A settle counted between the load and the store found the
 			// renewer still running and started none: go on for it.
-			if k.transit.Load() == 0 || !k.marking.CompareAndSwap(false, true) {
+			if k.transitLive.Load() == 0 || !k.marking.CompareAndSwap(false, true) {
 				return
 			}
 		}
