@@ -23,9 +23,9 @@ import (
 // buyers STORE_UNAVAILABLE, not SOLD_OUT (the unit comes back on sale
 // once the master wakes), and writes no new steal to a donor whose settle
 // is pending. Once the settles are answered it answers from the flags
-// again, and the unit sells. Another instance, holding nothing for the
-// SKU, still answers SOLD_OUT from memory during the stall (the fleet gap
-// §54 leaves): logged, not asserted.
+// again, and the unit sells. What another instance, holding nothing for
+// the SKU, answers is logged here and asserted by
+// TestTransitIsNotSoldOutFleetWide (§58).
 func TestTransitIsNotSoldOut(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
