@@ -38,14 +38,22 @@ func startInstance(t testing.TB, rc config.Redis, cfg *config.Config, now func()
 	}
 	t.Cleanup(st.Close)
 	m := metrics.New()
-	p := admission.New(st, m, zap.NewNop(), now, opts...)
+	p := runPipeline(t, st, m, cfg, now, opts...)
+	return &instance{st: st, pipe: p, m: m}
+}
+
+// runPipeline is a pipeline over s with cfg applied and its loops running
+// until the test ends.
+func runPipeline(t testing.TB, s admission.Store, m *metrics.Metrics, cfg *config.Config, now func() time.Time, opts ...admission.Option) *admission.Pipeline {
+	t.Helper()
+	p := admission.New(s, m, zap.NewNop(), now, opts...)
 	p.Apply(cfg)
 	t.Cleanup(p.Close)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { p.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return &instance{st: st, pipe: p, m: m}
+	return p
 }
 
 // realConfig is testConfig on the real clock with the given stock.

@@ -38,13 +38,7 @@ func TestTransitIsNotSoldOut(t *testing.T) {
 	a := &cfg.Activities[0]
 	in := startInstance(t, redisCfg([]string{srv.Addr}, false), cfg, time.Now)
 	ts := &transitStore{Store: in.st}
-	p := admission.New(ts, in.m, zapNop(), time.Now)
-	p.Apply(cfg)
-	t.Cleanup(p.Close)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { p.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	p := runPipeline(t, ts, in.m, cfg, time.Now)
 	preheat(t, in.st, a)
 	for i := 0; i < 2; i++ {
 		if d := p.Decide(bg(t), req(a, "buyer"+strconv.Itoa(i))); d.Code != admission.Admitted {
@@ -85,13 +79,7 @@ func TestFleetTransitIsNotSoldOut(t *testing.T) {
 	a := &cfg.Activities[0]
 	in := startInstance(t, redisCfg([]string{srv.Addr}, false), cfg, time.Now)
 	ts := &transitStore{Store: in.st}
-	p := admission.New(ts, in.m, zapNop(), time.Now)
-	p.Apply(cfg)
-	t.Cleanup(p.Close)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { p.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	p := runPipeline(t, ts, in.m, cfg, time.Now)
 	preheat(t, in.st, a)
 	for i := 0; i < 2; i++ {
 		eventually(t, 2*time.Second, "a winner", func() bool {
