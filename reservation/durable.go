@@ -40,7 +40,7 @@ func (aq *actQueue) durable(ctx context.Context, tok store.Token, j *job) bool {
 		return true
 	case !st.DurableRefuses():
 		aq.countDurable(store.DurableLate.String())
-		aq.q.log.Warn("queue: replicas did not acknowledge; sending anyway (on_timeout: forward)",
+		aq.q.log.Warn("queue: the wait for replicas failed (not acknowledged in time, or Redis did not answer); sending anyway (on_timeout: forward)",
 			zap.String("token", j.e.Token), zap.Error(err))
 		return true
 	}
@@ -168,7 +168,7 @@ func (aq *actQueue) deferEntry(j *job, err error) {
 	aq.deferred.Store(key, &deferral{at: now.Add(b), backoff: b, last: now})
 	j.deferred = true
 	if !again { // once per entry: a replica away for long would flood the log
-		aq.q.log.Warn("queue: replicas did not acknowledge; reservation left pending for its next delivery (on_timeout: refuse)",
+		aq.q.log.Warn("queue: the wait for replicas failed (not acknowledged in time, or Redis did not answer); reservation left pending for its next delivery (on_timeout: refuse)",
 			zap.String("token", j.e.Token), zap.Error(err))
 	}
 }
