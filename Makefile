@@ -78,8 +78,8 @@ test-failover: redis
 test-failover-lagging: redis
 	SECKILL_SOAK=1 $(GO) test -tags failover -count=1 -run 'ClusterFailoverLagging|ClusterFailoverDurable' -v ./internal/e2e/
 
-# The longest red-team stall, takeover and shop-fault runs (10–35 s each,
-# ~250 s together), kept out of `test` so it stays near ten minutes: every
+# The longest red-team stall, takeover, failover and shop-fault runs (5–35 s each,
+# ~360 s together), kept out of `test` so it stays under ten minutes: every
 # Test function in internal/e2e that calls `Soak(t)` / `e2e.Soak(t)` at its
 # top level (scripts/soak-tests.sh; Soak skips unless SECKILL_SOAK is set).
 # .ci/run runs this after `test`.
