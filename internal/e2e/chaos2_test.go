@@ -781,6 +781,46 @@ func (c *chaosEnv) bundleAfter(ctx context.Context, answers []chaosAnswer, order
 	}
 }
 
+// bundleRecords is C's records by token field ("*:<id>"), from every
+// shard's reservations hash (a bundle's record lives on its home shard),
+// parsed as rtAuditAt parses A's and B's, for soldOut.
+func (c *chaosEnv) bundleRecords(p *Proxy) map[string]rtRecord {
+	t := c.t
+	t.Helper()
+	out := map[string]rtRecord{}
+	for s := 0; s < 2; s++ {
+		sk := p.Store.SKUKeys(chaosC, chaosSKUsC[0], 2).Shards[s]
+		raw, err := c.do()("HGETALL", sk.Res)
+		if err != nil {
+			t.Errorf("HGETALL %s: %v", sk.Res, err)
+			continue
+		}
+		f := rtLines(raw)
+		for j := 0; j+1 < len(f); j += 2 {
+			if strings.HasSuffix(f[j], ":i") {
+				continue
+			}
+			parts := strings.Split(f[j+1], "|")
+			if len(parts) < 3 {
+				continue // bhAudit reports it
+			}
+			q, _ := strconv.ParseInt(parts[2], 10, 64)
+			rec := rtRecord{State: parts[0], User: parts[1], Qty: q}
+			if len(parts) > 3 {
+				rec.CreatedMs, _ = strconv.ParseInt(parts[3], 10, 64)
+			}
+			if len(parts) > 5 {
+				rec.Reason = parts[5]
+			}
+			if len(parts) > 6 {
+				rec.ReleasedMs, _ = strconv.ParseInt(parts[6], 10, 64)
+			}
+			out[f[j]] = rec
+		}
+	}
+	return out
+}
+
 // bundleRecord is the user and stamp of C's record field.
 func (c *chaosEnv) bundleRecord(p *Proxy, field string) (string, int64) {
 	for s := 0; s < 2; s++ {

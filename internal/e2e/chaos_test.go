@@ -1145,6 +1145,8 @@ func (c *chaosEnv) check() {
 
 	if c.actC != nil {
 		c.checkBundles(answers)
+		// The SOLD_OUT-beside-a-held-unit checks for bundles too (§59).
+		c.soldOut(chaosAct{c.actC, chaosStockC, chaosLimitC}, c.bundleRecords(c.live()[0]), answers, windows)
 	}
 	if c.ident != nil {
 		all := map[string]map[string]rtRecord{}
@@ -1312,7 +1314,11 @@ func (c *chaosEnv) check() {
 //     a reservation of theirs still holds (pending or confirmed) at the end:
 //     they should have heard PENDING or ALREADY_PURCHASED. Judged the same
 //     way: a reservation Redis made while the request was in flight, or an
-//     answer inside a fault's window, is counted, not failed.
+//     answer inside a fault's window, is counted, not failed. The bundle
+//     activity C likewise (§59): a held bundle a:1,b:1 is 2 units, C's
+//     limit, and README ("Sold-out from memory": "a bundle naming a
+//     sold-out SKU is answered by the script when any item's bit is set")
+//     promises its holder PENDING or ALREADY_PURCHASED.
 func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaosAnswer, windows []chaosWindow) {
 	t := c.t
 	t.Helper()
@@ -1380,11 +1386,25 @@ func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaos
 	if unseen > 0 {
 		t.Errorf("%s: %d late reservations beside a SOLD_OUT that MONITOR never showed", x.a.ID, unseen)
 	}
-	if x.limit == 1 {
+	units := map[string]int64{}
+	for u, hs := range byUser {
+		for _, h := range hs {
+			if st := h.r.State; st == "p" || st == "q" || st == "c" {
+				units[u] += h.r.Qty
+			}
+		}
+	}
+	judged, soldAt := 0, 0 // holders at the limit with a last answer; of them SOLD_OUT
+	if x.limit == 1 || x.a.ID == chaosC {
 		for u, a := range last {
+			if units[u] < x.limit {
+				continue
+			}
+			judged++
 			if a.code != "SOLD_OUT" {
 				continue
 			}
+			soldAt++
 			for _, h := range byUser[u] {
 				if st := h.r.State; st == "p" || st == "q" || st == "c" {
 					ran, seen := c.mon.ran(h.id)
@@ -1406,8 +1426,8 @@ func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaos
 			}
 		}
 	}
-	t.Logf("%s: late reservations released by their aborts %d; SOLD_OUT beside one: %d concurrent with its run, %d during a fault (§49), %d from an instance that had not looked up the session (§57), %d after",
-		x.a.ID, late, concurrent, transit, unlooked, bad)
+	t.Logf("%s: late reservations released by their aborts %d; SOLD_OUT beside one: %d concurrent with its run, %d during a fault (§49), %d from an instance that had not looked up the session (§57), %d after; holders at the limit judged by their last answer %d (SOLD_OUT %d)",
+		x.a.ID, late, concurrent, transit, unlooked, bad, judged, soldAt)
 }
 
 // answersOf lists user's answers for act, in the order they came.
