@@ -804,18 +804,7 @@ func (c *chaosEnv) bundleRecords(p *Proxy) map[string]rtRecord {
 			if len(parts) < 3 {
 				continue // bhAudit reports it
 			}
-			q, _ := strconv.ParseInt(parts[2], 10, 64)
-			rec := rtRecord{State: parts[0], User: parts[1], Qty: q}
-			if len(parts) > 3 {
-				rec.CreatedMs, _ = strconv.ParseInt(parts[3], 10, 64)
-			}
-			if len(parts) > 5 {
-				rec.Reason = parts[5]
-			}
-			if len(parts) > 6 {
-				rec.ReleasedMs, _ = strconv.ParseInt(parts[6], 10, 64)
-			}
-			out[f[j]] = rec
+			out[f[j]] = rtParseRecord(parts)
 		}
 	}
 	return out

@@ -128,6 +128,23 @@ type rtRecord struct {
 	Qty, CreatedMs, ReleasedMs int64
 }
 
+// rtParseRecord reads a reservation record's fields (state|user|qty|
+// created|…|reason|released), at least three.
+func rtParseRecord(parts []string) rtRecord {
+	q, _ := strconv.ParseInt(parts[2], 10, 64)
+	rec := rtRecord{State: parts[0], User: parts[1], Qty: q}
+	if len(parts) > 3 {
+		rec.CreatedMs, _ = strconv.ParseInt(parts[3], 10, 64)
+	}
+	if len(parts) > 5 {
+		rec.Reason = parts[5]
+	}
+	if len(parts) > 6 {
+		rec.ReleasedMs, _ = strconv.ParseInt(parts[6], 10, 64)
+	}
+	return rec
+}
+
 // rtAuditAt is rtAudit over every master of a cluster (addrs; one address
 // for a single node): each key lives on one of them, and the sums and the
 // per-user units are taken over all. It returns the records by token field.
@@ -166,16 +183,7 @@ func rtAuditAt(t *testing.T, addrs []string, act string, initial, limit int64) m
 					}
 					parts := strings.Split(f[j+1], "|")
 					q, _ := strconv.ParseInt(parts[2], 10, 64)
-					rec := rtRecord{State: parts[0], User: parts[1], Qty: q}
-					if len(parts) > 3 {
-						rec.CreatedMs, _ = strconv.ParseInt(parts[3], 10, 64)
-					}
-					if len(parts) > 5 {
-						rec.Reason = parts[5]
-					}
-					if len(parts) > 6 {
-						rec.ReleasedMs, _ = strconv.ParseInt(parts[6], 10, 64)
-					}
+					rec := rtParseRecord(parts)
 					records[f[j]] = rec
 					switch parts[0] {
 					case "p", "q":
