@@ -8,12 +8,27 @@ import (
 	"time"
 
 	"github.com/seckill-proxy/seckill-proxy/admission"
+	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
 	"github.com/seckill-proxy/seckill-proxy/store"
 )
 
 // transitStore is a real store whose InTransit a test sets (the store's
 // own answers it while its retrier holds a settle: store
+// startTransit is a preheated activity (stock 2 over shards) on a real
+// Redis and a pipeline over a transitStore of its instance's store.
+func startTransit(t *testing.T, shards int) (*redistest.Server, *config.Activity, *instance, *transitStore, *admission.Pipeline) {
+	t.Helper()
+	srv := redistest.Start(t)
+	cfg := realConfig(t, 2, shards)
+	a := &cfg.Activities[0]
+	in := startInstance(t, redisCfg([]string{srv.Addr}, false), cfg, time.Now)
+	ts := &transitStore{Store: in.st}
+	p := runPipeline(t, ts, in.m, cfg, time.Now)
+	preheat(t, in.st, a)
+	return srv, a, in, ts, p
+}
+
 // TestTransitIsNotSoldOut stalls a cluster master for that).
 type transitStore struct {
 	*store.Store
@@ -33,13 +48,7 @@ func (s *transitStore) InTransit(context.Context, string, string, int) bool { re
 // with Retry-After, not SOLD_OUT from the sold-out mark, single buys and
 // bundles alike; SOLD_OUT again once nothing is in transit.
 func TestTransitIsNotSoldOut(t *testing.T) {
-	srv := redistest.Start(t)
-	cfg := realConfig(t, 2, 1)
-	a := &cfg.Activities[0]
-	in := startInstance(t, redisCfg([]string{srv.Addr}, false), cfg, time.Now)
-	ts := &transitStore{Store: in.st}
-	p := runPipeline(t, ts, in.m, cfg, time.Now)
-	preheat(t, in.st, a)
+	_, a, _, ts, p := startTransit(t, 1)
 	for i := 0; i < 2; i++ {
 		if d := p.Decide(bg(t), req(a, "buyer"+strconv.Itoa(i))); d.Code != admission.Admitted {
 			t.Fatalf("buyer %d: %v", i, d.Code)
@@ -74,13 +83,7 @@ func TestTransitIsNotSoldOut(t *testing.T) {
 // buys and bundles alike, with no call into the store; SOLD_OUT again
 // from the mark once the mark lapses.
 func TestFleetTransitIsNotSoldOut(t *testing.T) {
-	srv := redistest.Start(t)
-	cfg := realConfig(t, 2, 2)
-	a := &cfg.Activities[0]
-	in := startInstance(t, redisCfg([]string{srv.Addr}, false), cfg, time.Now)
-	ts := &transitStore{Store: in.st}
-	p := runPipeline(t, ts, in.m, cfg, time.Now)
-	preheat(t, in.st, a)
+	srv, a, in, ts, p := startTransit(t, 2)
 	for i := 0; i < 2; i++ {
 		eventually(t, 2*time.Second, "a winner", func() bool {
 			return p.Decide(bg(t), req(a, "buyer"+strconv.Itoa(i))).Code == admission.Admitted

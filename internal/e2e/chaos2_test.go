@@ -78,31 +78,25 @@ const (
 	chaosFairSpread = 300 * time.Millisecond
 )
 
+// bits names the mix's switches, in the order String lists them and
+// CHAOS_MIX spells them.
+func (m *chaosMix) bits() []struct {
+	name string
+	on   *bool
+} {
+	return []struct {
+		name string
+		on   *bool
+	}{{"kill", &m.kill}, {"durable", &m.durable}, {"restart", &m.restart}, {"fair", &m.fair},
+		{"bundle", &m.bundle}, {"jwt", &m.jwt}, {"session", &m.session}, {"reckill", &m.reckill}}
+}
+
 func (m chaosMix) String() string {
 	var s []string
-	if m.kill {
-		s = append(s, "kill")
-	}
-	if m.durable {
-		s = append(s, "durable")
-	}
-	if m.restart {
-		s = append(s, "restart")
-	}
-	if m.fair {
-		s = append(s, "fair")
-	}
-	if m.bundle {
-		s = append(s, "bundle")
-	}
-	if m.jwt {
-		s = append(s, "jwt")
-	}
-	if m.session {
-		s = append(s, "session")
-	}
-	if m.reckill {
-		s = append(s, "reckill")
+	for _, b := range m.bits() {
+		if *b.on {
+			s = append(s, b.name)
+		}
 	}
 	if len(s) == 0 {
 		return "none"
@@ -123,23 +117,10 @@ func chaosMixFor(seed int64, cluster bool) chaosMix {
 	if env := os.Getenv("CHAOS_MIX"); env != "" {
 		var m chaosMix
 		for _, k := range strings.Split(env, ",") {
-			switch strings.TrimSpace(k) {
-			case "kill":
-				m.kill = true
-			case "durable":
-				m.durable = true
-			case "restart":
-				m.restart = true
-			case "fair":
-				m.fair = true
-			case "bundle":
-				m.bundle = true
-			case "jwt":
-				m.jwt = true
-			case "session":
-				m.session = true
-			case "reckill":
-				m.reckill = true
+			for _, b := range m.bits() {
+				if b.name == strings.TrimSpace(k) {
+					*b.on = true
+				}
 			}
 		}
 		if cluster {
