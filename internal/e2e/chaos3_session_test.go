@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -40,5 +41,53 @@ func TestSessionHolderOfASoldOutSKUIsNotSoldOut(t *testing.T) {
 	}
 	if r := buyWithCookie(f, actTiny, "sid=u:zed"); r.Code != "SOLD_OUT" || w.calls.Load() != calls {
 		t.Fatalf("a session never looked up, on a sold-out SKU: %d %s, %d look-ups", r.Status, r.Body, w.calls.Load()-calls)
+	}
+}
+
+// TestSessionHolderUnknownToTheInstanceIsNotSoldOut (decisions §62; the
+// last note's "needs a decision"): a session buyer holding the last unit
+// who clicks again on an instance that never looked their session up was
+// answered 410 SOLD_OUT from memory beside it (410 such answers over 64
+// chaos session seeds). Their win also set their session's holder alias in
+// the holders bitset, so that instance looks the session up (one whoami
+// call) and answers 409 ALREADY_PURCHASED with the token; strangers on the
+// sold-out SKU still cost the shop no look-up, including 500 made-up
+// cookies.
+func TestSessionHolderUnknownToTheInstanceIsNotSoldOut(t *testing.T) {
+	w := startWhoamiShop(t, nil)
+	f := sessionFixture(t, w, "")
+	other := e2e.StartProxy(t, f.opts.Config(t)) // same Redis; has looked up nobody
+	g := &fixture{redis: f.redis, shop: f.shop, p: other, opts: f.opts}
+	if r := buyWithCookie(f, actTiny, "sid=u:alice"); r.Code != "WIN" {
+		t.Fatalf("alice: %d %s", r.Status, r.Body)
+	}
+	e2e.Eventually(t, 5*time.Second, "the SKU sold out in the other instance's memory", func() bool {
+		calls := w.calls.Load()
+		r := buyWithCookie(g, actTiny, "sid=u:nobody-seen")
+		return r.Code == "SOLD_OUT" && w.calls.Load() == calls
+	})
+	calls := w.calls.Load()
+	r := buyWithCookie(g, actTiny, "sid=u:alice")
+	if r.Code != "ALREADY_PURCHASED" || r.Status != 409 || r.Str("token") == "" {
+		t.Fatalf("alice, holding the last unit, clicked on an instance that never looked her up: %d %s; want 409 ALREADY_PURCHASED with her token", r.Status, r.Body)
+	}
+	if got := w.calls.Load() - calls; got != 1 {
+		t.Fatalf("%d whoami calls for alice's first click there, want 1", got)
+	}
+	calls = w.calls.Load()
+	if r := buyWithCookie(g, actTiny, "sid=u:alice"); r.Code != "ALREADY_PURCHASED" || w.calls.Load() != calls {
+		t.Fatalf("alice again (now known there): %d %s, %d look-ups", r.Status, r.Body, w.calls.Load()-calls)
+	}
+	for i := range 500 {
+		cookie := fmt.Sprintf("sid=u:stranger-%d", i)
+		if i%2 == 1 {
+			cookie = fmt.Sprintf("sid=made-up-%d", i)
+		}
+		if r := buyWithCookie(g, actTiny, cookie); r.Code != "SOLD_OUT" {
+			t.Fatalf("%s on a sold-out SKU: %d %s", cookie, r.Status, r.Body)
+		}
+	}
+	if got := w.calls.Load() - calls; got != 0 {
+		t.Fatalf("500 strangers on a sold-out SKU cost the shop %d look-ups, want 0", got)
 	}
 }

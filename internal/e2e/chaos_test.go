@@ -1373,7 +1373,7 @@ func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaos
 			case inFault(a.got):
 				transit++
 				continue
-			case c.beforeLookup(answers, a):
+			case c.beforeLookup(answers, a) && c.wonWith(answers, x.a.ID, a.user, h.id, r.CreatedMs) != a.sid:
 				unlooked++
 				continue
 			}
@@ -1415,8 +1415,11 @@ func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaos
 					case inFault(a.got):
 						transit++ // memory older than Redis (§49, §50)
 						continue
-					case c.beforeLookup(answers, a):
-						unlooked++ // a session this instance never looked up (§57)
+					case c.beforeLookup(answers, a) && c.wonWith(answers, x.a.ID, u, h.id, h.r.CreatedMs) != a.sid:
+						// A session this instance never looked up, not the
+						// one the reservation was made with (§57): the
+						// latter's holder alias tells (§62).
+						unlooked++
 						continue
 					}
 					t.Logf("%s: %s's reservation %s run by Redis %s; their answers: %s", x.a.ID, u, h.id, ran.Format("15:04:05.000000"), c.answersOf(answers, x.a.ID, u))
@@ -1426,7 +1429,7 @@ func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaos
 			}
 		}
 	}
-	t.Logf("%s: late reservations released by their aborts %d; SOLD_OUT beside one: %d concurrent with its run, %d during a fault (§49), %d from an instance that had not looked up the session (§57), %d after; holders at the limit judged by their last answer %d (SOLD_OUT %d)",
+	t.Logf("%s: late reservations released by their aborts %d; SOLD_OUT beside one: %d concurrent with its run, %d during a fault (§49), %d from an instance that had not looked up the session, another than the reservation's (§57, §62), %d after; holders at the limit judged by their last answer %d (SOLD_OUT %d)",
 		x.a.ID, late, concurrent, transit, unlooked, bad, judged, soldAt)
 }
 
