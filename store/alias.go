@@ -28,7 +28,10 @@ func HolderAlias(credential string) string {
 		return ""
 	}
 	sum := sha256.Sum256([]byte(credential))
-	return "s:" + hex.EncodeToString(sum[:16])
+	var b [2 + 32]byte
+	b[0], b[1] = 's', ':'
+	hex.Encode(b[2:], sum[:16])
+	return string(b[:])
 }
 
 // aliasHashes are alias's three positions in a holders bitset (each % its
