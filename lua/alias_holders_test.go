@@ -1,8 +1,9 @@
 package lua_test
 
 import (
-	"crypto/sha1"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -12,13 +13,23 @@ import (
 	"github.com/seckill-proxy/seckill-proxy/lua"
 )
 
+// alias is a holder alias as store.HolderAlias makes one: 24 hex digits.
+func alias(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return hex.EncodeToString(sum[:12])
+}
+
 // aliasBits are a holder alias's three bits in a holders bitset of bits
-// bits, as store.aliasHashes and the scripts compute them.
+// bits, as store.aliasHashes and the scripts compute them: its three
+// 32-bit words.
 func aliasBits(alias string, bits int64) [3]int64 {
-	sum := sha1.Sum([]byte(alias))
+	b, err := hex.DecodeString(alias)
+	if err != nil || len(b) != 12 {
+		panic("not an alias: " + alias)
+	}
 	var out [3]int64
 	for w := range out {
-		out[w] = int64(binary.BigEndian.Uint32(sum[4*w:4*w+4])) % bits
+		out[w] = int64(binary.BigEndian.Uint32(b[4*w:4*w+4])) % bits
 	}
 	return out
 }
@@ -56,23 +67,23 @@ func TestReserveMarksHolderAlias(t *testing.T) {
 	}
 
 	f.reset([][]string{stock(4, 200, 0, 0, 0)})
-	wantReply(t, f.run(lua.Reserve, short, append(f.reserveArgs("u1", 1, 1, "T1", false, 0, "")[:7], "s:one")), []string{"1", "3"})
-	wantReply(t, f.run(lua.Reserve, long, append(long13("u2", "T2"), "s:two")), []string{"1", "2"})
-	wantReply(t, f.run(lua.Reserve, withRid, append(long13("u4", "T4"), "4242", "8192", "s:four")), []string{"1", "1"})
+	wantReply(t, f.run(lua.Reserve, short, append(f.reserveArgs("u1", 1, 1, "T1", false, 0, "")[:7], alias("one"))), []string{"1", "3"})
+	wantReply(t, f.run(lua.Reserve, long, append(long13("u2", "T2"), alias("two"))), []string{"1", "2"})
+	wantReply(t, f.run(lua.Reserve, withRid, append(long13("u4", "T4"), "4242", "8192", alias("four"))), []string{"1", "1"})
 	if !f.exists(kRid) || f.int("GETBIT", kRidBits, "4242") != 1 {
 		t.Error("with a request id and an alias, the request id's record or bit was not written")
 	}
 	// An empty alias: the user's bit only.
 	wantReply(t, f.run(lua.Reserve, short, append(f.reserveArgs("u5", 1, 1, "T5", false, 0, "")[:7], "")), []string{"1", "0"})
 	// Refused (sold out, at the limit): no bit of their aliases.
-	wantReply(t, f.run(lua.Reserve, short, append(f.reserveArgs("u3", 1, 1, "T3", false, 0, "")[:7], "s:three")), []string{"2", "0"})
-	wantReply(t, f.run(lua.Reserve, short, append(f.reserveArgs("u1", 1, 1, "T6", false, 0, "")[:7], "s:one-again")), []string{"3", "T1"})
-	for _, a := range []string{"s:one", "s:two", "s:four"} {
+	wantReply(t, f.run(lua.Reserve, short, append(f.reserveArgs("u3", 1, 1, "T3", false, 0, "")[:7], alias("three"))), []string{"2", "0"})
+	wantReply(t, f.run(lua.Reserve, short, append(f.reserveArgs("u1", 1, 1, "T6", false, 0, "")[:7], alias("one-again"))), []string{"3", "T1"})
+	for _, a := range []string{alias("one"), alias("two"), alias("four")} {
 		if !f.hasAlias(kHolders, a) {
 			t.Errorf("alias %s of a winner not set", a)
 		}
 	}
-	for _, a := range []string{"s:three", "s:one-again", "s:never"} {
+	for _, a := range []string{alias("three"), alias("one-again"), alias("never")} {
 		if f.hasAlias(kHolders, a) {
 			t.Errorf("alias %s set, of a buyer refused or never seen", a)
 		}
@@ -107,7 +118,7 @@ func TestReserveBatchMarksAliasesAsReserve(t *testing.T) {
 			limit := 1 + rng.IntN(2)
 			buyers[i] = batchBuyer{user: "u" + strconv.Itoa(rng.IntN(8)), qty: 1 + rng.IntN(limit), limit: limit, tok: fmt.Sprintf("T%d", i)}
 			if rng.IntN(4) > 0 {
-				aliases[i] = "s:" + strconv.Itoa(rng.IntN(12))
+				aliases[i] = alias(strconv.Itoa(rng.IntN(12)))
 			}
 		}
 		mode := []string{"0", "2"}[rng.IntN(2)]
@@ -159,13 +170,13 @@ func TestBundleMarksHolderAlias(t *testing.T) {
 	args := func(user, field, alias string) []string {
 		return []string{user, "2", field, "1000", exp, "a:1,b:1", "2", "1", "0", "", "0", "1", "0", "", "0", alias}
 	}
-	wantReply(t, f.run(lua.Bundle, keys, args("u1", "*:x1", "s:one")), []string{"1"})
-	wantReply(t, f.run(lua.Bundle, keys, args("u2", "*:x2", "s:two")), []string{"2", "2", "0"})
+	wantReply(t, f.run(lua.Bundle, keys, args("u1", "*:x1", alias("one"))), []string{"1"})
+	wantReply(t, f.run(lua.Bundle, keys, args("u2", "*:x2", alias("two"))), []string{"2", "2", "0"})
 	for _, k := range []string{kHolders, kHoldersB} {
-		if !f.hasAlias(k, "s:one") {
+		if !f.hasAlias(k, alias("one")) {
 			t.Errorf("%s: the winner's alias not set", k)
 		}
-		if f.hasAlias(k, "s:two") {
+		if f.hasAlias(k, alias("two")) {
 			t.Errorf("%s: a refused bundle's alias set", k)
 		}
 		if n := f.int("BITCOUNT", k); n < 2 || n > 4 {

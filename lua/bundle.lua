@@ -96,11 +96,12 @@ redis.call('HSET', KEYS[1], ARGV[1], (units + total) .. '|' .. list)
 -- The buyer's bit in every item's holders bitset (reserve.lua's markHolder:
 -- 64 bits per unit of the shard, 4 Kib to 4 Mib, an existing one keeps its
 -- size), with the users field, before any sold-out flag: an instance that
--- reads a flag after its invalidation has had both invalidated first.
+-- reads a flag after its invalidation has had both invalidated first. The
+-- holder alias's three bits too (ARGV[8+4n]; reserve.lua ARGV[#ARGV]).
 if #KEYS == 4 + 3 * n then
   local h = tonumber(string.sub(redis.sha1hex(ARGV[1]), 1, 8), 16)
   local al = ARGV[8 + 4 * n]
-  if al == '' then al = nil elseif al then al = redis.sha1hex(al) end
+  if al == '' then al = nil end
   for i = 1, n do
     local key = KEYS[4 + 2 * n + i]
     local bits = redis.call('STRLEN', key) * 8

@@ -178,7 +178,7 @@ if taken > 0 then
       for i = 1, n do
         local al = ARGV[3 + 4 * n + i]
         if RC[i] == 1 and al ~= '' then
-          local a = redis.sha1hex(al)
+          local a = al
           for w = 0, 2 do
             redis.call('SETBIT', hk, tonumber(sub(a, 8 * w + 1, 8 * w + 8), 16) % bits, 1)
           end

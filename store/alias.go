@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -20,26 +19,33 @@ import (
 // from memory and looks the session up only when all three bits are set on
 // one of them (a holder, or about one stranger in a few thousand).
 
-// HolderAlias is the holder alias of a session credential: a digest, so
-// the credential itself is never sent to Redis (nor seen in its MONITOR or
-// slow log). Fleet-wide the same for the same credential.
+// HolderAlias is the holder alias of a session credential: the first 96
+// bits of its SHA-256 as 24 hex digits, so the credential itself is never
+// sent to Redis (nor seen in its MONITOR or slow log). Fleet-wide the same
+// for the same credential. The scripts read its three 32-bit words as the
+// bit positions (each % the bitset's size): hashed here, not in Lua.
 func HolderAlias(credential string) string {
 	if credential == "" {
 		return ""
 	}
 	sum := sha256.Sum256([]byte(credential))
-	var b [2 + 32]byte
-	b[0], b[1] = 's', ':'
-	hex.Encode(b[2:], sum[:16])
+	var b [24]byte
+	hex.Encode(b[:], sum[:12])
 	return string(b[:])
 }
 
 // aliasHashes are alias's three positions in a holders bitset (each % its
-// size): the first three 32-bit words of SHA-1(alias), as reserve.lua,
-// reservebatch.lua and bundle.lua set them.
-func aliasHashes(alias string) [3]uint32 {
-	sum := sha1.Sum([]byte(alias))
-	return [3]uint32{binary.BigEndian.Uint32(sum[0:4]), binary.BigEndian.Uint32(sum[4:8]), binary.BigEndian.Uint32(sum[8:12])}
+// size): its three 32-bit words, as reserve.lua, reservebatch.lua and
+// bundle.lua set them. ok is false for a string HolderAlias never makes.
+func aliasHashes(alias string) (hs [3]uint32, ok bool) {
+	var b [12]byte
+	if len(alias) != 24 {
+		return hs, false
+	}
+	if _, err := hex.Decode(b[:], []byte(alias)); err != nil {
+		return hs, false
+	}
+	return [3]uint32{binary.BigEndian.Uint32(b[0:4]), binary.BigEndian.Uint32(b[4:8]), binary.BigEndian.Uint32(b[8:12])}, true
 }
 
 // aliasIn reports whether bitset v has all three of hs's bits set.
@@ -68,7 +74,10 @@ func (s *Store) MayHoldAlias(ctx context.Context, act, sku string, shards int, a
 	if err != nil {
 		return false, err
 	}
-	hs := aliasHashes(alias)
+	hs, ok := aliasHashes(alias)
+	if !ok {
+		return false, nil
+	}
 	stale := false
 	for i := range shards {
 		v, ok := s.bitsSnapped(&k.holders[i], k)
