@@ -387,18 +387,23 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 			// abort still to come (perhaps another instance's): the
 			// script answers them PENDING, not SOLD_OUT beside their
 			// held unit (red team rv20).
+			v, unknown := p.holderView(r)
 			held := false
 			if r.RequestID == "" {
-				v, unknown := p.holderView(r)
-				if held = p.mayHold(ctx, v, flags.Shards); !held && unknown {
-					// A session no look-up of this instance's has
-					// answered: its holder alias (decisions §62).
-					if held, err = p.mayHoldAlias(ctx, r, r.SKU, flags.Shards); err != nil {
-						return p.storeDown(err)
-					}
+				held = p.mayHold(ctx, v, flags.Shards)
+			}
+			if !held && unknown {
+				// A session no look-up of this instance's has answered:
+				// its holder alias (decisions §62). Also with a request
+				// id: a repeat of a win or of an answer at the limit made
+				// with this session set it, and any other buy of a
+				// sold-out SKU is SOLD_OUT without costing the shop a
+				// look-up.
+				if held, err = p.mayHoldAlias(ctx, r, r.SKU, flags.Shards); err != nil {
+					return p.storeDown(err)
 				}
 			}
-			if r.RequestID == "" && !held {
+			if (r.RequestID == "" || unknown) && !held {
 				// Units this instance's settles, or another's (its
 				// mark), may put back on sale: come back rather than
 				// SOLD_OUT (§54, §58).

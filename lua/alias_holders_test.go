@@ -78,6 +78,14 @@ func TestReserveMarksHolderAlias(t *testing.T) {
 	// Refused (sold out, at the limit): no bit of their aliases.
 	wantReply(t, f.run(lua.Reserve, short, append(f.reserveArgs("u3", 1, 1, "T3", false, 0, "")[:7], alias("three"))), []string{"2", "0"})
 	wantReply(t, f.run(lua.Reserve, short, append(f.reserveArgs("u1", 1, 1, "T6", false, 0, "")[:7], alias("one-again"))), []string{"3", "T1"})
+	// At the limit with a request id (the record written anyway): the
+	// session's alias too, so its repeat is let on to the record.
+	const kRid2 = "t:{a:s:0}:rid:u1|r9"
+	withRid2 := append(append([]string{}, reserveKeys...), kRid2, kRidBits, kHolders)
+	wantReply(t, f.run(lua.Reserve, withRid2, append(long13("u1", "T7"), "4243", "8192", alias("one-rid"))), []string{"3", "T1"})
+	if !f.hasAlias(kHolders, alias("one-rid")) {
+		t.Error("a session answered at its limit with a request id: alias not set")
+	}
 	for _, a := range []string{alias("one"), alias("two"), alias("four")} {
 		if !f.hasAlias(kHolders, a) {
 			t.Errorf("alias %s of a winner not set", a)
@@ -88,8 +96,8 @@ func TestReserveMarksHolderAlias(t *testing.T) {
 			t.Errorf("alias %s set, of a buyer refused or never seen", a)
 		}
 	}
-	if n := f.int("BITCOUNT", kHolders); n > 4+3*3 || n < 4+3 {
-		t.Errorf("%d bits set, want 4 users' and 3 aliases' (13, fewer only if two collide)", n)
+	if n := f.int("BITCOUNT", kHolders); n > 4+3*4 || n < 4+3 {
+		t.Errorf("%d bits set, want 4 users' and 4 aliases' (16, fewer only if two collide)", n)
 	}
 	// Odd counts, as before: the user's bit alone.
 	f.reset([][]string{stock(3, 200, 0, 0, 0)})

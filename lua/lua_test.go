@@ -1182,7 +1182,7 @@ func TestScriptSHA(t *testing.T) {
 		src  string
 		want string
 	}{
-		{name: "reserve", src: lua.Reserve, want: "03c91c7ac31e49e40829ac84bdb2e88239428af4"},
+		{name: "reserve", src: lua.Reserve, want: "61ec4932ed9578f7bd1238f0703575e841b215bd"},
 		{name: "reservebatch", src: lua.ReserveBatch, want: "ef31a381ff4f579cbb2ed23712792a883f1c97f1"},
 		{name: "steal", src: lua.Steal, want: "b6856157fe29f93c2b42255f3e61dea17a3005a9"},
 		{name: "confirm", src: lua.Confirm, want: "c3919655a6b88d9c4b1943f5a116b57181b3a33c"},

@@ -34,7 +34,8 @@
 --                 request id (issue 10: each key costs Redis time per call)
 -- KEYS[#KEYS] when KEYS has 7, 9 or 11 keys (the others above, then this one
 --                 last): holders, a bitset of this SKU's shard with the bit
---                 of every buyer this script reserved for (bit = the first 32
+--                 of every buyer this script reserved for, or answered at
+--                 their limit with a request id (bit = the first 32
 --                 bits of SHA-1(user) % (8 * STRLEN)); read by every instance
 --                 through client-side caching once the SKU is sold out, so a
 --                 buyer whose bit is set is answered by this script (PENDING
@@ -244,6 +245,10 @@ if held then
       if named then
         redis.call('SET', rid, '3|' .. named, 'PX', ARGV[12])
         markRid()
+        -- The buyer holds units: their session's alias too, so a repeat
+        -- of this request on an instance that never looked the session
+        -- up is let on to its record (decisions §62).
+        markHolder()
       end
     end
     return ans

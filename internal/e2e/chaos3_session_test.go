@@ -91,3 +91,43 @@ func TestSessionHolderUnknownToTheInstanceIsNotSoldOut(t *testing.T) {
 		t.Fatalf("500 strangers on a sold-out SKU cost the shop %d look-ups, want 0", got)
 	}
 }
+
+// TestSessionSoldOutRequestIDsCostNoLookups (decisions §62): a buy with a
+// request id on a sold-out SKU goes past the sold-out mark (a repeat of a
+// won request is owed its replay), and with a session identity that meant
+// a look-up for every such click of a session the instance did not know:
+// a scalper adding made-up X-Request-Id headers to made-up cookies made
+// every sold-out click a call to the shop's whoami. Now a session whose
+// holder alias is clear cannot be repeating a win made with it: SOLD_OUT
+// from memory, no look-up. The winner's own repeat, on an instance that
+// never saw her cookie, still gets her replay.
+func TestSessionSoldOutRequestIDsCostNoLookups(t *testing.T) {
+	w := startWhoamiShop(t, nil)
+	f := sessionFixture(t, w, "")
+	other := e2e.StartProxy(t, f.opts.Config(t))
+	buy := func(addr, cookie, rid string) e2e.Resp {
+		return e2e.Do(manyConns, addr, e2e.Req{URI: "/api/seckill/" + actTiny + "/" + e2e.SKU + "/buy",
+			Header: [][2]string{{"Cookie", cookie}, {"X-Request-Id", rid}}})
+	}
+	won := buy(f.p.Addr, "sid=u:alice", "alice-1")
+	if won.Code != "WIN" {
+		t.Fatalf("alice: %d %s", won.Status, won.Body)
+	}
+	e2e.Eventually(t, 5*time.Second, "the SKU sold out in the other instance's memory", func() bool {
+		r := buyWithCookie(&fixture{p: other}, actTiny, "sid=u:nobody-seen")
+		return r.Code == "SOLD_OUT"
+	})
+	calls := w.calls.Load()
+	for i := range 300 {
+		if r := buy(other.Addr, fmt.Sprintf("sid=u:stranger-%d", i), fmt.Sprintf("rid-%d", i)); r.Code != "SOLD_OUT" {
+			t.Fatalf("stranger %d with a request id on a sold-out SKU: %d %s", i, r.Status, r.Body)
+		}
+	}
+	if got := w.calls.Load() - calls; got != 0 {
+		t.Fatalf("300 strangers with request ids on a sold-out SKU cost the shop %d look-ups, want 0", got)
+	}
+	r := buy(other.Addr, "sid=u:alice", "alice-1")
+	if r.Status != won.Status || r.Token() != won.Token() || r.Token() == "" {
+		t.Fatalf("alice's repeat on the other instance: %d %s (token %q), want her replay %d (token %q)", r.Status, r.Body, r.Token(), won.Status, won.Token())
+	}
+}
