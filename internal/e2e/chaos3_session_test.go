@@ -23,11 +23,7 @@ func TestSessionHolderOfASoldOutSKUIsNotSoldOut(t *testing.T) {
 	if r := buyWithCookie(f, actTiny, "sid=u:alice"); r.Code != "WIN" {
 		t.Fatalf("alice: %d %s", r.Status, r.Body)
 	}
-	e2e.Eventually(t, 5*time.Second, "the SKU sold out in memory", func() bool {
-		calls := w.calls.Load()
-		r := buyWithCookie(f, actTiny, "sid=u:nobody-seen")
-		return r.Code == "SOLD_OUT" && w.calls.Load() == calls
-	})
+	soldOutInMemory(t, w, f)
 	calls := w.calls.Load()
 	r := buyWithCookie(f, actTiny, "sid=u:alice")
 	if r.Code != "ALREADY_PURCHASED" || r.Status != 409 {
@@ -61,11 +57,7 @@ func TestSessionHolderUnknownToTheInstanceIsNotSoldOut(t *testing.T) {
 	if r := buyWithCookie(f, actTiny, "sid=u:alice"); r.Code != "WIN" {
 		t.Fatalf("alice: %d %s", r.Status, r.Body)
 	}
-	e2e.Eventually(t, 5*time.Second, "the SKU sold out in the other instance's memory", func() bool {
-		calls := w.calls.Load()
-		r := buyWithCookie(g, actTiny, "sid=u:nobody-seen")
-		return r.Code == "SOLD_OUT" && w.calls.Load() == calls
-	})
+	soldOutInMemory(t, w, g)
 	calls := w.calls.Load()
 	r := buyWithCookie(g, actTiny, "sid=u:alice")
 	if r.Code != "ALREADY_PURCHASED" || r.Status != 409 || r.Str("token") == "" {
@@ -113,10 +105,7 @@ func TestSessionSoldOutRequestIDsCostNoLookups(t *testing.T) {
 	if won.Code != "WIN" {
 		t.Fatalf("alice: %d %s", won.Status, won.Body)
 	}
-	e2e.Eventually(t, 5*time.Second, "the SKU sold out in the other instance's memory", func() bool {
-		r := buyWithCookie(&fixture{p: other}, actTiny, "sid=u:nobody-seen")
-		return r.Code == "SOLD_OUT"
-	})
+	soldOutInMemory(t, w, &fixture{p: other})
 	calls := w.calls.Load()
 	for i := range 300 {
 		if r := buy(other.Addr, fmt.Sprintf("sid=u:stranger-%d", i), fmt.Sprintf("rid-%d", i)); r.Code != "SOLD_OUT" {
@@ -130,4 +119,15 @@ func TestSessionSoldOutRequestIDsCostNoLookups(t *testing.T) {
 	if r.Status != won.Status || r.Token() != won.Token() || r.Token() == "" {
 		t.Fatalf("alice's repeat on the other instance: %d %s (token %q), want her replay %d (token %q)", r.Status, r.Body, r.Token(), won.Status, won.Token())
 	}
+}
+
+// soldOutInMemory waits until f's instance answers actTiny SOLD_OUT from
+// memory: a session it never saw is refused without a whoami call.
+func soldOutInMemory(t *testing.T, w *whoamiShop, f *fixture) {
+	t.Helper()
+	e2e.Eventually(t, 5*time.Second, "the SKU sold out in the instance's memory", func() bool {
+		calls := w.calls.Load()
+		r := buyWithCookie(f, actTiny, "sid=u:nobody-seen")
+		return r.Code == "SOLD_OUT" && w.calls.Load() == calls
+	})
 }
