@@ -62,8 +62,8 @@ func (p *Pipeline) bundleSoldOut(ctx context.Context, st *actState, r *Request, 
 				return Decision{}, false, true
 			}
 			if unknown {
-				for _, it := range r.Items { // bundle.lua sets the alias in every item's bitset
-					held, err := p.mayHoldAlias(ctx, r, it.SKU, shards)
+				for _, item := range r.Items { // bundle.lua sets the alias in every item's bitset
+					held, err := p.mayHoldAlias(ctx, r, item.SKU, shards)
 					if err != nil {
 						return p.storeDown(err), true, false
 					}
