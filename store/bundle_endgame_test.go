@@ -1,0 +1,152 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
+	"github.com/seckill-proxy/seckill-proxy/lua"
+	"github.com/seckill-proxy/seckill-proxy/store"
+)
+
+// The end game of competing bundles (docs/decisions.md §51 "Left", §61):
+// with no fault at all, bundles a:1,b:1 whose units sit on one shard, and
+// hundreds of buyers homed on the others asking at once through two
+// stores, every buyer must have an answer and, once all of them heard
+// SOLD_OUT, no whole bundle may be left on sale (a of one shard and b of
+// another, halves moved by bundles that gave up). Rounds from
+// BUNDLE_ENDGAME_ROUNDS (default 6), each on a fresh activity.
+func TestBundleEndGame(t *testing.T) {
+	rounds := 6
+	if v, err := strconv.Atoi(os.Getenv("BUNDLE_ENDGAME_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
+	var again, gone atomic.Int64 // end-game looks (bundleLooksAgain): went round again, said SOLD_OUT
+	defer store.SetBundleEndSeen(func(a bool) {
+		if a {
+			again.Add(1)
+		} else {
+			gone.Add(1)
+		}
+	})()
+	srv := redistest.Start(t)
+	sa := openStore(t, redisConfig([]string{srv.Addr}, false))
+	sb := openStore(t, redisConfig([]string{srv.Addr}, false))
+	bad := 0
+	for r := 0; r < rounds; r++ {
+		shards := 4 + 4*(r%2)
+		if left := bundleEndGameRound(t, srv, sa, sb, fmt.Sprintf("eg%d", r), shards); left > 0 {
+			bad++
+		}
+	}
+	t.Logf("rounds with a whole bundle left on sale after every buyer heard SOLD_OUT: %d of %d; end-game looks: %d went round again, %d found an item gone everywhere",
+		bad, rounds, again.Load(), gone.Load())
+	if bad > 0 {
+		t.Errorf("%d of %d rounds left a whole bundle on sale after every buyer heard SOLD_OUT", bad, rounds)
+	}
+}
+
+// bundleEndGameRound runs one wave and returns the bundles left on sale
+// (the fewer of a's and b's units remaining).
+func bundleEndGameRound(t *testing.T, srv *redistest.Server, sa, sb *store.Store, id string, shards int) int64 {
+	t.Helper()
+	const stock, users = 25, 300
+	a := bundleActivity(id, shards, 2, config.SKU{ID: "a", Stock: stock}, config.SKU{ID: "b", Stock: stock})
+	mustPreheat(t, sa, a)
+	// Every unit on shard 0, the other shards out (as red team bh's wave).
+	for _, sku := range []string{"a", "b"} {
+		for s, sk := range sa.SKUKeys(id, sku, shards).Shards {
+			n := "0"
+			if s == 0 {
+				n = strconv.Itoa(stock)
+			}
+			if _, err := srv.Do("HSET", sk.Stock, "i", n, "r", n); err != nil {
+				t.Fatalf("HSET: %v", err)
+			}
+			if s > 0 {
+				if _, err := srv.Do("SET", sk.Out, "1", "PX", "3600000"); err != nil {
+					t.Fatalf("SET: %v", err)
+				}
+			}
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // cached flags invalidated
+	var names []string
+	for i := 0; len(names) < users; i++ {
+		if u := id + "-u" + strconv.Itoa(i); store.HomeShard(u, shards) != 0 {
+			names = append(names, u)
+		}
+	}
+	codes := make([]lua.Code, len(names))
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	sem := make(chan struct{}, 64)
+	for i, u := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			s := sa
+			for try := 0; try < 50; try++ {
+				c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				res, err := s.ReserveBundle(c, bundleReq(a, u, item("a", 1), item("b", 1)))
+				cancel()
+				if err == nil {
+					codes[i] = res.Code
+					return
+				}
+				if !errors.Is(err, store.ErrUnavailable) {
+					t.Errorf("%s: %v", u, err)
+					return
+				}
+				// Come back (transit, §54), on the other store.
+				if s == sa {
+					s = sb
+				} else {
+					s = sa
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			t.Errorf("%s: no answer in 50 tries", u)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	won, empty := 0, 0
+	for _, c := range codes {
+		switch c {
+		case lua.OK:
+			won++
+		case lua.Empty:
+			empty++
+		}
+	}
+	st := skuStatus(t, sa, a)
+	left := min(st["a"].Remaining, st["b"].Remaining)
+	if left > 0 {
+		var where []string
+		for _, sku := range []string{"a", "b"} {
+			var rs []string
+			for _, sk := range sa.SKUKeys(id, sku, shards).Shards {
+				r, _ := srv.Do("HGET", sk.Stock, "r")
+				rs = append(rs, r)
+			}
+			where = append(where, fmt.Sprintf("%s %v", sku, rs))
+		}
+		t.Logf("%s (%d shards): %d won, %d SOLD_OUT; %d whole bundles left on sale, per shard %v", id, shards, won, empty, left, where)
+	}
+	if won+int(left) != stock && st["a"].Remaining == st["b"].Remaining && won+int(st["a"].Remaining) != stock {
+		t.Errorf("%s: %d won, %d left of %d", id, won, left, stock)
+	}
+	return left
+}
