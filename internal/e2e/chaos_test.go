@@ -1364,8 +1364,8 @@ func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaos
 		}
 		for _, h := range byUser[a.user] {
 			r := h.r
-			if r.State != "x" || r.Reason != "store_timeout" || r.ReleasedMs <= a.got.UnixMilli() {
-				continue
+			if r.State != "x" || r.Reason != "store_timeout" || r.Qty == 0 || r.ReleasedMs <= a.got.UnixMilli() {
+				continue // a tombstone (qty 0) held nothing
 			}
 			if ran, ok := c.mon.ran(h.id); !ok || !ran.Before(a.sent) {
 				continue
