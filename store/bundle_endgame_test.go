@@ -25,6 +25,27 @@ import (
 // another, halves moved by bundles that gave up). Rounds from
 // BUNDLE_ENDGAME_ROUNDS (default 6), each on a fresh activity.
 func TestBundleEndGame(t *testing.T) {
+	srv := redistest.Start(t)
+	runBundleEndGame(t, []string{srv.Addr}, false, srv.Do)
+}
+
+// TestBundleEndGameCluster is TestBundleEndGame on a 3-master cluster
+// (each shard's keys on the master of its tag's slot).
+func TestBundleEndGameCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	cl := redistest.StartCluster(t, 3)
+	runBundleEndGame(t, cl.Addrs(), true, func(args ...string) (string, error) {
+		m, err := cl.MasterFor(args[1])
+		if err != nil {
+			return "", err
+		}
+		return m.Do(args...)
+	})
+}
+
+func runBundleEndGame(t *testing.T, addrs []string, cluster bool, do func(args ...string) (string, error)) {
 	rounds := 6
 	if v, err := strconv.Atoi(os.Getenv("BUNDLE_ENDGAME_ROUNDS")); err == nil && v > 0 {
 		rounds = v
@@ -37,13 +58,12 @@ func TestBundleEndGame(t *testing.T) {
 			gone.Add(1)
 		}
 	})()
-	srv := redistest.Start(t)
-	sa := openStore(t, redisConfig([]string{srv.Addr}, false))
-	sb := openStore(t, redisConfig([]string{srv.Addr}, false))
+	sa := openStore(t, redisConfig(addrs, cluster))
+	sb := openStore(t, redisConfig(addrs, cluster))
 	bad := 0
 	for r := 0; r < rounds; r++ {
 		shards := 4 + 4*(r%2)
-		if left := bundleEndGameRound(t, srv, sa, sb, fmt.Sprintf("eg%d", r), shards); left > 0 {
+		if left := bundleEndGameRound(t, do, sa, sb, fmt.Sprintf("eg%d", r), shards); left > 0 {
 			bad++
 		}
 	}
@@ -56,7 +76,7 @@ func TestBundleEndGame(t *testing.T) {
 
 // bundleEndGameRound runs one wave and returns the bundles left on sale
 // (the fewer of a's and b's units remaining).
-func bundleEndGameRound(t *testing.T, srv *redistest.Server, sa, sb *store.Store, id string, shards int) int64 {
+func bundleEndGameRound(t *testing.T, do func(args ...string) (string, error), sa, sb *store.Store, id string, shards int) int64 {
 	t.Helper()
 	const stock, users = 25, 300
 	a := bundleActivity(id, shards, 2, config.SKU{ID: "a", Stock: stock}, config.SKU{ID: "b", Stock: stock})
@@ -68,11 +88,11 @@ func bundleEndGameRound(t *testing.T, srv *redistest.Server, sa, sb *store.Store
 			if s == 0 {
 				n = strconv.Itoa(stock)
 			}
-			if _, err := srv.Do("HSET", sk.Stock, "i", n, "r", n); err != nil {
+			if _, err := do("HSET", sk.Stock, "i", n, "r", n); err != nil {
 				t.Fatalf("HSET: %v", err)
 			}
 			if s > 0 {
-				if _, err := srv.Do("SET", sk.Out, "1", "PX", "3600000"); err != nil {
+				if _, err := do("SET", sk.Out, "1", "PX", "3600000"); err != nil {
 					t.Fatalf("SET: %v", err)
 				}
 			}
@@ -138,7 +158,7 @@ func bundleEndGameRound(t *testing.T, srv *redistest.Server, sa, sb *store.Store
 		for _, sku := range []string{"a", "b"} {
 			var rs []string
 			for _, sk := range sa.SKUKeys(id, sku, shards).Shards {
-				r, _ := srv.Do("HGET", sk.Stock, "r")
+				r, _ := do("HGET", sk.Stock, "r")
 				rs = append(rs, r)
 			}
 			where = append(where, fmt.Sprintf("%s %v", sku, rs))
