@@ -170,3 +170,80 @@ func bundleEndGameRound(t *testing.T, do func(args ...string) (string, error), s
 	}
 	return left
 }
+
+// README (Bundles, Failure behaviour and limits): before SOLD_OUT while
+// every item looks on sale somewhere, a bundle waits 2–6, then 2–10, then
+// 2–18 ms and goes round again, at most three times. Here b's flags say a
+// donor has units it does not have (r 0, no out flag): the worst case,
+// every look goes round again. The call ends SOLD_OUT after exactly three
+// looks and at least 6 ms of waits (at most 34), takes nothing, and
+// leaves every unit where it was.
+func TestBundleEndGameWaitIsBounded(t *testing.T) {
+	srv := redistest.Start(t)
+	s := openStore(t, redisConfig([]string{srv.Addr}, false))
+	const shards = 2
+	a := bundleActivity("egw", shards, 2, config.SKU{ID: "a", Stock: 2}, config.SKU{ID: "b", Stock: 2})
+	mustPreheat(t, s, a)
+	user := userOn(1, shards, 0)
+	// a: both units on shard 0 (shard 1 out); b: none anywhere, shard 0's
+	// flag not set.
+	for _, sku := range []string{"a", "b"} {
+		for i, sk := range s.SKUKeys(a.ID, sku, shards).Shards {
+			n := "0"
+			if sku == "a" && i == 0 {
+				n = "2"
+			}
+			if _, err := srv.Do("HSET", sk.Stock, "i", n, "r", n); err != nil {
+				t.Fatalf("HSET: %v", err)
+			}
+			if i == 1 {
+				if _, err := srv.Do("SET", sk.Out, "1", "PX", "3600000"); err != nil {
+					t.Fatalf("SET: %v", err)
+				}
+			} else if _, err := srv.Do("DEL", sk.Out); err != nil {
+				t.Fatalf("DEL: %v", err)
+			}
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // cached flags invalidated
+	var looks []bool
+	var mu sync.Mutex
+	defer store.SetBundleEndSeen(func(again bool) {
+		mu.Lock()
+		looks = append(looks, again)
+		mu.Unlock()
+	})()
+	t0 := time.Now()
+	res, err := s.ReserveBundle(ctx(t), bundleReq(a, user, item("a", 1), item("b", 1)))
+	took := time.Since(t0)
+	if err != nil || res.Code != lua.Empty || res.Short != "b" {
+		t.Fatalf("ReserveBundle = %+v, %v; want EMPTY short b", res, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(looks) != 3 || !looks[0] || !looks[1] || !looks[2] {
+		t.Fatalf("end-game looks %v; want three that went round again", looks)
+	}
+	if took < 6*time.Millisecond || took > 2*time.Second {
+		t.Fatalf("the call took %v; want the three waits (6–34 ms) and the calls around them", took)
+	}
+	// Read raw: b's counters were zeroed by hand, so Status counts its
+	// stock in transit.
+	for _, sku := range []string{"a", "b"} {
+		var r, p int
+		for _, sk := range s.SKUKeys(a.ID, sku, shards).Shards {
+			for f, n := range map[string]*int{"r": &r, "p": &p} {
+				v, err := srv.Do("HGET", sk.Stock, f)
+				if err != nil {
+					t.Fatalf("HGET: %v", err)
+				}
+				k, _ := strconv.Atoi(v)
+				*n += k
+			}
+		}
+		if want := map[string]int{"a": 2, "b": 0}[sku]; r != want || p != 0 {
+			t.Fatalf("after the call, %s: %d on sale, %d pending; want %d, 0", sku, r, p, want)
+		}
+	}
+	t.Logf("SOLD_OUT after three looks in %v", took)
+}
