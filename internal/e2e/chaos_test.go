@@ -1421,10 +1421,11 @@ func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaos
 	// per_user_limit) the script answers by the limit, PENDING or
 	// ALREADY_PURCHASED, never SOLD_OUT. Under it, with one of them still
 	// pending or queued at the end, or confirmed only after the answer
-	// (MONITOR's first confirming call naming it), PENDING (store emptyOrPending and
-	// bundleEmptyOrPending; SPEC §4 "asks again while their reservation is
-	// still in flight"; README "Sold-out from memory"). Under it with every
-	// one confirmed, SOLD_OUT is the truth: not judged. A reservation Redis
+	// (MONITOR's first confirming call naming it), PENDING (store
+	// emptyOrPending and bundleEmptyOrPending; SPEC §4 "asks again while
+	// their reservation is still in flight"; README "Sold-out from
+	// memory"). Under it with every one confirmed before the answer,
+	// SOLD_OUT is the truth: not judged. A reservation Redis
 	// ran while the request was in flight is concurrent with it (counted,
 	// not held); an answer inside a fault's window (§49, §50) or from an
 	// instance that had not looked up the session (§57) is counted, not
