@@ -935,10 +935,13 @@ func (c *chaosEnv) pause(d time.Duration) {
 }
 
 // addB reloads every instance with activity B and preheats it (the
-// operator's `preheat --activity cb`), retried through a Redis fault.
+// operator's `preheat --activity cb`), retried through Redis faults for
+// up to 20 s: back-to-back restarts of a cluster's master keep it
+// CLUSTERDOWN for ~7 s (cluster seed 86: three of them, 2.7–3.4 s each
+// until the instances caught up; 50 tries, ~5 s, were not enough; §61).
 func (c *chaosEnv) addB() {
 	c.reload(true, 0)
-	for try := 0; try < 50; try++ {
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
 		ctx, cancel := c.opCtx()
 		out, err := c.op.Preheat(ctx, c.actB, false, time.Now())
 		cancel()
