@@ -387,7 +387,23 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 			// abort still to come (perhaps another instance's): the
 			// script answers them PENDING, not SOLD_OUT beside their
 			// held unit (red team rv20).
-			if r.RequestID == "" && !p.mayHold(ctx, p.holderView(r), flags.Shards) {
+			v, unknown := p.holderView(r)
+			held := false
+			if r.RequestID == "" {
+				held = p.mayHold(ctx, v, flags.Shards)
+			}
+			if !held && unknown {
+				// A session no look-up of this instance's has answered:
+				// its holder alias (decisions §62). Also with a request
+				// id: a repeat of a win or of an answer at the limit made
+				// with this session set it, and any other buy of a
+				// sold-out SKU is SOLD_OUT without costing the shop a
+				// look-up.
+				if held, err = p.mayHoldAlias(ctx, r, r.SKU, flags.Shards); err != nil {
+					return p.storeDown(err)
+				}
+			}
+			if (r.RequestID == "" || unknown) && !held {
 				// Units this instance's settles, or another's (its
 				// mark), may put back on sale: come back rather than
 				// SOLD_OUT (§54, §58).
@@ -627,20 +643,50 @@ func (p *Pipeline) inTransit(ctx context.Context, act, sku string, shards int) b
 // holderView is r as the holders check sees it: a session identity not
 // looked up yet (the look-up comes after the sold-out check, so a sold-out
 // SKU costs the shop none) takes the user this instance's session cache
-// holds for it, from memory; without one it stays unknown (the check
-// answers no: SOLD_OUT, as before). Red team chaos3 (§57): a session
-// buyer holding the last unit who clicked again heard SOLD_OUT beside it.
-func (p *Pipeline) holderView(r *Request) *Request {
+// holds for it, from memory. Red team chaos3 (§57): a session buyer
+// holding the last unit who clicked again heard SOLD_OUT beside it.
+// unknown reports a session credential this instance's cache has no
+// answer for (never looked up here, or expired): its holder alias tells
+// (mayHoldAlias). A session the cache knows the shop refused stays
+// without a user: no holder.
+func (p *Pipeline) holderView(r *Request) (v *Request, unknown bool) {
 	if r.Identify == nil || r.User != "" {
-		return r
+		return r, false
 	}
 	u, err, ok := r.Identify.Cached(r.Session)
-	if !ok || err != nil || u == "" {
-		return r
+	if !ok {
+		return r, r.Session != ""
+	}
+	if err != nil || u == "" {
+		return r, false
 	}
 	c := *r
 	c.User = u
-	return &c
+	return &c, false
+}
+
+// mayHoldAlias reports whether r's buyer, a session this instance has not
+// looked up, may hold units of act's sold-out sku: the holder alias of
+// their credential is set in one of its holders bitsets (decisions §62;
+// AliasHolderChecker, local memory after the first read). Such a buyer is
+// looked up and then checked by user id, as any other. err: a bitset
+// could not be read; nothing tells whether the buyer holds a unit.
+func (p *Pipeline) mayHoldAlias(ctx context.Context, r *Request, sku string, shards int) (bool, error) {
+	h, ok := p.ts.(AliasHolderChecker)
+	if !ok {
+		return false, nil
+	}
+	return h.MayHoldAlias(ctx, r.Activity.ID, sku, shards, store.HolderAlias(r.Session))
+}
+
+// holderAlias is the holder alias a win of r's sets beside its user's bit:
+// its session credential's (store.HolderAlias), "" for a buyer not
+// identified by a session.
+func (r *Request) holderAlias() string {
+	if r.Identify == nil {
+		return ""
+	}
+	return store.HolderAlias(r.Session)
 }
 
 // mayHold reports whether r's buyer may hold units of r's sold-out SKU
@@ -657,6 +703,7 @@ func (p *Pipeline) reserve(ctx context.Context, r *Request, sku *config.SKU, fla
 		Activity: a.ID, SKU: r.SKU, User: r.User, Qty: r.Qty, Limit: a.PerUserLimit,
 		Shards: flags.Shards, Queue: a.Mode == config.ModeQueue, NowMs: now.UnixMilli(), ExpireAt: store.ExpireAt(a),
 		RequestID: r.RequestID, MaxBacklog: a.Queue.MaxBacklog, Stock: sku.Stock, Keep: r.Keep,
+		Alias: r.holderAlias(),
 	}
 	res, err := p.store.Reserve(ctx, q)
 	if err != nil {

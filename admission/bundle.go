@@ -57,8 +57,20 @@ func (p *Pipeline) checkBundle(r *Request) (Decision, bool) {
 func (p *Pipeline) bundleSoldOut(ctx context.Context, st *actState, r *Request, shards int) (d Decision, out, held bool) {
 	for _, it := range r.Items {
 		if k := st.skus[it.SKU]; k != nil && k.soldOut.Load() {
-			if p.bundleMayHold(ctx, p.holderView(r), shards) {
+			v, unknown := p.holderView(r)
+			if p.bundleMayHold(ctx, v, shards) {
 				return Decision{}, false, true
+			}
+			if unknown {
+				for _, item := range r.Items { // bundle.lua sets the alias in every item's bitset
+					held, err := p.mayHoldAlias(ctx, r, item.SKU, shards)
+					if err != nil {
+						return p.storeDown(err), true, false
+					}
+					if held {
+						return Decision{}, false, true
+					}
+				}
 			}
 			if k.transit.Load() || p.inTransit(ctx, r.Activity.ID, it.SKU, shards) {
 				return p.storeDown(store.ErrUnavailable), true, false // §54, §58
@@ -95,7 +107,7 @@ func (p *Pipeline) reserveBundle(ctx context.Context, r *Request, flags store.Fl
 	t0 := time.Now()
 	q := store.BundleRequest{
 		Activity: a.ID, User: r.User, Items: r.Items, Limit: a.PerUserLimit, Shards: flags.Shards,
-		NowMs: now.UnixMilli(), ExpireAt: store.ExpireAt(a),
+		NowMs: now.UnixMilli(), ExpireAt: store.ExpireAt(a), Alias: r.holderAlias(),
 	}
 	res, err := bs.ReserveBundle(ctx, q)
 	if err != nil {

@@ -49,6 +49,17 @@ type HolderChecker interface {
 
 var _ HolderChecker = (*store.Store)(nil)
 
+// AliasHolderChecker tells, from local memory, whether a buyer known only
+// by the holder alias of their session credential (store.HolderAlias) may
+// hold units of a sold-out SKU (*store.Store implements it; decisions
+// §62): such a buyer is looked up, then checked as any other. Without it
+// such a buyer is answered SOLD_OUT from the sold-out mark.
+type AliasHolderChecker interface {
+	MayHoldAlias(ctx context.Context, act, sku string, shards int, alias string) (bool, error)
+}
+
+var _ AliasHolderChecker = (*store.Store)(nil)
+
 // TransitChecker tells, from local memory, whether this instance holds a
 // settle of a SKU's call that may put units back on sale (a late
 // reservation to abort, a steal to settle; *store.Store implements it): a

@@ -21,6 +21,8 @@
 --         in res under "<field>:i", read by bundlerelease/bundleconfirm)
 -- ARGV[7] n, then per item i: ARGV[4+4i] qty, ARGV[5+4i] units to deposit,
 --         ARGV[6+4i] move id ("" = none), ARGV[7+4i] generation of the units
+-- ARGV[8+4n] (optional) the buyer's holder alias (reserve.lua ARGV[#ARGV]):
+--         its three bits are set in every item's holders bitset too
 --
 -- The record is reserve.lua's, with qty the bundle's total units:
 -- "p|<user>|<total>|<ms>||", so Lookup, status and reserve.lua's answer to
@@ -94,9 +96,12 @@ redis.call('HSET', KEYS[1], ARGV[1], (units + total) .. '|' .. list)
 -- The buyer's bit in every item's holders bitset (reserve.lua's markHolder:
 -- 64 bits per unit of the shard, 4 Kib to 4 Mib, an existing one keeps its
 -- size), with the users field, before any sold-out flag: an instance that
--- reads a flag after its invalidation has had both invalidated first.
+-- reads a flag after its invalidation has had both invalidated first. The
+-- holder alias's three bits too (ARGV[8+4n]; reserve.lua ARGV[#ARGV]).
 if #KEYS == 4 + 3 * n then
   local h = tonumber(string.sub(redis.sha1hex(ARGV[1]), 1, 8), 16)
+  local al = ARGV[8 + 4 * n]
+  if al == '' then al = nil end
   for i = 1, n do
     local key = KEYS[4 + 2 * n + i]
     local bits = redis.call('STRLEN', key) * 8
@@ -108,6 +113,11 @@ if #KEYS == 4 + 3 * n then
       redis.call('PEXPIREAT', key, ARGV[5])
     end
     redis.call('SETBIT', key, h % bits, 1)
+    if al then
+      for w = 0, 2 do
+        redis.call('SETBIT', key, tonumber(string.sub(al, 8 * w + 1, 8 * w + 8), 16) % bits, 1)
+      end
+    end
   end
 end
 for i = 1, n do

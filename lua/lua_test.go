@@ -1182,8 +1182,8 @@ func TestScriptSHA(t *testing.T) {
 		src  string
 		want string
 	}{
-		{name: "reserve", src: lua.Reserve, want: "8f4c9b4e59d55cec5575b5faa13d0f9d4b35e633"},
-		{name: "reservebatch", src: lua.ReserveBatch, want: "61882f02282a95bf997784a9c3d1b29a122a983c"},
+		{name: "reserve", src: lua.Reserve, want: "61ec4932ed9578f7bd1238f0703575e841b215bd"},
+		{name: "reservebatch", src: lua.ReserveBatch, want: "ef31a381ff4f579cbb2ed23712792a883f1c97f1"},
 		{name: "steal", src: lua.Steal, want: "b6856157fe29f93c2b42255f3e61dea17a3005a9"},
 		{name: "confirm", src: lua.Confirm, want: "c3919655a6b88d9c4b1943f5a116b57181b3a33c"},
 		{name: "release", src: lua.Release, want: "ac53d863f9dc25a56ef52f18e3550acb02e803bc"},
@@ -1193,7 +1193,7 @@ func TestScriptSHA(t *testing.T) {
 		{name: "abort", src: lua.Abort, want: "30b097040cce394846382debf986de8eda01b9d4"},
 		{name: "settlemove", src: lua.SettleMove, want: "d18a52fc394960a482388ca298c0cc0b63ab4e27"},
 		{name: "fleet", src: lua.Fleet, want: "ba92c253300e8a8d4e53ed053e50fea443aa81c7"},
-		{name: "bundle", src: lua.Bundle, want: "f2ff18e23e035bf9b73c144cad4613fc55ea50f1"},
+		{name: "bundle", src: lua.Bundle, want: "e1556b190ee98baef13c0d60ffa8abaf4d2240d2"},
 		{name: "bundlerelease", src: lua.BundleRelease, want: "039420a8b0dc64aa3876e688513a6268d54dcb40"},
 		{name: "bundleconfirm", src: lua.BundleConfirm, want: "f2e4893e32a4c119be0df8fbb6593c6a28f3d1c8"},
 		{name: "inflight", src: lua.Inflight, want: "fdb195e6a728ae701bed333f29abee511ffbd408"},

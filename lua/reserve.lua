@@ -34,7 +34,8 @@
 --                 request id (issue 10: each key costs Redis time per call)
 -- KEYS[#KEYS] when KEYS has 7, 9 or 11 keys (the others above, then this one
 --                 last): holders, a bitset of this SKU's shard with the bit
---                 of every buyer this script reserved for (bit = the first 32
+--                 of every buyer this script reserved for, or answered at
+--                 their limit with a request id (bit = the first 32
 --                 bits of SHA-1(user) % (8 * STRLEN)); read by every instance
 --                 through client-side caching once the SKU is sold out, so a
 --                 buyer whose bit is set is answered by this script (PENDING
@@ -64,6 +65,14 @@
 --          on bit = hash % (8 * STRLEN)
 -- ARGV[8..13] may be left out when there is no deposit, no queue mode and no
 -- request id (issue 10: the common call sends 7 ARGV, not 13).
+-- ARGV[#ARGV] when ARGV has 8, 14 or 16 (an even count): the buyer's holder
+--          alias, 24 hex digits of a digest of the session credential they
+--          were identified by (identity.user.session; store.HolderAlias):
+--          its three bits (its three 32-bit words, each % the size; hashed
+--          by the proxy, not here: SHA-1 in the script cost Redis ~0.7 µs
+--          a winner) are set in the holders bitset beside the user's, so an
+--          instance that never looked the session up can tell, from memory,
+--          that it may belong to a holder of a sold-out SKU (decisions §62).
 --
 -- Returns {code, ...}:
 --   {1, remaining}            OK: reserved, pending marker and record written
@@ -172,6 +181,12 @@ local function markHolder()
     redis.call('PEXPIREAT', key, ARGV[6])
   end
   redis.call('SETBIT', key, tonumber(string.sub(redis.sha1hex(ARGV[1]), 1, 8), 16) % bits, 1)
+  if #ARGV % 2 == 0 and ARGV[#ARGV] ~= '' then
+    local a = ARGV[#ARGV]
+    for w = 0, 2 do
+      redis.call('SETBIT', key, tonumber(string.sub(a, 8 * w + 1, 8 * w + 8), 16) % bits, 1)
+    end
+  end
 end
 
 -- markRid sets the request id's bit (see KEYS[10]).
@@ -230,6 +245,10 @@ if held then
       if named then
         redis.call('SET', rid, '3|' .. named, 'PX', ARGV[12])
         markRid()
+        -- The buyer holds units: their session's alias too, so a repeat
+        -- of this request on an instance that never looked the session
+        -- up is let on to its record (decisions §62).
+        markHolder()
       end
     end
     return ans

@@ -9,8 +9,11 @@
 -- KEYS[1..6] stock, users, res, pending, out, epoch   (see reserve.lua)
 -- KEYS[7]    holders (optional; reserve.lua's KEYS[#KEYS]): each winner's bit
 -- ARGV[1] now ms (proxy clock)  ARGV[2] expire-at ms
--- ARGV[3] "0" = with the buyer memo, "2" = without (see reserve.lua ARGV[7])
--- ARGV[4..] four per buyer: user, qty, per-user limit, token id
+-- ARGV[3] "0" = with the buyer memo, "2" = without (see reserve.lua ARGV[7]);
+--         "0a" / "2a": the same, and the buyers' holder aliases follow them
+-- ARGV[4..] four per buyer: user, qty, per-user limit, token id; then, with
+--         "0a" / "2a", one per buyer: its holder alias ("" = none; see
+--         reserve.lua ARGV[#ARGV]), whose bits a winner's call sets
 --
 -- Returns the buyers' replies in order, flat (issue 10: a reply table per
 -- buyer cost Redis more than deciding the buyer): for each, its length
@@ -20,8 +23,9 @@
 -- {2, 1, 7, 1, 5} is {1, 7} for the first buyer and {5} for the second.
 -- A token id with a record before the batch is abort.lua's tombstone: that
 -- buyer takes nothing ({14}), as in reserve.lua.
-local now, exp, memo = ARGV[1], ARGV[2], ARGV[3] == '0'
-local n = (#ARGV - 3) / 4
+local now, exp, memo = ARGV[1], ARGV[2], string.sub(ARGV[3], 1, 1) == '0'
+local aliased = #ARGV[3] > 1
+local n = (#ARGV - 3) / (aliased and 5 or 4)
 local find, sub, byte = string.find, string.sub, string.byte
 local users = {}
 for i = 1, n do users[i] = ARGV[4 * i] end
@@ -169,6 +173,17 @@ if taken > 0 then
     end
     for k = 1, no do
       redis.call('SETBIT', hk, tonumber(sub(redis.sha1hex(users[order[k]]), 1, 8), 16) % bits, 1)
+    end
+    if aliased then
+      for i = 1, n do
+        local al = ARGV[3 + 4 * n + i]
+        if RC[i] == 1 and al ~= '' then
+          local a = al
+          for w = 0, 2 do
+            redis.call('SETBIT', hk, tonumber(sub(a, 8 * w + 1, 8 * w + 8), 16) % bits, 1)
+          end
+        end
+      end
     end
   end
   if r == 0 then redis.call('SET', KEYS[5], '1', 'PXAT', exp) end

@@ -25,8 +25,17 @@ func (f *fx) runBatch(mode string, buyers []batchBuyer) [][]string {
 	for _, b := range buyers {
 		args = append(args, b.user, strconv.Itoa(b.qty), strconv.Itoa(b.limit), b.tok)
 	}
-	flat := f.text(f.script(lua.ReserveBatch, reserveKeys[:6], args))
-	// Each buyer's reply follows its length.
+	out := f.batchReplies(f.text(f.script(lua.ReserveBatch, reserveKeys[:6], args)))
+	if len(out) != len(buyers) {
+		f.t.Fatalf("reservebatch: %d replies for %d buyers", len(out), len(buyers))
+	}
+	return out
+}
+
+// batchReplies cuts reservebatch.lua's flat reply into the buyers'
+// replies: each follows its length.
+func (f *fx) batchReplies(flat []string) [][]string {
+	f.t.Helper()
 	var out [][]string
 	for at := 0; at < len(flat); {
 		k, err := strconv.Atoi(flat[at])
@@ -35,9 +44,6 @@ func (f *fx) runBatch(mode string, buyers []batchBuyer) [][]string {
 		}
 		out = append(out, flat[at+1:at+1+k])
 		at += 1 + k
-	}
-	if len(out) != len(buyers) {
-		f.t.Fatalf("reservebatch: %d replies for %d buyers", len(out), len(buyers))
 	}
 	return out
 }

@@ -100,13 +100,7 @@ func TestReserveBatchMarksHoldersAsReserve(t *testing.T) {
 		for _, b := range buyers {
 			args = append(args, b.user, strconv.Itoa(b.qty), strconv.Itoa(b.limit), b.tok)
 		}
-		flat := f.text(f.script(lua.ReserveBatch, short, args))
-		var got [][]string
-		for at := 0; at < len(flat); {
-			k, _ := strconv.Atoi(flat[at])
-			got = append(got, flat[at+1:at+1+k])
-			at += 1 + k
-		}
+		got := f.batchReplies(f.text(f.script(lua.ReserveBatch, short, args)))
 		gotBits, _ := f.do("GET", kHolders).ToString()
 		for i := range buyers {
 			if i >= len(got) || !slices.Equal(got[i], want[i]) {

@@ -15,6 +15,10 @@
 #                   no limit parsing, no per-buyer replies)
 #     reservebatch6, reservebatch16  lua/reservebatch.lua, what the proxy sends under load,
 #                   6 and 16 buyers per call
+#     single+h, reservebatch16+h  the same with the holders bitset (KEYS[7]: what the
+#                   proxy sends with client_cache, the default)
+#     single+h+alias, reservebatch16+h+alias  and each winner's session holder alias
+#                   (identity.user.session; decisions §62)
 #
 #   scripts/redis-micro.sh [rounds]
 set -euo pipefail
@@ -37,7 +41,7 @@ run() {
   local a b; a=$(cpu)
   taskset -c $pin_cli redis-benchmark -p "$p" -c 16 -P "$pl" -r 1000000000 -n "$n" -q EVALSHA "$@" >/dev/null
   b=$(cpu)
-  awk -v a="$a" -v b="$b" -v n="$name" -v c="$n" -v per="$per" 'BEGIN { printf "  %-14s %6.2f\n", n, (b - a) * 1e6 / (c * per) }'
+  awk -v a="$a" -v b="$b" -v n="$name" -v c="$n" -v per="$per" 'BEGIN { printf "  %-22s %6.2f\n", n, (b - a) * 1e6 / (c * per) }'
 }
 old=
 if git show dd293e5:lua/reserve.lua > "$w/reserve-old.lua" 2>/dev/null; then
@@ -66,15 +70,21 @@ done
 W='{win:0}'
 r hset "w:$W:stock:s" r 1000000000 i 1000000000 p 0 c 0 x 0 >/dev/null
 kw="w:$W:stock:s w:$W:users w:$W:res w:$W:pending w:$W:out:s w:$W:epoch"
+kh="$kw w:$W:holders:s"
 b16=""; for i in $(seq 16); do b16="$b16 u$i:__rand_int__ t$i:__rand_int__"; done
 rb16=""; for i in $(seq 16); do rb16="$rb16 u$i:__rand_int__ 1 1 t$i:__rand_int__"; done
 rb6=""; for i in $(seq 6); do rb6="$rb6 u$i:__rand_int__ 1 1 t$i:__rand_int__"; done
+al16=""; for i in $(seq 16); do al16="$al16 $(printf %02x "$i")c1d2e3f4a5b6c7d8e9f0a1"; done
 echo "== Redis CPU µs per winner (a new buyer each), redis-benchmark -c 16 -P 4"
 for i in $(seq "$rounds"); do
   # shellcheck disable=SC2086
   { run single 1 200000 4 "$new" 6 $kw u:__rand_int__ 1 1 t:__rand_int__ 1796096866059 1796269648000 2
     run batch16 16 12500 4 "$batch" 6 $kw 1 1796096866059 1796269648000 $b16
     run reservebatch6 6 33000 4 "$rbatch" 6 $kw 1796096866059 1796269648000 2 $rb6
-    run reservebatch16 16 12500 4 "$rbatch" 6 $kw 1796096866059 1796269648000 2 $rb16; }
+    run reservebatch16 16 12500 4 "$rbatch" 6 $kw 1796096866059 1796269648000 2 $rb16
+    run single+h 1 200000 4 "$new" 7 $kh u:__rand_int__ 1 1 t:__rand_int__ 1796096866059 1796269648000 2
+    run single+h+alias 1 200000 4 "$new" 7 $kh u:__rand_int__ 1 1 t:__rand_int__ 1796096866059 1796269648000 2 00c1d2e3f4a5b6c7d8e9f0a1
+    run reservebatch16+h 16 12500 4 "$rbatch" 7 $kh 1796096866059 1796269648000 2 $rb16
+    run reservebatch16+h+alias 16 12500 4 "$rbatch" 7 $kh 1796096866059 1796269648000 2a $rb16 $al16; }
 done
 echo "  (winners so far: $(r hlen "w:$W:users"); every later round meets bigger hashes)"

@@ -82,6 +82,7 @@ type BundleRequest struct {
 	Shards   int
 	NowMs    int64
 	ExpireAt int64
+	Alias    string // the buyer's holder alias (ReserveRequest.Alias)
 }
 
 // BundleResult is what Redis decided for a bundle.
@@ -196,6 +197,9 @@ func (s *Store) ReserveBundle(ctx context.Context, q BundleRequest) (result Bund
 	// buyer's bit set in each, as reserve.lua sets it (red team bh).
 	for i := range q.Items {
 		keys = append(keys, ks[i].Shards[home].Holders)
+	}
+	if q.Alias != "" {
+		args = append(args, q.Alias) // bundle.lua ARGV[8+4n]
 	}
 	var res BundleResult
 	moves := make([]int, n)

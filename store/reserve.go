@@ -50,6 +50,10 @@ type ReserveRequest struct {
 	// worker is to send it: the stream entry carries it (nil: the worker
 	// rebuilds one from the route).
 	Keep func() []byte
+	// Alias is the buyer's holder alias (HolderAlias of the session
+	// credential they were identified by; "" = none): a win sets its bits
+	// in the holders bitset beside the user's (MayHoldAlias).
+	Alias string
 }
 
 // RequestIDTTL is how long a request id is remembered (SPEC §4: 5 minutes).
@@ -213,6 +217,13 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 		keys = k.Shards[home].reserveRidKeys(rid)
 		args = append(args, strconv.FormatUint(uint64(ridHash), 10), ridBitsFor(q.Stock, q.Shards))
 	}
+	// The holder alias last: reserve.lua reads ARGV[#ARGV] as one when ARGV
+	// has an even count (8 in the short call, 14 or 16 in the long one).
+	short := args[:7]
+	if q.Alias != "" {
+		args = append(args, q.Alias)
+		short = append(short[:7:7], q.Alias)
+	}
 	var res ReserveResult
 	need := q.Qty
 	// The home shard is known dry: move stock first. Not for a request id:
@@ -235,7 +246,7 @@ func (s *Store) Reserve(ctx context.Context, q ReserveRequest) (result ReserveRe
 			if !q.Queue && rid == "" && args[8] == "" {
 				// Nothing to deposit: reserve.lua's short ARGV and KEYS,
 				// alone or batched with the shard's other buyers.
-				r, written, err = s.reserveShort(cctx, c, k, home, args[:7])
+				r, written, err = s.reserveShort(cctx, c, k, home, short)
 			} else {
 				r, err = s.runReserve(cctx, c, keys, args)
 			}
@@ -624,16 +635,23 @@ func holderHash(user string) uint32 {
 // older than outSnapTTL, a connection's cache dropped since, or k no
 // longer tracked).
 func (s *Store) bitSnapped(view *bitsView, k *SKUKeys, h uint32) (seen, ok bool) {
+	v, ok := s.bitsSnapped(view, k)
+	return ok && bitIn(v, h), ok
+}
+
+// bitsSnapped is view's snapshot of its bitset when it is current (see
+// bitSnapped).
+func (s *Store) bitsSnapped(view *bitsView, k *SKUKeys) (v string, ok bool) {
 	sn := view.snap.Load()
 	if sn == nil || sn.gen != view.gen.Load() || sn.epoch != s.epoch.Load() || !k.tracked.Load() {
-		return false, false
+		return "", false
 	}
 	// Unsigned: a snapshot "read in the future" (the clock stepped back
 	// since) is as stale as an old one.
 	if uint64(time.Now().UnixNano()-sn.at) >= uint64(outSnapTTL) {
-		return false, false
+		return "", false
 	}
-	return bitIn(sn.v, h), true
+	return sn.v, true
 }
 
 // bitSeen reports whether the bitset at key (view's, of k) has h's bit set
@@ -650,8 +668,15 @@ func (s *Store) bitSeen(ctx context.Context, c rueidis.Client, view *bitsView, k
 // bitRead is bitSeen with the read's error (client_cache on): a bitset
 // that is not there (no bit ever set on the shard) has no bit set.
 func (s *Store) bitRead(ctx context.Context, c rueidis.Client, view *bitsView, key string, k *SKUKeys, h uint32) (bool, error) {
-	if seen, ok := s.bitSnapped(view, k, h); ok {
-		return seen, nil
+	v, err := s.bitsRead(ctx, c, view, key, k)
+	return err == nil && bitIn(v, h), err
+}
+
+// bitsRead is the bitset at key (view's, of k): its snapshot when current,
+// else read (client-side cached) and snapshotted; "" when it is not there.
+func (s *Store) bitsRead(ctx context.Context, c rueidis.Client, view *bitsView, key string, k *SKUKeys) (string, error) {
+	if v, ok := s.bitsSnapped(view, k); ok {
+		return v, nil
 	}
 	// The generation before the read: an invalidation that lands during
 	// it leaves the snapshot stale-marked, never a stale one current.
@@ -661,10 +686,10 @@ func (s *Store) bitRead(ctx context.Context, c rueidis.Client, view *bitsView, k
 		v, err = "", nil // no bit ever set on this shard
 	}
 	if err != nil {
-		return false, wrap(err)
+		return "", wrap(err)
 	}
 	view.snap.Store(&bitsSnap{gen: gen, epoch: epoch, at: now, v: v})
-	return bitIn(v, h), nil
+	return v, nil
 }
 
 // bitIn reports whether bitset v has h's bit set (h % its size); an empty

@@ -47,7 +47,7 @@ type reserveBatcher struct {
 
 // batchedBuyer is one buyer waiting in, or sent in, a batch.
 type batchedBuyer struct {
-	args     []string // reserve.lua's short ARGV (7)
+	args     []string // reserve.lua's short ARGV (7, or 8 with the holder alias)
 	deadline time.Time
 	done     chan struct{}
 	state    int8 // under reserveBatcher.mu: queued, sent or dropped
@@ -65,7 +65,7 @@ const (
 var errNotSent = fmt.Errorf("%w: deadline passed before the reserve call was sent", ErrUnavailable)
 
 // reserveShort runs reserve.lua's short call for one buyer (args: its 7
-// ARGV) on shard home, alone or in a batch (see reserveBatcher). written
+// ARGV, 8 with a holder alias) on shard home, alone or in a batch (see reserveBatcher). written
 // is false when the call never reached Redis: the buyer holds nothing and
 // nothing needs aborting.
 func (s *Store) reserveShort(ctx context.Context, c rueidis.Client, k *SKUKeys, home int, args []string) (r reserveReply, written bool, err error) {
@@ -182,10 +182,27 @@ func (s *Store) sendBatch(c rueidis.Client, k *SKUKeys, home int, batch []*batch
 		e, _ := strconv.ParseInt(w.args[5], 10, 64)
 		now, exp = max(now, n), max(exp, e)
 	}
-	args := make([]string, 0, 3+4*len(batch))
-	args = append(args, itoa(now), itoa(exp), batch[0].args[6])
+	aliased := false
+	for _, w := range batch {
+		aliased = aliased || len(w.args) > 7
+	}
+	mode := batch[0].args[6]
+	if aliased {
+		mode += "a" // the buyers' holder aliases follow them
+	}
+	args := make([]string, 0, 3+5*len(batch))
+	args = append(args, itoa(now), itoa(exp), mode)
 	for _, w := range batch {
 		args = append(args, w.args[0], w.args[1], w.args[2], w.args[3])
+	}
+	if aliased {
+		for _, w := range batch {
+			alias := ""
+			if len(w.args) > 7 {
+				alias = w.args[7]
+			}
+			args = append(args, alias)
+		}
 	}
 	arr, err := s.reserveBatch.Exec(cctx, c, keys, args).ToArray()
 	var replies [][]rueidis.RedisMessage

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seckill-proxy/seckill-proxy/store"
+
 	jwt "github.com/golang-jwt/jwt/v5"
 	"go.uber.org/zap"
 
@@ -264,6 +266,44 @@ func (id *chaosIdent) sessionUser(sid string) string {
 	id.smu.Lock()
 	defer id.smu.Unlock()
 	return id.sessions[sid]
+}
+
+// wonWith is the session cookie of the buy that made reservation id of
+// act for user: the one the first-sent answer carrying its token as the
+// buy's own (WIN, QUEUED, UPSTREAM_*; not PENDING or ALREADY_PURCHASED,
+// which name a reservation another click made, perhaps with another
+// session of the user's) names; for one no answer names (a late reservation, its buyer told STORE_UNAVAILABLE or
+// nothing), the cookie of the user's one such click in flight when the
+// reservation was stamped (createdMs), if only one was. "" when unknown.
+// A win sets that session's holder alias (decisions §62), so an instance
+// that never looked it up still does not answer it SOLD_OUT beside the
+// unit.
+func (c *chaosEnv) wonWith(answers []chaosAnswer, act, user, id string, createdMs int64) string {
+	if c.ident == nil || !c.ident.session {
+		return ""
+	}
+	sid, n := "", 0
+	var own *chaosAnswer
+	for i, b := range answers {
+		if b.act != act || b.user != user || b.sid == "" {
+			continue
+		}
+		if b.token != "" && (b.win || b.code == "QUEUED" || strings.HasPrefix(b.code, "UPSTREAM_")) && (own == nil || b.sent.Before(own.sent)) {
+			if tk, err := store.ParseToken(b.token); err == nil && tk.ID == id {
+				own = &answers[i]
+			}
+		}
+		if (b.err != nil || b.code == "STORE_UNAVAILABLE") && b.sent.UnixMilli() <= createdMs && createdMs <= b.got.UnixMilli()+5 && b.sid != sid {
+			sid, n = b.sid, n+1
+		}
+	}
+	switch {
+	case own != nil:
+		return own.sid
+	case n == 1:
+		return sid
+	}
+	return ""
 }
 
 // beforeLookup says whether a (a SOLD_OUT in the session mix) came from

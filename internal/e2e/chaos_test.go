@@ -1403,7 +1403,7 @@ func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaos
 			case inFault(a.got):
 				transit++
 				continue
-			case c.beforeLookup(answers, a):
+			case c.beforeLookup(answers, a) && c.wonWith(answers, x.a.ID, a.user, h.id, r.CreatedMs) != a.sid:
 				unlooked++
 				continue
 			}
@@ -1431,8 +1431,18 @@ func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaos
 	// SOLD_OUT is the truth: not judged. A reservation Redis
 	// ran while the request was in flight is concurrent with it (counted,
 	// not held); an answer inside a fault's window (§49, §50) or from an
-	// instance that had not looked up the session (§57) is counted, not
-	// failed: A's allowances, for A, B and the bundles of C alike.
+	// instance that had not looked up the session (§57; unless a held
+	// reservation was made with that session, §62) is counted, not failed:
+	// A's allowances, for A, B and the bundles of C alike.
+	// heldWith: one of hs was made with session sid (§62).
+	heldWith := func(u string, hs []held, sid string) bool {
+		for _, h := range hs {
+			if c.wonWith(answers, x.a.ID, u, h.id, h.r.CreatedMs) == sid {
+				return true
+			}
+		}
+		return false
+	}
 	judged, soldAt, under, underSold := 0, 0, 0, 0
 	for u, a := range last {
 		var units int64
@@ -1477,8 +1487,11 @@ func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaos
 		case inFault(a.got):
 			transit++ // memory older than Redis (§49, §50)
 			continue
-		case c.beforeLookup(answers, a):
-			unlooked++ // a session this instance never looked up (§57)
+		case c.beforeLookup(answers, a) && !heldWith(u, holding, a.sid):
+			// A session this instance never looked up, none of the held
+			// reservations made with it (§57): the latter's holder alias
+			// tells (§62).
+			unlooked++
 			continue
 		}
 		want := "PENDING or ALREADY_PURCHASED (at the limit)"
@@ -1495,7 +1508,7 @@ func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaos
 		t.Errorf("%s: %s's last answer was SOLD_OUT (asked %s, answered %s on %d, request id %q, qty %d) while they held %d units (limit %d): %v; they should have heard %s",
 			x.a.ID, u, a.sent.Format("15:04:05.000"), a.got.Format("15:04:05.000"), a.inst, a.rid, a.qty, units, x.limit, hs, want)
 	}
-	t.Logf("%s: late reservations released by their aborts %d; SOLD_OUT beside one: %d concurrent with its run, %d during a fault (§49), %d from an instance that had not looked up the session (§57), %d after; holders judged by their last answer %d (SOLD_OUT %d), of them under the limit (%d) with one in flight %d (SOLD_OUT %d); answers asked beside a late reservation %d, under the limit %d",
+	t.Logf("%s: late reservations released by their aborts %d; SOLD_OUT beside one: %d concurrent with its run, %d during a fault (§49), %d from an instance that had not looked up the session, another than the reservation's (§57, §62), %d after; holders judged by their last answer %d (SOLD_OUT %d), of them under the limit (%d) with one in flight %d (SOLD_OUT %d); answers asked beside a late reservation %d, under the limit %d",
 		x.a.ID, late, concurrent, transit, unlooked, bad, judged, soldAt, x.limit, under, underSold, besideLate, besideLateUnder)
 }
 
