@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -203,6 +204,7 @@ func (s *Store) ReserveBundle(ctx context.Context, q BundleRequest) (result Bund
 	var res BundleResult
 	moves := make([]int, n)
 	rechecks := 0 // looks at the flags again before SOLD_OUT after the donors were dry
+	ends := 0     // end-game rounds (bundleLooksAgain)
 	for {
 		cctx, cancel := s.ctx(ctx)
 		arr, err := bundleScript.Exec(cctx, c, keys, args).ToArray()
@@ -257,6 +259,11 @@ func (s *Store) ReserveBundle(ctx context.Context, q BundleRequest) (result Bund
 			it := q.Items[i]
 			if moves[i] >= 2*q.Shards {
 				// Every deposit went to other buyers first: all but gone.
+				if s.bundleLooksAgain(ctx, c, ks, outs, &ends) {
+					clear(moves)
+					rechecks = 0
+					continue
+				}
 				return s.bundleEmptyOrPending(ctx, c, ks, home, q, it.SKU, res.Moves), nil
 			}
 			need := max(it.Qty-rem, 1)
@@ -282,6 +289,11 @@ func (s *Store) ReserveBundle(ctx context.Context, q BundleRequest) (result Bund
 						continue
 					}
 				}
+				if s.bundleLooksAgain(ctx, c, ks, outs, &ends) {
+					clear(moves)
+					rechecks = 0
+					continue
+				}
 				return s.bundleEmptyOrPending(ctx, c, ks, home, q, it.SKU, res.Moves), nil
 			}
 			moves[i]++
@@ -292,6 +304,62 @@ func (s *Store) ReserveBundle(ctx context.Context, q BundleRequest) (result Bund
 			return BundleResult{}, ErrInvalidResponse
 		}
 	}
+}
+
+// bundleEndRounds bounds the end-game rounds of one bundle call
+// (bundleLooksAgain): each waits a little longer, at random.
+const bundleEndRounds = 3
+
+// bundleEndSeen, when set (tests only), is told each end-game look's
+// outcome: again true when every item was on sale somewhere.
+var bundleEndSeen func(again bool)
+
+// bundleLooksAgain is the end game of competing bundles (decisions §51
+// "Left", §61). A bundle about to say SOLD_OUT has found the short item's
+// donors dry; its own moves are all deposited by now. But near the end of
+// a sale two bundles can chase each other's halves: X, homed on one shard
+// with a there, steals b from Y's home while Y steals a from X's; each
+// rerun finds the other item gone or in transit (on no shard, every flag
+// of it set), each gives up, and the halves stay on two shards after
+// every buyer heard SOLD_OUT. Every unit of theirs lands within a round
+// trip, and a chase is a livelock of two calls in step: so before
+// SOLD_OUT the call waits a few ms, at random and longer each round, and
+// reads every item's flags again; if each item has a shard with units,
+// it goes round again (steals, reruns) instead of answering, at most
+// bundleEndRounds times. One call that runs alone takes a unit of every
+// item (or finds one gone everywhere: SOLD_OUT, true then). No new write:
+// only steal.lua and bundle.lua as before, so no unit is lost or made. A
+// SKU sold out everywhere costs one wait and one flags read per item, and
+// only on this path (bundles that reached the script and stole), never on
+// the from-memory SOLD_OUT. ctx ends the wait (the caller's deadline).
+func (s *Store) bundleLooksAgain(ctx context.Context, c rueidis.Client, ks []*SKUKeys, outs [][]bool, ends *int) bool {
+	if *ends >= bundleEndRounds {
+		return false
+	}
+	*ends++
+	d := 2*time.Millisecond + time.Duration(mrand.Int64N(int64(4*time.Millisecond)<<(*ends-1)))
+	t := time.NewTimer(d)
+	select {
+	case <-ctx.Done():
+		t.Stop()
+		return false
+	case <-t.C:
+	}
+	fresh := make([][]bool, len(ks))
+	for i, k := range ks {
+		var err error
+		if fresh[i], err = s.outFlags(ctx, c, k); err != nil || allTrue(fresh[i]) {
+			if bundleEndSeen != nil {
+				bundleEndSeen(false)
+			}
+			return false // gone everywhere (or not known): SOLD_OUT
+		}
+	}
+	copy(outs, fresh)
+	if bundleEndSeen != nil {
+		bundleEndSeen(true)
+	}
+	return true
 }
 
 // holdsAny reports whether user may hold units of one of a bundle's SKUs

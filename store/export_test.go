@@ -66,3 +66,11 @@ func SetAfterSteal(f func()) (restore func()) {
 	afterSteal = f
 	return func() { afterSteal = old }
 }
+
+// SetBundleEndSeen sets bundleEndSeen for a test and returns what
+// restores it.
+func SetBundleEndSeen(f func(again bool)) (restore func()) {
+	old := bundleEndSeen
+	bundleEndSeen = f
+	return func() { bundleEndSeen = old }
+}

@@ -43,8 +43,9 @@ import (
 //   - fair: activity A opens 2 s into the run with fair_start (held buys
 //     let on in a random order of buyers after the window); no
 //     reservation of A may be stamped before start + fair_start;
-//   - bundle: activity C (SKUs a and b, bundles a:1,b:1, limit 2) bought
-//     by a third of A's buyers, audited as red team bh audits bundles.
+//   - bundle: activity C (SKUs a and b, bundles a:1,b:1, limit 2, or 4 on
+//     half the seeds: chaosLimitCFor) bought by a third of A's buyers,
+//     audited as red team bh audits bundles.
 //
 // CHAOS_MIX=none|kill,durable,restart overrides the seed's pick.
 
@@ -69,6 +70,17 @@ const (
 	chaosStockC = 20
 	chaosLimitC = 2
 )
+
+// chaosLimitCFor is C's per_user_limit for a seed: chaosLimitC (a holder
+// of one bundle is at the limit) or, on half the seeds, 4 (a holder of one
+// bundle asking for another is under it: docs/decisions.md §61). Drawn
+// from a source of its own, so every other draw of the seed is as before.
+func chaosLimitCFor(seed int64) int64 {
+	if rand.New(rand.NewSource(seed^0xb0d1e)).Intn(2) == 0 {
+		return chaosLimitC
+	}
+	return 4
+}
 
 var chaosSKUsC = []string{"a", "b"}
 
@@ -668,9 +680,9 @@ func (c *chaosEnv) quiet() {
 }
 
 // bundleOptions is C's harness activity.
-func chaosBundleActivity(start, end time.Time) Activity {
+func chaosBundleActivity(start, end time.Time, limit int64) Activity {
 	return Activity{ID: chaosC, SKUs: []config.SKU{{ID: "a", Stock: chaosStockC}, {ID: "b", Stock: chaosStockC}},
-		PerUserLimit: chaosLimitC, Shards: 2, Pending: 4 * time.Second, Start: start, End: end, BundleRoute: bhBundleRoute}
+		PerUserLimit: limit, Shards: 2, Pending: 4 * time.Second, Start: start, End: end, BundleRoute: bhBundleRoute}
 }
 
 // bundleBody is the bundle a:1,b:1.
@@ -695,7 +707,7 @@ func (c *chaosEnv) checkBundles(answers []chaosAnswer) {
 	t := c.t
 	t.Helper()
 	p := c.live()[0]
-	states := bhAudit(t, c.do(), p, chaosC, chaosSKUsC, 2, chaosStockC, chaosLimitC)
+	states := bhAudit(t, c.do(), p, chaosC, chaosSKUsC, 2, chaosStockC, c.limitC)
 	told := map[string]bool{}
 	for _, a := range answers {
 		if a.act == chaosC && a.token != "" {
@@ -726,7 +738,7 @@ func (c *chaosEnv) bundleAfter(ctx context.Context, answers []chaosAnswer, order
 	t := c.t
 	t.Helper()
 	p := c.live()[0]
-	states := bhAudit(t, c.do(), p, chaosC, chaosSKUsC, 2, chaosStockC, chaosLimitC)
+	states := bhAudit(t, c.do(), p, chaosC, chaosSKUsC, 2, chaosStockC, c.limitC)
 	mine := map[string]string{}
 	for tok, o := range orders {
 		if tk, err := store.ParseToken(tok); err == nil && tk.Activity == chaosC {

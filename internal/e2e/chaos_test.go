@@ -321,6 +321,7 @@ type chaosEnv struct {
 	actA    *config.Activity
 	actB    *config.Activity // from the config that adds B
 	actC    *config.Activity // the bundle mix's activity
+	limitC  int64            // its per_user_limit (chaosLimitCFor)
 	bundleC Activity
 	bReady  atomic.Bool
 	end     time.Time // buyers stop retrying after it
@@ -506,7 +507,8 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 			{ID: chaosB, Stock: chaosStockB, PerUserLimit: chaosLimitB, Shards: 2, Pending: 4 * time.Second, Start: start, End: end,
 				QtyFrom: "query:qty", Mode: "queue"},
 		}}
-	c.bundleC = chaosBundleActivity(start, end)
+	c.limitC = chaosLimitCFor(seed)
+	c.bundleC = chaosBundleActivity(start, end, c.limitC)
 	if c.mix.jwt || c.mix.session {
 		c.ident = newChaosIdent(t, seed)
 		c.ident.session = c.mix.session
@@ -933,10 +935,13 @@ func (c *chaosEnv) pause(d time.Duration) {
 }
 
 // addB reloads every instance with activity B and preheats it (the
-// operator's `preheat --activity cb`), retried through a Redis fault.
+// operator's `preheat --activity cb`), retried through Redis faults for
+// up to 20 s: back-to-back restarts of a cluster's master keep it
+// CLUSTERDOWN for ~7 s (cluster seed 86: three of them, 2.7–3.4 s each
+// until the instances caught up; 50 tries, ~5 s, were not enough; §61).
 func (c *chaosEnv) addB() {
 	c.reload(true, 0)
-	for try := 0; try < 50; try++ {
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
 		ctx, cancel := c.opCtx()
 		out, err := c.op.Preheat(ctx, c.actB, false, time.Now())
 		cancel()
@@ -1146,7 +1151,7 @@ func (c *chaosEnv) check() {
 	if c.actC != nil {
 		c.checkBundles(answers)
 		// The SOLD_OUT-beside-a-held-unit checks for bundles too (§59).
-		c.soldOut(chaosAct{c.actC, chaosStockC, chaosLimitC}, c.bundleRecords(c.live()[0]), answers, windows)
+		c.soldOut(chaosAct{c.actC, chaosStockC, c.limitC}, c.bundleRecords(c.live()[0]), answers, windows)
 	}
 	if c.ident != nil {
 		all := map[string]map[string]rtRecord{}
@@ -1310,15 +1315,16 @@ func (c *chaosEnv) check() {
 //     failed. An answer given inside a Redis fault window comes from local
 //     memory whose invalidations Redis had not delivered (§49 "units in
 //     transit", the documented limit): counted, not failed;
-//   - with per_user_limit 1, a buyer whose last answer was SOLD_OUT while
-//     a reservation of theirs still holds (pending or confirmed) at the end:
-//     they should have heard PENDING or ALREADY_PURCHASED. Judged the same
-//     way: a reservation Redis made while the request was in flight, or an
-//     answer inside a fault's window, is counted, not failed. The bundle
-//     activity C likewise (§59): a held bundle a:1,b:1 is 2 units, C's
-//     limit, and README ("Sold-out from memory": "a bundle naming a
-//     sold-out SKU is answered by the script when any item's bit is set")
-//     promises its holder PENDING or ALREADY_PURCHASED.
+//   - a buyer whose last answer was SOLD_OUT while reservations of theirs
+//     still hold at the end: at the limit (held units plus the request's
+//     qty above per_user_limit) they should have heard PENDING or
+//     ALREADY_PURCHASED; under it, with one still pending or queued,
+//     PENDING. Judged the same way: a reservation Redis made while the
+//     request was in flight, or an answer inside a fault's window, is
+//     counted, not failed. For A (limit 1), B (limit 2, qty 1–2, §61) and
+//     the bundles of C (§59, §61: a bundle a:1,b:1 is 2 units, C's limit 2
+//     or 4; README "Sold-out from memory": "a bundle naming a sold-out SKU
+//     is answered by the script when any item's bit is set").
 func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaosAnswer, windows []chaosWindow) {
 	t := c.t
 	t.Helper()
@@ -1350,6 +1356,30 @@ func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaos
 		return false
 	}
 	transit, concurrent, unseen, bad, unlooked := 0, 0, 0, 0, 0
+	// Coverage (§61): answers asked while a late reservation of the buyer's
+	// held (Redis ran it before the request, its abort came after the
+	// answer), and of them those whose request was under the limit beside
+	// it (PENDING is then emptyOrPending's, not the limit's).
+	besideLate, besideLateUnder := 0, 0
+	for _, a := range answers {
+		if a.act != x.a.ID || a.err != nil || a.bad != "" {
+			continue
+		}
+		for _, h := range byUser[a.user] {
+			r := h.r
+			if r.State != "x" || r.Reason != "store_timeout" || r.Qty == 0 || r.ReleasedMs <= a.got.UnixMilli() {
+				continue // a tombstone (qty 0) held nothing
+			}
+			if ran, ok := c.mon.ran(h.id); !ok || !ran.Before(a.sent) {
+				continue
+			}
+			besideLate++
+			if r.Qty+a.qty <= x.limit {
+				besideLateUnder++
+			}
+			break
+		}
+	}
 	for _, a := range answers {
 		if a.act != x.a.ID || a.code != "SOLD_OUT" {
 			continue
@@ -1386,51 +1416,100 @@ func (c *chaosEnv) soldOut(x chaosAct, recs map[string]rtRecord, answers []chaos
 	if unseen > 0 {
 		t.Errorf("%s: %d late reservations beside a SOLD_OUT that MONITOR never showed", x.a.ID, unseen)
 	}
-	units := map[string]int64{}
-	for u, hs := range byUser {
+	// The last answer (§50, §59, §61). The reservations of a buyer that
+	// Redis ran before their last request was sent and that hold at the end
+	// (pending, queued or confirmed: a state only moves on to confirmed or
+	// released, so they held while the request was asked) decide what that
+	// answer may be. At the limit (their units plus the request's qty above
+	// per_user_limit) the script answers by the limit, PENDING or
+	// ALREADY_PURCHASED, never SOLD_OUT. Under it, with one of them still
+	// pending or queued at the end, or confirmed only after the answer
+	// (MONITOR's first confirming call naming it), PENDING (store
+	// emptyOrPending and bundleEmptyOrPending; SPEC §4 "asks again while
+	// their reservation is still in flight"; README "Sold-out from
+	// memory"). Under it with every one confirmed before the answer,
+	// SOLD_OUT is the truth: not judged. A reservation Redis
+	// ran while the request was in flight is concurrent with it (counted,
+	// not held); an answer inside a fault's window (§49, §50) or from an
+	// instance that had not looked up the session (§57; unless a held
+	// reservation was made with that session, §62) is counted, not failed:
+	// A's allowances, for A, B and the bundles of C alike.
+	// heldWith: one of hs was made with session sid (§62).
+	heldWith := func(u string, hs []held, sid string) bool {
 		for _, h := range hs {
-			if st := h.r.State; st == "p" || st == "q" || st == "c" {
-				units[u] += h.r.Qty
+			if c.wonWith(answers, x.a.ID, u, h.id, h.r.CreatedMs) == sid {
+				return true
 			}
 		}
+		return false
 	}
-	judged, soldAt := 0, 0 // holders at the limit with a last answer; of them SOLD_OUT
-	if x.limit == 1 || x.a.ID == chaosC {
-		for u, a := range last {
-			if units[u] < x.limit {
+	judged, soldAt, under, underSold := 0, 0, 0, 0
+	for u, a := range last {
+		var units int64
+		var holding []held
+		pending, raced := false, false
+		for _, h := range byUser[u] {
+			st := h.r.State
+			if st != "p" && st != "q" && st != "c" {
 				continue
 			}
-			judged++
-			if a.code != "SOLD_OUT" {
+			if ran, seen := c.mon.ran(h.id); seen && !ran.Before(a.sent) {
+				raced = true // made while this request was in flight, or after it
 				continue
 			}
-			soldAt++
-			for _, h := range byUser[u] {
-				if st := h.r.State; st == "p" || st == "q" || st == "c" {
-					ran, seen := c.mon.ran(h.id)
-					switch {
-					case seen && !ran.Before(a.sent):
-						concurrent++ // made while this request was in flight
-						continue
-					case inFault(a.got):
-						transit++ // memory older than Redis (§49, §50)
-						continue
-					case c.beforeLookup(answers, a) && c.wonWith(answers, x.a.ID, u, h.id, h.r.CreatedMs) != a.sid:
-						// A session this instance never looked up, not the
-						// one the reservation was made with (§57): the
-						// latter's holder alias tells (§62).
-						unlooked++
-						continue
-					}
-					t.Logf("%s: %s's reservation %s run by Redis %s; their answers: %s", x.a.ID, u, h.id, ran.Format("15:04:05.000000"), c.answersOf(answers, x.a.ID, u))
-					t.Errorf("%s: %s's last answer was SOLD_OUT (at %s on %d, request id %q, during a fault %v) while a reservation of theirs (created %s) is %s",
-						x.a.ID, u, a.got.Format("15:04:05.000"), a.inst, a.rid, inFault(a.got), time.UnixMilli(h.r.CreatedMs).Format("15:04:05.000"), st)
-				}
+			units += h.r.Qty
+			if st != "c" {
+				pending = true
+			} else if conf, ok := c.mon.confirmedAt(h.id); ok && conf.After(a.got) {
+				pending = true // confirmed after this answer: in flight while asked
 			}
+			holding = append(holding, h)
 		}
+		atLimit := units > 0 && units+a.qty > x.limit
+		if !atLimit && !pending {
+			if raced && a.code == "SOLD_OUT" {
+				concurrent++
+			}
+			continue
+		}
+		judged++
+		if !atLimit {
+			under++
+		}
+		if a.code != "SOLD_OUT" {
+			continue
+		}
+		soldAt++
+		if !atLimit {
+			underSold++
+		}
+		switch {
+		case inFault(a.got):
+			transit++ // memory older than Redis (§49, §50)
+			continue
+		case c.beforeLookup(answers, a) && !heldWith(u, holding, a.sid):
+			// A session this instance never looked up, none of the held
+			// reservations made with it (§57): the latter's holder alias
+			// tells (§62).
+			unlooked++
+			continue
+		}
+		want := "PENDING or ALREADY_PURCHASED (at the limit)"
+		if !atLimit {
+			want = "PENDING (under the limit, a reservation still in flight)"
+		}
+		var hs []string
+		for _, h := range holding {
+			ran, _ := c.mon.ran(h.id)
+			hs = append(hs, fmt.Sprintf("%s %s qty %d created %s run by Redis %s", h.id, h.r.State, h.r.Qty,
+				time.UnixMilli(h.r.CreatedMs).Format("15:04:05.000"), ran.Format("15:04:05.000000")))
+		}
+		t.Logf("%s: %s's answers: %s", x.a.ID, u, c.answersOf(answers, x.a.ID, u))
+		t.Errorf("%s: %s's last answer was SOLD_OUT (asked %s, answered %s on %d, request id %q, qty %d) while they held %d units (limit %d): %v; they should have heard %s",
+			x.a.ID, u, a.sent.Format("15:04:05.000"), a.got.Format("15:04:05.000"), a.inst, a.rid, a.qty, units, x.limit, hs, want)
 	}
-	t.Logf("%s: late reservations released by their aborts %d; SOLD_OUT beside one: %d concurrent with its run, %d during a fault (§49), %d from an instance that had not looked up the session, another than the reservation's (§57, §62), %d after; holders at the limit judged by their last answer %d (SOLD_OUT %d)",
-		x.a.ID, late, concurrent, transit, unlooked, bad, judged, soldAt)
+	t.Logf("%s: late reservations released by their aborts %d; SOLD_OUT beside one: %d concurrent with its run, %d during a fault (§49), %d from an instance that had not looked up the session, another than the reservation's (§57, §62), %d after; holders judged by their last answer %d (SOLD_OUT %d), of them under the limit (%d) with one in flight %d (SOLD_OUT %d); answers asked beside a late reservation %d, under the limit %d",
+		x.a.ID, late, concurrent, transit, unlooked, bad, judged, soldAt, x.limit, under, underSold, besideLate, besideLateUnder)
 }
 
 // answersOf lists user's answers for act, in the order they came.
@@ -1466,7 +1545,10 @@ type chaosMonitor struct {
 	addrs []string
 	mu    sync.Mutex
 	first map[string]time.Time // token id -> first EVAL/EVALSHA naming it
-	lease []chaosMonLine       // script calls on the reconciler lease (§57)
+	// token id -> first call of a confirming script naming it (§61,
+	// chaos_lastanswer_test.go)
+	confirmed map[string]time.Time
+	lease     []chaosMonLine // script calls on the reconciler lease (§57)
 }
 
 // chaosMonLine is one MONITOR line and when Redis ran it.
@@ -1476,7 +1558,7 @@ type chaosMonLine struct {
 }
 
 func chaosStartMonitor(t *testing.T, addrs []string) *chaosMonitor {
-	m := &chaosMonitor{t: t, addrs: addrs, first: map[string]time.Time{}}
+	m := &chaosMonitor{t: t, addrs: addrs, first: map[string]time.Time{}, confirmed: map[string]time.Time{}}
 	for _, addr := range addrs {
 		if err := m.dial(addr); err != nil {
 			t.Fatalf("monitor %s: %v", addr, err)
@@ -1550,6 +1632,7 @@ func (m *chaosMonitor) line(l string) {
 		m.lease = append(m.lease, chaosMonLine{at, rest})
 		m.mu.Unlock()
 	}
+	confirm := chaosIsConfirm(rest)
 	for _, f := range strings.Split(rest, "\" \"") {
 		// Scripts name a reservation by its field, "<sku>:<id>".
 		if i := strings.LastIndexByte(f, ':'); i >= 0 {
@@ -1559,6 +1642,9 @@ func (m *chaosMonitor) line(l string) {
 			m.mu.Lock()
 			if _, seen := m.first[f]; !seen {
 				m.first[f] = at
+			}
+			if _, seen := m.confirmed[f]; confirm && !seen {
+				m.confirmed[f] = at
 			}
 			m.mu.Unlock()
 		}
