@@ -60,6 +60,12 @@ type chaosMix struct {
 	// (identity.user.session); the identity bit's kind on seeds whose
 	// bit 128 is set.
 	session bool
+	// §60 (chaos4_test.go): failover, the master failed over mid-sale —
+	// on a single node a master, a replica and three sentinels (the
+	// proxy reaches Redis through redis.sentinel), on the cluster a
+	// replica per master, promoted when the victim master is SIGKILLed
+	// or SIGSTOPped past cluster-node-timeout.
+	failover bool
 }
 
 // The bundle mix: activity C sells SKUs a and b as bundles of one unit
@@ -88,7 +94,8 @@ func (m *chaosMix) bits() []struct {
 		name string
 		on   *bool
 	}{{"kill", &m.kill}, {"durable", &m.durable}, {"restart", &m.restart}, {"fair", &m.fair},
-		{"bundle", &m.bundle}, {"jwt", &m.jwt}, {"session", &m.session}, {"reckill", &m.reckill}}
+		{"bundle", &m.bundle}, {"jwt", &m.jwt}, {"session", &m.session}, {"reckill", &m.reckill},
+		{"failover", &m.failover}}
 }
 
 func (m chaosMix) String() string {
@@ -111,8 +118,13 @@ func (m chaosMix) String() string {
 // both, any 128 consecutive seeds every combination of the seven bits and
 // 256 both kinds of identity with each (32 consecutive seeds every
 // combination of the first five). The cluster run takes all but durable
-// (its nodes have no replicas); with restart its nodes run with AOF and
-// the stalled master is the one SIGKILLed and restarted (§57).
+// below seed 256 (its nodes have no replicas there); with restart its
+// nodes run with AOF and the stalled master is the one SIGKILLed and
+// restarted (§57). Bit 256 is the failover (§60): seeds below 256 —
+// every fixed seed of `make test` — draw exactly what they drew before;
+// 256–511 add a failover to each of the 256 mixes above. From seed 256
+// on the cluster takes durable too (its nodes then have replicas), with
+// a failover on 256–511 and without on 512–767.
 func chaosMixFor(seed int64, cluster bool) chaosMix {
 	if env := os.Getenv("CHAOS_MIX"); env != "" {
 		var m chaosMix
@@ -123,10 +135,7 @@ func chaosMixFor(seed int64, cluster bool) chaosMix {
 				}
 			}
 		}
-		if cluster {
-			m.durable = false
-		}
-		return m
+		return m // on a cluster, durable and failover start a replica per master
 	}
 	b := seed % 8
 	if b < 0 {
@@ -139,7 +148,8 @@ func chaosMixFor(seed int64, cluster bool) chaosMix {
 		// the shop's session on 160–191 and 224–255.
 		m.jwt, m.session = seed/128%2 == 0, seed/128%2 != 0
 	}
-	if cluster {
+	m.failover = seed/256%2 != 0
+	if cluster && (seed < 256 && seed > -256) {
 		m.durable = false // no replicas (§57: restarts from AOF run on the cluster too)
 	}
 	return m
@@ -639,7 +649,7 @@ func (c *chaosEnv) resentAfterAKill(s chaosSent) bool {
 func (c *chaosEnv) quiet() {
 	snap := func() string {
 		var b strings.Builder
-		for _, addr := range c.redis.Addrs {
+		for _, addr := range c.addrs() {
 			for _, act := range []string{chaosA, chaosB, chaosC} {
 				keys, _ := redistest.Do(addr, "KEYS", "*{"+act+":*")
 				ks := rtLines(keys)
@@ -682,7 +692,7 @@ func (c *chaosEnv) do() func(args ...string) (string, error) {
 	if c.cluster {
 		return bhKeyedDo(c.redis.Nodes)
 	}
-	return func(args ...string) (string, error) { return redistest.Do(c.redis.Addrs[0], args...) }
+	return func(args ...string) (string, error) { return redistest.Do(c.addrs()[0], args...) }
 }
 
 // checkBundles is check for C: before the repair, bhAudit (per SKU shard

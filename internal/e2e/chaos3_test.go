@@ -662,7 +662,7 @@ func (c *chaosEnv) checkLeaseKills() {
 			k.gen, k.fence, k.at.Format("15:04:05.000"), k.expiry.Format("15:04:05.000"), p.gen, p.fence,
 			p.start.Format("15:04:05.000"), p.end.Format("15:04:05.000"))
 		if p.end.Before(k.expiry) { // it took the lease before the end of its pass
-			if at, ok := c.mon.leaseLetGo(k.holder, k.at); ok && c.cluster {
+			if at, ok := c.mon.leaseLetGo(k.holder, k.at); ok && c.relayless() {
 				// The killed instance's let-go reached Redis after its
 				// kill: on a cluster the client dials the nodes past any
 				// relay and a redial may outlive the kill's Closes (§53:

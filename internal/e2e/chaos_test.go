@@ -337,6 +337,13 @@ type chaosEnv struct {
 	canary   int
 	log      []string // what the schedule did, for a failing run
 
+	// The failover mix (chaos4_test.go, §60).
+	sentinels *redistest.Sentinels // single node: the sentinels the proxy asks
+	replica   *redistest.Server    // single node: the master's replica now
+	amu       sync.Mutex           // masters, failovers
+	masters   []string             // the masters' addresses now (a failover promotes a replica)
+	failovers []chaosFailover
+
 	ident       *chaosIdent // the jwt mix (chaos3_test.go)
 	passes      []chaosPass // the reckill mix: background reconcile passes
 	leaseKills  []chaosLeaseKill
@@ -419,7 +426,7 @@ func (c *chaosEnv) canaryAddr(key string) string {
 			return n.Addr
 		}
 	}
-	return c.redis.Addrs[0]
+	return c.addrs()[0]
 }
 
 // config parses options(withB, variant), B's queue workers kept few.
@@ -461,7 +468,16 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 	c := &chaosEnv{t: t, seed: seed, cluster: cluster, refunded: map[string]string{}, mix: chaosMixFor(seed, cluster)}
 	var redisExtra []string
 	if cluster {
-		if c.mix.restart {
+		if c.mix.failover || c.mix.durable {
+			// §60: a replica per master (durable winners wait for it; the
+			// failover promotes the victim's), cluster-node-timeout above
+			// the longest stall and restart so that only the failover
+			// fails a master over.
+			c.redis = chaosClusterWithReplicas(t, c.mix)
+			if c.mix.durable {
+				redisExtra = append(redisExtra, "durable_winners: { replicas: 1, timeout: 200ms, on_timeout: refuse }")
+			}
+		} else if c.mix.restart {
 			// §57: the victim master SIGKILLed and restarted from its AOF
 			// (appendfsync always, as on the single node), rejoining as
 			// itself (its nodes.conf); no replica, so no failover.
@@ -485,11 +501,16 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 		node := redistest.Start(t, args...)
 		c.redis = &Redis{Addrs: []string{node.Addr}, Node: node}
 		c.victim = node
-		if c.mix.durable {
+		if c.mix.failover {
+			c.startSentinel(node, args)
+		} else if c.mix.durable {
 			redistest.StartReplica(t, node)
+		}
+		if c.mix.durable {
 			redisExtra = append(redisExtra, "durable_winners: { replicas: 1, timeout: 200ms, on_timeout: refuse }")
 		}
 	}
+	c.masters = append([]string(nil), c.redis.Addrs...)
 	t.Logf("seed %d: mix %s", seed, c.mix)
 	c.shop = chaosStartShop(t)
 	start, end := time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
@@ -501,6 +522,7 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 	}
 	c.opts = Options{Redis: c.redis.Addrs, Cluster: cluster, ShopURL: c.shop.URL,
 		RedisTimeout: 100 * time.Millisecond, UpstreamTimeout: 500 * time.Millisecond, RedisExtra: redisExtra,
+		SentinelMaster: c.sentinelSet(), Sentinels: c.sentinelAddrs(),
 		Activities: []Activity{
 			{ID: chaosA, Stock: chaosStockA, PerUserLimit: chaosLimitA, Shards: 4, Pending: 4 * time.Second, Start: start, End: end},
 			{ID: chaosB, Stock: chaosStockB, PerUserLimit: chaosLimitB, Shards: 2, Pending: 4 * time.Second, Start: start, End: end,
@@ -540,9 +562,16 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 		c.insts[0].Preheat(t, chaosC)
 		c.insts[1].WaitPreheated(t, chaosC)
 	}
-	c.mon = chaosStartMonitor(t, c.redis.Addrs)
+	c.mon = chaosStartMonitor(t, c.dataNodes())
 
-	const chaosFor = 4 * time.Second
+	chaosFor := 4 * time.Second
+	if c.mix.failover {
+		// §60: a failover holds Redis 4–6 s (sentinel down-after and
+		// cluster-node-timeout 3 s, then the promotion): the sale goes on
+		// well past it, so that winners, settles and repairs after the
+		// promotion are checked too.
+		chaosFor = 9 * time.Second
+	}
 	c.end = time.Now().Add(chaosFor + 3*time.Second)
 	t0 := time.Now()
 	var lanes sync.WaitGroup
@@ -585,6 +614,10 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 	}
 	at := time.Duration(100+rng.Intn(400)) * time.Millisecond
 	mixRng := rand.New(rand.NewSource(seed ^ 0x5eed)) // the mix's own draws: the rest of the schedule stays the seed's
+	foK, foRng := -1, rand.New(rand.NewSource(seed^0xfa11)) // §60: which fault is the failover, and how
+	if c.mix.failover {
+		foK = foRng.Intn(2)
+	}
 	for k, n := 0, 2+rng.Intn(3); k < n && at < chaosFor; k++ {
 		kind := rng.Intn(4)
 		if cluster && kind == 3 {
@@ -592,6 +625,9 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 		}
 		if c.mix.restart && (k == 0 || mixRng.Intn(3) == 0) {
 			kind = 4
+		}
+		if k == foK {
+			kind = 5
 		}
 		var d time.Duration
 		var what string
@@ -619,15 +655,27 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 			what = "sigkill+restart"
 			fault = func() {
 				w := chaosWindow{what: "redis down", start: time.Now()}
-				c.victim.Kill()
+				v := c.victim
+				v.Kill()
 				time.Sleep(d)
-				c.victim.Restart(t)
+				v.Restart(t)
 				w.end = time.Now()
 				c.mu.Lock()
 				c.restarts = append(c.restarts, w)
 				c.mu.Unlock()
 				c.mon.reconnect()
 			}
+		case 5:
+			// §60: the victim master SIGKILLed or SIGSTOPped until its
+			// replica is promoted (d: what that takes, about, for the
+			// next fault's slot).
+			stop := foRng.Intn(2) == 0
+			d = 4 * time.Second
+			what = "failover (sigkill)"
+			if stop {
+				what = "failover (sigstop)"
+			}
+			fault = func() { c.failover(stop) }
 		}
 		label := fmt.Sprintf("%s %v", what, d)
 		// With the kill mix, one fault's end kills an instance at once:
@@ -713,6 +761,9 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 	c.refunds.Wait()
 	c.setPaused(false) // a pause that lost its resume to a fault
 	c.shop.setMode(shopNormal)
+	if c.mix.failover && c.bReady.Load() {
+		c.preheatLostB()
+	}
 	if c.bReady.Load() {
 		// Queued buyers sent by the workers (a stall's lost reads are read
 		// back; a takeover comes after ClaimIdle).
@@ -733,7 +784,7 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 			// §57). The strict audit runs once Redis is quiet.
 			queued := c.queuedWithEntry(chaosB)
 			entries := 0
-			for _, addr := range c.redis.Addrs {
+			for _, addr := range c.addrs() {
 				keys, _ := redistest.Do(addr, "KEYS", "*{cb:*:log")
 				for _, k := range rtLines(keys) {
 					n, err := redistest.Do(addr, "XLEN", k)
@@ -749,7 +800,7 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 			}
 			if time.Now().After(deadline) {
 				c.dumpLog()
-				for _, addr := range c.redis.Addrs {
+				for _, addr := range c.addrs() {
 					keys, _ := redistest.Do(addr, "KEYS", "*{cb:*:log")
 					for _, k := range rtLines(keys) {
 						xp, _ := redistest.Do(addr, "XPENDING", k, store.QueueGroup, "-", "+", "100")
@@ -776,7 +827,7 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 // q record's sixth field is its entry id), read from Redis as they are.
 func (c *chaosEnv) queuedWithEntry(act string) []string {
 	var out []string
-	for _, addr := range c.redis.Addrs {
+	for _, addr := range c.addrs() {
 		keys, _ := redistest.Do(addr, "KEYS", "*{"+act+":*")
 		for _, k := range rtLines(keys) {
 			if !strings.HasSuffix(k, ":res") {
@@ -1108,7 +1159,7 @@ func (c *chaosEnv) check() {
 		acts = append(acts, chaosAct{c.actB, chaosStockB, chaosLimitB})
 	}
 	for _, x := range acts {
-		recs := rtAuditAt(t, c.redis.Addrs, x.a.ID, x.stock, x.limit)
+		recs := rtAuditAt(t, c.addrs(), x.a.ID, x.stock, x.limit)
 		if x.a.ID == chaosA && x.a.FairStart > 0 {
 			// README "Fair start": nothing reaches the reserve script
 			// before the window ends.
@@ -1123,7 +1174,7 @@ func (c *chaosEnv) check() {
 			}
 			t.Logf("%s: fair start at %s + %v: %d reservations stamped before the window's end", x.a.ID, x.a.Start.Format("15:04:05.000"), x.a.FairStart, early)
 		}
-		left := 0
+		left, resurrected := 0, 0
 		for field, r := range recs {
 			if r.State != "x" && !toldField[x.a.ID+"/"+field] {
 				if c.leftByAKill(answers, x.a.ID, r.User, field, r.CreatedMs) {
@@ -1132,6 +1183,15 @@ func (c *chaosEnv) check() {
 					continue
 				}
 				_, id, _ := strings.Cut(field, ":")
+				if c.settledBeforeAFailover(id) {
+					// §60: a settle (its abort, its release) the dead master
+					// ran and its replica never got; the record is back as
+					// it was before it (§24). The repair must settle it
+					// (checked after it, as for a killed instance's).
+					resurrected++
+					c.logf("%s: reservation %s of %s (%s) untold, settled on the master a failover lost (%s)", x.a.ID, field, r.User, r.State, c.failoversText())
+					continue
+				}
 				ran, seen := c.mon.ran(id)
 				t.Errorf("%s: reservation %s of %s is %s (stamped %s, run by Redis %s %v; kills %v) but no client was told its token (STORE_UNAVAILABLE holds nothing); their answers: %s",
 					x.a.ID, field, r.User, r.State, time.UnixMilli(r.CreatedMs).Format("15:04:05.000"), ran.Format("15:04:05.000000"), seen, c.killsText(), c.answersOf(answers, x.a.ID, r.User))
@@ -1139,6 +1199,9 @@ func (c *chaosEnv) check() {
 		}
 		if len(c.kills) > 0 {
 			t.Logf("%s: %d held reservations left untold by killed instances", x.a.ID, left)
+		}
+		if c.mix.failover {
+			t.Logf("%s: %d held reservations untold whose settle a failover lost (%s)", x.a.ID, resurrected, c.failoversText())
 		}
 		c.soldOut(x, recs, answers, windows)
 	}
@@ -1151,7 +1214,7 @@ func (c *chaosEnv) check() {
 	if c.ident != nil {
 		all := map[string]map[string]rtRecord{}
 		for _, x := range acts {
-			all[x.a.ID] = rtAuditAt(t, c.redis.Addrs, x.a.ID, x.stock, x.limit)
+			all[x.a.ID] = rtAuditAt(t, c.addrs(), x.a.ID, x.stock, x.limit)
 		}
 		c.checkIdentity(answers, all)
 	}
@@ -1182,6 +1245,10 @@ func (c *chaosEnv) check() {
 	}
 	for tok, s := range sends {
 		if s.n > 1 {
+			if c.resentAfterAFailover(tok, s) {
+				t.Logf("token %s (%s of %s) sent %d times: its claim was lost with the master a failover replaced, and a worker claimed it afresh (no durable winners: §10, §24)", tok, s.act, s.user, s.n)
+				continue
+			}
 			if c.resentAfterAKill(s) {
 				t.Logf("token %s (%s of %s) sent %d times: first by a killed instance's worker, then by a takeover (README: a worker killed mid-request leaves its entry for another, which re-sends with the same token)", tok, s.act, s.user, s.n)
 				continue
@@ -1195,7 +1262,7 @@ func (c *chaosEnv) check() {
 	}
 	for _, x := range acts {
 		id := x.a.ID
-		recs := rtAuditAt(t, c.redis.Addrs, id, x.stock, x.limit)
+		recs := rtAuditAt(t, c.addrs(), id, x.stock, x.limit)
 		st, err := c.op.Status(ctx, x.a)
 		if err != nil {
 			t.Fatalf("status %s: %v", id, err)
@@ -1216,8 +1283,9 @@ func (c *chaosEnv) check() {
 			}
 		}
 		// Shop orders of this activity, by unit and by user.
-		var units int64
+		var units, lostUnits, refundLostUnits int64
 		perUser := map[string]int64{}
+		lostUser := map[string]bool{}
 		for tok := range orders {
 			s := sends[tok]
 			if s.act != id {
@@ -1230,6 +1298,14 @@ func (c *chaosEnv) check() {
 				t.Fatalf("order token %q: %v", tok, err)
 			}
 			if r := recs[tk.Field()]; r.State != "c" {
+				if c.lostToAFailover(tk.ID, r) {
+					// §10, §24: a reservation the dead master acknowledged
+					// and its replica never got; the shop holds its order,
+					// Redis no record. Only without durable winners.
+					lostUnits += s.qty
+					lostUser[s.user] = true
+					continue
+				}
 				t.Errorf("%s: shop order %s for a reservation in state %q (%s)", id, tok, r.State, r.Reason)
 			}
 		}
@@ -1239,15 +1315,40 @@ func (c *chaosEnv) check() {
 				orderOf[tk.Field()] = tok
 			}
 		}
+		refundedField := map[string]bool{}
+		c.mu.Lock()
+		for tok := range c.refunded {
+			if tk, err := store.ParseToken(tok); err == nil && tk.Activity == id {
+				refundedField[tk.Field()] = true
+			}
+		}
+		c.mu.Unlock()
 		for field, r := range recs {
 			if r.State == "c" {
 				if orderOf[field] == "" {
+					_, tid, _ := strings.Cut(field, ":")
+					if refundedField[field] && c.settledBeforeAFailover(tid) {
+						// §24: the operator's release (the refund) ran on the
+						// master a failover replaced, and the new master
+						// never got it; the shop cancelled the order.
+						refundLostUnits += r.Qty
+						c.logf("%s: refund of %s of %s lost with the failed-over master; still confirmed", id, field, r.User)
+						continue
+					}
 					t.Errorf("%s: reservation %s of %s confirmed, the shop has no order", id, field, r.User)
 				}
 			}
 		}
 		for u, n := range perUser {
 			if n > x.limit {
+				if lostUser[u] {
+					// §10: a lost reservation loses the user's purchase
+					// record too; the shop's unique (activity, user) key
+					// is what refuses the second order (the chaos shop has
+					// none: measured, not failed).
+					t.Logf("%s: the shop holds %d units of %s, limit %d: one of them for a reservation a failover lost (§10)", id, n, u, x.limit)
+					continue
+				}
 				t.Errorf("%s: the shop holds %d units of %s, limit %d", id, n, u, x.limit)
 			}
 		}
@@ -1256,7 +1357,11 @@ func (c *chaosEnv) check() {
 			reasons[r.State+"/"+r.Reason]++
 		}
 		t.Logf("%s after reconcile: %+v; shop units %d, confirmed records %d; records by state/reason %v", id, k, units, confirmedRecs, chaosSorted(reasons))
-		if !k.OK || k.Pending != 0 || k.InTransit != 0 || k.Remaining+k.Confirmed != x.stock || k.Confirmed != units || k.Confirmed != confirmedRecs {
+		if c.mix.failover {
+			t.Logf("%s: failovers %s: shop units %d of stock %d, %d of them for reservations the failover lost; %d confirmed units whose refund it lost",
+				id, c.failoversText(), units, x.stock, lostUnits, refundLostUnits)
+		}
+		if !k.OK || k.Pending != 0 || k.InTransit != 0 || k.Remaining+k.Confirmed != x.stock || k.Confirmed != units-lostUnits+refundLostUnits || k.Confirmed != confirmedRecs {
 			t.Errorf("%s: stock does not add up after the reconcile: %+v (stock %d), shop units %d, confirmed records %d", id, k, x.stock, units, confirmedRecs)
 		}
 		// Every buyer told a win: confirmed with an order, or refunded.
@@ -1264,10 +1369,13 @@ func (c *chaosEnv) check() {
 		// on the replicas before the 202, and a worker whose own wait fails
 		// leaves it pending for its next delivery (README "Durable
 		// winners", docs/decisions.md §56; §53 counted such releases).
-		unlisted := 0
+		unlisted, lostWinners, lostUnserved := 0, 0, 0
 		defer func() {
 			if unlisted > 0 {
 				t.Logf("%s: %d QUEUED buyers released unlisted (their enqueue died with a killed instance)", id, unlisted)
+			}
+			if c.mix.failover {
+				t.Logf("%s: %d buyers told a win whose reservation a failover lost, %d of them without an order", id, lostWinners, lostUnserved)
 			}
 		}()
 		for tok, a := range wins {
@@ -1279,6 +1387,19 @@ func (c *chaosEnv) check() {
 			switch {
 			case r.State == "c" && orders[tok] != "":
 			case r.State == "x" && r.Reason == chaosRefund:
+			case r.State == "c" && refundedField[tk.Field()] && c.settledBeforeAFailover(tk.ID):
+				// Refunded; the refund's release lost with the old master
+				// (counted above).
+			case c.lostToAFailover(tk.ID, r):
+				// §10, §24: the winner's reservation was lost with the
+				// dead master (no durable winners): with its order at the
+				// shop the buyer is served all the same; without, the
+				// buyer told a win has nothing (README: what a failover
+				// loses). Counted.
+				lostWinners++
+				if orders[tok] == "" {
+					lostUnserved++
+				}
 			case a.code == "QUEUED" && r.State == "x" && r.Reason == "unlisted" && len(c.kills) > 0 && sends[tok].n == 0:
 				// README "Queue mode, a partition at the wrong moment": a
 				// QUEUED buyer whose enqueue got no reply and whose instance
@@ -1463,6 +1584,7 @@ type chaosMonitor struct {
 	addrs []string
 	mu    sync.Mutex
 	first map[string]time.Time // token id -> first EVAL/EVALSHA naming it
+	calls map[string][]chaosCall // token id -> every EVAL/EVALSHA naming it (§60), by time
 	lease []chaosMonLine       // script calls on the reconciler lease (§57)
 }
 
@@ -1473,7 +1595,7 @@ type chaosMonLine struct {
 }
 
 func chaosStartMonitor(t *testing.T, addrs []string) *chaosMonitor {
-	m := &chaosMonitor{t: t, addrs: addrs, first: map[string]time.Time{}}
+	m := &chaosMonitor{t: t, addrs: addrs, first: map[string]time.Time{}, calls: map[string][]chaosCall{}}
 	for _, addr := range addrs {
 		if err := m.dial(addr); err != nil {
 			t.Fatalf("monitor %s: %v", addr, err)
@@ -1516,14 +1638,14 @@ func (m *chaosMonitor) dial(addr string) error {
 			if err != nil {
 				return
 			}
-			m.line(l)
+			m.line(l, addr)
 		}
 	}()
 	return nil
 }
 
 // line reads one MONITOR line: +<sec>.<usec> [<db> <client>] "CMD" "arg"...
-func (m *chaosMonitor) line(l string) {
+func (m *chaosMonitor) line(l, addr string) {
 	sp := strings.IndexByte(l, ' ')
 	if len(l) < 2 || l[0] != '+' || sp < 0 {
 		return
@@ -1554,9 +1676,12 @@ func (m *chaosMonitor) line(l string) {
 		}
 		if len(f) == 22 && !strings.ContainsAny(f, " \\\"|{}") {
 			m.mu.Lock()
-			if _, seen := m.first[f]; !seen {
+			if prev, seen := m.first[f]; !seen || at.Before(prev) {
 				m.first[f] = at
 			}
+			cs := append(m.calls[f], chaosCall{at, addr})
+			sort.Slice(cs, func(i, j int) bool { return cs[i].at.Before(cs[j].at) })
+			m.calls[f] = cs
 			m.mu.Unlock()
 		}
 	}
