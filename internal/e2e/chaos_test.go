@@ -613,7 +613,7 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 		}})
 	}
 	at := time.Duration(100+rng.Intn(400)) * time.Millisecond
-	mixRng := rand.New(rand.NewSource(seed ^ 0x5eed)) // the mix's own draws: the rest of the schedule stays the seed's
+	mixRng := rand.New(rand.NewSource(seed ^ 0x5eed))       // the mix's own draws: the rest of the schedule stays the seed's
 	foK, foRng := -1, rand.New(rand.NewSource(seed^0xfa11)) // §60: which fault is the failover, and how
 	if c.mix.failover {
 		foK = foRng.Intn(2)
@@ -1583,9 +1583,9 @@ type chaosMonitor struct {
 	t     *testing.T
 	addrs []string
 	mu    sync.Mutex
-	first map[string]time.Time // token id -> first EVAL/EVALSHA naming it
+	first map[string]time.Time   // token id -> first EVAL/EVALSHA naming it
 	calls map[string][]chaosCall // token id -> every EVAL/EVALSHA naming it (§60), by time
-	lease []chaosMonLine       // script calls on the reconciler lease (§57)
+	lease []chaosMonLine         // script calls on the reconciler lease (§57)
 }
 
 // chaosMonLine is one MONITOR line and when Redis ran it.
