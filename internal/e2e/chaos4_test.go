@@ -119,8 +119,13 @@ func (c *chaosEnv) relayless() bool { return c.cluster || c.sentinels != nil }
 
 // failover fails the victim master over: SIGSTOP (stop) or SIGKILL, then
 // waits (up to 30 s) until its replica is the master, then brings the old
-// master back as described at the top of this file.
-func (c *chaosEnv) failover(stop bool) {
+// master back as described at the top of this file. With lag, the replica
+// lags that long before the master goes: SIGSTOPped and its link cut
+// (CLIENT KILL TYPE replica, as the lagging cluster failover tests do),
+// SIGCONTed the moment the master is gone, so everything the master
+// acknowledged meanwhile is lost with it (the window §10 and §18 are
+// about; a healthy local replica is ~never behind).
+func (c *chaosEnv) failover(stop bool, lag time.Duration) {
 	t := c.t
 	old := c.victim
 	var rep *redistest.Server
@@ -138,11 +143,24 @@ func (c *chaosEnv) failover(stop bool) {
 	if stop {
 		f.what = "sigstop"
 	}
+	if lag > 0 {
+		f.what += fmt.Sprintf(" (replica lagging %v)", lag)
+	}
+	if lag > 0 {
+		rep.Pause(t)
+		if _, err := old.Do("CLIENT", "KILL", "TYPE", "replica"); err != nil {
+			c.logf("failover: CLIENT KILL TYPE replica on %s: %v", old.Addr, err)
+		}
+		time.Sleep(lag)
+	}
 	f.kill = time.Now()
 	if stop {
 		old.Pause(t)
 	} else {
 		old.Kill()
+	}
+	if lag > 0 {
+		rep.Resume(t)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for !c.promoted(rep) {

@@ -670,12 +670,19 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 			// replica is promoted (d: what that takes, about, for the
 			// next fault's slot).
 			stop := foRng.Intn(2) == 0
+			var lag time.Duration
+			if foRng.Intn(2) == 0 {
+				lag = time.Duration(200+foRng.Intn(500)) * time.Millisecond
+			}
 			d = 4 * time.Second
 			what = "failover (sigkill)"
 			if stop {
 				what = "failover (sigstop)"
 			}
-			fault = func() { c.failover(stop) }
+			if lag > 0 {
+				what += fmt.Sprintf(", replica lagging %v", lag)
+			}
+			fault = func() { c.failover(stop, lag) }
 		}
 		label := fmt.Sprintf("%s %v", what, d)
 		// With the kill mix, one fault's end kills an instance at once:
