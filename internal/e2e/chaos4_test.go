@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -187,8 +188,7 @@ func (c *chaosEnv) failover(stop bool, lag time.Duration) {
 	if stop {
 		old.Resume(t)
 	} else {
-		old.Restart(t)
-		c.mon.redial(old.Addr)
+		old.Restart(t) // MONITOR dials it again by itself (keepDialling)
 	}
 	f.back = time.Now()
 	c.amu.Lock()
@@ -297,13 +297,23 @@ func (m *chaosMonitor) callsOf(id string) []chaosCall {
 	return append([]chaosCall(nil), m.calls[id]...)
 }
 
-// redial monitors addr again (a node restarted closed the connection).
-func (m *chaosMonitor) redial(addr string) {
-	for try := 0; try < 100; try++ {
-		if err := m.dial(addr); err == nil {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+// keepDialling makes every MONITOR connection that ends dial again,
+// every 10 ms until it is back or the test ends (a killed node's until it
+// is restarted). Lines seen on two connections count once.
+func (m *chaosMonitor) keepDialling() {
+	var done atomic.Bool
+	m.t.Cleanup(func() { done.Store(true) })
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.redial = func(addr string) {
+		go func() {
+			for !done.Load() {
+				time.Sleep(10 * time.Millisecond)
+				if err := m.dial(addr); err == nil {
+					return
+				}
+			}
+		}()
 	}
 }
 

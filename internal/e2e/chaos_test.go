@@ -492,7 +492,7 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 		if c.mix.restart {
 			args = append(args, "--appendonly", "yes", "--appendfsync", "always")
 		}
-		if c.mix.durable {
+		if c.mix.durable || c.mix.failover {
 			// A full sync at once (StartReplica sets it too, but by CONFIG
 			// SET, which a restart forgets): with the default 5 s every
 			// winner is refused for 5 s after each restart.
@@ -563,6 +563,9 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 		c.insts[1].WaitPreheated(t, chaosC)
 	}
 	c.mon = chaosStartMonitor(t, c.dataNodes())
+	if c.mix.failover {
+		c.mon.keepDialling()
+	}
 
 	chaosFor := 4 * time.Second
 	if c.mix.failover {
@@ -1593,6 +1596,10 @@ type chaosMonitor struct {
 	first map[string]time.Time   // token id -> first EVAL/EVALSHA naming it
 	calls map[string][]chaosCall // token id -> every EVAL/EVALSHA naming it (§60), by time
 	lease []chaosMonLine         // script calls on the reconciler lease (§57)
+	// redial, when set (the failover mix), is called when a connection
+	// ends: Sentinel's reconfiguration closes every normal client of the
+	// node it promotes or demotes (CLIENT KILL TYPE normal), MONITOR's too.
+	redial func(addr string)
 }
 
 // chaosMonLine is one MONITOR line and when Redis ran it.
@@ -1643,6 +1650,12 @@ func (m *chaosMonitor) dial(addr string) error {
 		for {
 			l, err := br.ReadString('\n')
 			if err != nil {
+				m.mu.Lock()
+				redial := m.redial
+				m.mu.Unlock()
+				if redial != nil {
+					redial(addr)
+				}
 				return
 			}
 			m.line(l, addr)
@@ -1685,6 +1698,14 @@ func (m *chaosMonitor) line(l, addr string) {
 			m.mu.Lock()
 			if prev, seen := m.first[f]; !seen || at.Before(prev) {
 				m.first[f] = at
+			}
+			dup := false
+			for _, x := range m.calls[f] {
+				dup = dup || (x.at.Equal(at) && x.addr == addr) // the same line on a second connection
+			}
+			if dup {
+				m.mu.Unlock()
+				continue
 			}
 			cs := append(m.calls[f], chaosCall{at, addr})
 			sort.Slice(cs, func(i, j int) bool { return cs[i].at.Before(cs[j].at) })
