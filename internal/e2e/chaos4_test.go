@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -41,6 +42,7 @@ type chaosFailover struct {
 	kill, up      time.Time // the master stopped or killed; the replica promoted
 	back          time.Time // the old master running again (as a replica, or about to be made one)
 	conv          time.Time // the old master seen as a replica (zero: not yet)
+	cut           time.Time // the replica stopped and cut off (zero: it did not lag)
 }
 
 const (
@@ -148,6 +150,7 @@ func (c *chaosEnv) failover(stop bool, lag time.Duration) {
 		f.what += fmt.Sprintf(" (replica lagging %v)", lag)
 	}
 	if lag > 0 {
+		f.cut = time.Now()
 		rep.Pause(t)
 		if _, err := old.Do("CLIENT", "KILL", "TYPE", "replica"); err != nil {
 			c.logf("failover: CLIENT KILL TYPE replica on %s: %v", old.Addr, err)
@@ -371,4 +374,63 @@ func (c *chaosEnv) preheatLostB() {
 	if err != nil {
 		c.t.Fatalf("preheat %s again: %v", chaosB, err)
 	}
+}
+
+// chaosSteal is one steal.lua call MONITOR saw: a stock move out of a
+// donor shard (KEYS stock, moves, out; ARGV units needed, move id, …).
+type chaosSteal struct {
+	at    time.Time
+	addr  string
+	moves string // the donor's moves key
+	need  int64
+}
+
+// steal records a steal.lua call: EVALSHA sha 3 stock moves out need id ...
+func (m *chaosMonitor) steal(rest string, at time.Time, addr string) {
+	i := strings.Index(rest, "\"EVALSHA\"")
+	args := strings.Split(strings.Trim(strings.TrimSpace(rest[i:]), "\""), "\" \"")
+	if len(args) < 7 || args[2] != "3" || !strings.HasSuffix(args[4], "moves") {
+		return
+	}
+	need, err := strconv.ParseInt(args[6], 10, 64)
+	if err != nil {
+		return
+	}
+	m.mu.Lock()
+	m.steals = append(m.steals, chaosSteal{at: at, addr: addr, moves: args[4], need: need})
+	m.mu.Unlock()
+}
+
+// lostMoveSlack is how many of act's units a failover may have counted
+// twice without durable winners (0 with them): the units asked of every
+// steal.lua call the old master ran from just before its replica fell
+// behind (the lag's cut, else 100 ms before the kill: a healthy local
+// replica is milliseconds behind) until it was a replica again (§10: "a
+// stock move acknowledged by the dead master and not yet sent to its
+// replica is lost").
+func (c *chaosEnv) lostMoveSlack(act string) int64 {
+	if c.mix.durable {
+		return 0
+	}
+	var n int64
+	c.mon.mu.Lock()
+	steals := append([]chaosSteal(nil), c.mon.steals...)
+	c.mon.mu.Unlock()
+	for _, f := range c.failoversNow() {
+		from := f.kill.Add(-100 * time.Millisecond)
+		if !f.cut.IsZero() {
+			from = f.cut
+		}
+		for _, s := range steals {
+			if s.addr == f.old && strings.Contains(s.moves, "{"+act+":") && !s.at.Before(from) && (f.conv.IsZero() || s.at.Before(f.conv)) {
+				n += s.need
+			}
+		}
+	}
+	return n
+}
+
+// audit is rtAuditAt over the masters now, with lostMoveSlack.
+func (c *chaosEnv) audit(x chaosAct) map[string]rtRecord {
+	return rtAuditAtSlack(c.t, c.addrs(), x.a.ID, x.stock, x.limit, c.lostMoveSlack(x.a.ID))
 }

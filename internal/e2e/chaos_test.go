@@ -670,14 +670,14 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 			}
 		case 5:
 			// §60: the victim master SIGKILLed or SIGSTOPped until its
-			// replica is promoted (d: what that takes, about, for the
-			// next fault's slot).
+			// replica is promoted (d: what that takes, about 4–6 s, for
+			// the next fault's slot).
 			stop := foRng.Intn(2) == 0
 			var lag time.Duration
 			if foRng.Intn(2) == 0 {
 				lag = time.Duration(200+foRng.Intn(500)) * time.Millisecond
 			}
-			d = 4 * time.Second
+			d = 6 * time.Second
 			what = "failover (sigkill)"
 			if stop {
 				what = "failover (sigstop)"
@@ -970,7 +970,11 @@ func (c *chaosEnv) opCtx() (context.Context, context.CancelFunc) {
 }
 
 func (c *chaosEnv) setPaused(paused bool) {
-	for try := 0; try < 50; try++ {
+	tries := 50
+	if c.mix.failover {
+		tries = 150 // a failover holds Redis 4–6 s, and the faults after it stall the new master
+	}
+	for try := 0; try < tries; try++ {
 		ctx, cancel := c.opCtx()
 		err := c.op.SetPaused(ctx, chaosA, paused)
 		if err == nil && c.bReady.Load() {
@@ -1169,7 +1173,7 @@ func (c *chaosEnv) check() {
 		acts = append(acts, chaosAct{c.actB, chaosStockB, chaosLimitB})
 	}
 	for _, x := range acts {
-		recs := rtAuditAt(t, c.addrs(), x.a.ID, x.stock, x.limit)
+		recs := c.audit(x)
 		if x.a.ID == chaosA && x.a.FairStart > 0 {
 			// README "Fair start": nothing reaches the reserve script
 			// before the window ends.
@@ -1224,7 +1228,7 @@ func (c *chaosEnv) check() {
 	if c.ident != nil {
 		all := map[string]map[string]rtRecord{}
 		for _, x := range acts {
-			all[x.a.ID] = rtAuditAt(t, c.addrs(), x.a.ID, x.stock, x.limit)
+			all[x.a.ID] = c.audit(x)
 		}
 		c.checkIdentity(answers, all)
 	}
@@ -1272,7 +1276,7 @@ func (c *chaosEnv) check() {
 	}
 	for _, x := range acts {
 		id := x.a.ID
-		recs := rtAuditAt(t, c.addrs(), id, x.stock, x.limit)
+		recs := c.audit(x)
 		st, err := c.op.Status(ctx, x.a)
 		if err != nil {
 			t.Fatalf("status %s: %v", id, err)
@@ -1371,7 +1375,17 @@ func (c *chaosEnv) check() {
 			t.Logf("%s: failovers %s: shop units %d of stock %d, %d of them for reservations the failover lost; %d confirmed units whose refund it lost",
 				id, c.failoversText(), units, x.stock, lostUnits, refundLostUnits)
 		}
-		if !k.OK || k.Pending != 0 || k.InTransit != 0 || k.Remaining+k.Confirmed != x.stock || k.Confirmed != units-lostUnits+refundLostUnits || k.Confirmed != confirmedRecs {
+		transitOK := k.OK && k.InTransit == 0
+		if slack := c.lostMoveSlack(id); !transitOK && slack > 0 && k.InTransit < 0 && -k.InTransit <= slack {
+			// §10: a stock move the dead master acknowledged and its
+			// replica never got: the donor has its units again while the
+			// home shard sold them (Σi above initial; status "oversold").
+			// Without durable winners only; bounded by the steals the old
+			// master ran in the failover's window.
+			t.Logf("%s: %d units counted twice after a stock move lost with the failover (at most %d moved in its window): %s", id, -k.InTransit, slack, k.Problem)
+			transitOK = true
+		}
+		if !transitOK || k.Pending != 0 || k.Remaining+k.Confirmed != x.stock || k.Confirmed != units-lostUnits+refundLostUnits || k.Confirmed != confirmedRecs {
 			t.Errorf("%s: stock does not add up after the reconcile: %+v (stock %d), shop units %d, confirmed records %d", id, k, x.stock, units, confirmedRecs)
 		}
 		// Every buyer told a win: confirmed with an order, or refunded.
@@ -1600,6 +1614,7 @@ type chaosMonitor struct {
 	// ends: Sentinel's reconfiguration closes every normal client of the
 	// node it promotes or demotes (CLIENT KILL TYPE normal), MONITOR's too.
 	redial func(addr string)
+	steals []chaosSteal // steal.lua calls (§60)
 }
 
 // chaosMonLine is one MONITOR line and when Redis ran it.
@@ -1684,6 +1699,9 @@ func (m *chaosMonitor) line(l, addr string) {
 		return
 	}
 	at := time.Unix(si, ui*1000)
+	if strings.Contains(rest, "] \"EVALSHA\"") && strings.Contains(rest, "moves\" \"") {
+		m.steal(rest, at, addr)
+	}
 	if strings.Contains(rest, "{lease}:"+reservation.LeaseName) {
 		m.mu.Lock()
 		m.lease = append(m.lease, chaosMonLine{at, rest})
