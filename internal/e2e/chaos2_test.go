@@ -724,6 +724,11 @@ func (c *chaosEnv) checkBundles(answers []chaosAnswer) {
 			left++
 			continue
 		}
+		if _, id, _ := strings.Cut(field, ":"); c.settledBeforeAFailover(id) {
+			// §60: its settle ran on the master a failover replaced (§24).
+			t.Logf("%s: bundle %s of %s is %s, untold, settled on the master a failover lost (%s)", chaosC, field, user, st, c.failoversText())
+			continue
+		}
 		t.Errorf("%s: bundle %s of %s is %s but no client was told its token (STORE_UNAVAILABLE holds nothing)", chaosC, field, user, st)
 	}
 	if left > 0 {
@@ -738,10 +743,21 @@ func (c *chaosEnv) bundleAfter(ctx context.Context, answers []chaosAnswer, order
 	p := c.live()[0]
 	states := bhAudit(t, c.do(), p, chaosC, chaosSKUsC, 2, chaosStockC, chaosLimitC)
 	mine := map[string]string{}
+	lost := map[string]bool{}
 	for tok, o := range orders {
 		if tk, err := store.ParseToken(tok); err == nil && tk.Activity == chaosC {
+			if _, held := states[tk.Field()]; !held && c.lostToAFailover(tk.ID, rtRecord{}) {
+				// §10, §24: a bundle the dead master acknowledged and its
+				// replica never got (no durable winners): the shop holds
+				// its order, Redis no record, its units back on sale.
+				lost[tok] = true
+				continue
+			}
 			mine[tok] = o
 		}
+	}
+	if c.mix.failover {
+		t.Logf("%s: %d shop orders for bundles a failover lost (%s)", chaosC, len(lost), c.failoversText())
 	}
 	confirmed := settledStates(t, states, mine)
 	st, err := c.op.Status(ctx, c.actC)
@@ -764,6 +780,13 @@ func (c *chaosEnv) bundleAfter(ctx context.Context, answers []chaosAnswer, order
 		tk, err := store.ParseToken(a.token)
 		if err != nil {
 			t.Errorf("%s: told token %q: %v", chaosC, a.token, err)
+			continue
+		}
+		if lost[a.token] {
+			continue // served by the shop; Redis lost it (counted above)
+		}
+		if _, held := states[tk.Field()]; !held && c.lostToAFailover(tk.ID, rtRecord{}) {
+			t.Logf("%s: %s told a win with %s, lost with the failed-over master, no order (§10, §24)", chaosC, a.user, a.token)
 			continue
 		}
 		if states[tk.Field()] != "c" || orders[a.token] == "" {
