@@ -281,8 +281,8 @@ func (c *chaosEnv) settledBeforeAFailover(id string) bool {
 func (c *chaosEnv) failoversText() string {
 	var s []string
 	for _, f := range c.failoversNow() {
-		s = append(s, fmt.Sprintf("%s of %s at %s, %s promoted at %s", f.what, f.old, f.kill.Format("15:04:05.000"),
-			f.promoted, f.up.Format("15:04:05.000")))
+		s = append(s, fmt.Sprintf("%s of %s at %s, %s promoted at %s, old master a replica at %s", f.what, f.old, f.kill.Format("15:04:05.000"),
+			f.promoted, f.up.Format("15:04:05.000"), f.conv.Format("15:04:05.000")))
 	}
 	return strings.Join(s, "; ")
 }
@@ -433,4 +433,44 @@ func (c *chaosEnv) lostMoveSlack(act string) int64 {
 // audit is rtAuditAt over the masters now, with lostMoveSlack.
 func (c *chaosEnv) audit(x chaosAct) map[string]rtRecord {
 	return rtAuditAtSlack(c.t, c.addrs(), x.a.ID, x.stock, x.limit, c.lostMoveSlack(x.a.ID))
+}
+
+// callsText is what MONITOR saw of token id, for a failing run of the
+// failover mix ("" otherwise).
+func (c *chaosEnv) callsText(id string) string {
+	if !c.mix.failover {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("; script calls naming it:")
+	for _, call := range c.mon.callsOf(id) {
+		fmt.Fprintf(&b, " %s on %s", call.at.Format("15:04:05.000000"), call.addr)
+	}
+	fmt.Fprintf(&b, "; failovers: %s", c.failoversText())
+	c.mon.mu.Lock()
+	fmt.Fprintf(&b, "; MONITOR: %s", strings.Join(c.mon.events, ", "))
+	c.mon.mu.Unlock()
+	return b.String()
+}
+
+// fenceRolledBack: two background passes were handed the same fencing
+// token because a failover lost the lease counter's increment (lease.lua
+// INCRs it on the master; the replica promoted had the value before). It
+// is allowed only when the two passes did not run at once (no two
+// reconcilers acting under one token) and a failover's kill lies between
+// their starts: the first took its token on the master that failover
+// replaced. Anything else fails as before.
+func (c *chaosEnv) fenceRolledBack(a, b chaosPass) bool {
+	if b.start.Before(a.start) {
+		a, b = b, a
+	}
+	if !a.end.Before(b.start) {
+		return false // they overlapped
+	}
+	for _, f := range c.failoversNow() {
+		if a.start.Before(f.conv) && f.kill.Before(b.end) {
+			return true
+		}
+	}
+	return false
 }

@@ -1327,7 +1327,7 @@ func (c *chaosEnv) check() {
 					lostUser[s.user] = true
 					continue
 				}
-				t.Errorf("%s: shop order %s for a reservation in state %q (%s)", id, tok, r.State, r.Reason)
+				t.Errorf("%s: shop order %s for a reservation in state %q (%s)%s", id, tok, r.State, r.Reason, c.callsText(tk.ID))
 			}
 		}
 		orderOf := map[string]string{} // record field -> token with a shop order
@@ -1451,8 +1451,8 @@ func (c *chaosEnv) check() {
 				// connection before taking it, or verify said absent):
 				// released with a reason, as SPEC §9 says a QUEUED buyer ends.
 			default:
-				t.Errorf("%s: %s told a win (%s %d at %s) with %s: now %q (%s), shop order %q", id, a.user, a.code, a.status,
-					a.got.Format("15:04:05.000"), tok, r.State, r.Reason, orders[tok])
+				t.Errorf("%s: %s told a win (%s %d at %s) with %s: now %q (%s), shop order %q%s", id, a.user, a.code, a.status,
+					a.got.Format("15:04:05.000"), tok, r.State, r.Reason, orders[tok], c.callsText(tk.ID))
 			}
 		}
 	}
@@ -1631,6 +1631,7 @@ type chaosMonitor struct {
 	// node it promotes or demotes (CLIENT KILL TYPE normal), MONITOR's too.
 	redial func(addr string)
 	steals []chaosSteal // steal.lua calls (§60)
+	events []string     // connections closed and dialled (§60)
 }
 
 // chaosMonLine is one MONITOR line and when Redis ran it.
@@ -1677,12 +1678,16 @@ func (m *chaosMonitor) dial(addr string) error {
 		_ = conn.Close()
 		return fmt.Errorf("%q %v", l, err)
 	}
+	m.mu.Lock()
+	m.events = append(m.events, fmt.Sprintf("%s dialled %s", time.Now().Format("15:04:05.000"), addr))
+	m.mu.Unlock()
 	go func() {
 		for {
 			l, err := br.ReadString('\n')
 			if err != nil {
 				m.mu.Lock()
 				redial := m.redial
+				m.events = append(m.events, fmt.Sprintf("%s closed %s (%v)", time.Now().Format("15:04:05.000"), addr, err))
 				m.mu.Unlock()
 				if redial != nil {
 					redial(addr)
