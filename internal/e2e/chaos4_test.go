@@ -474,3 +474,22 @@ func (c *chaosEnv) fenceRolledBack(a, b chaosPass) bool {
 	}
 	return false
 }
+
+// failoverOverlap is how much of [from, to] a failover held Redis (its
+// kill to its promotion): no pass can take a lease over meanwhile (§60).
+func (c *chaosEnv) failoverOverlap(from, to time.Time) time.Duration {
+	var d time.Duration
+	for _, f := range c.failoversNow() {
+		lo, hi := f.kill, f.up
+		if lo.Before(from) {
+			lo = from
+		}
+		if hi.After(to) {
+			hi = to
+		}
+		if hi.After(lo) {
+			d += hi.Sub(lo)
+		}
+	}
+	return d
+}
