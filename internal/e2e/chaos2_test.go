@@ -744,9 +744,10 @@ func (c *chaosEnv) bundleAfter(ctx context.Context, answers []chaosAnswer, order
 	states := bhAudit(t, c.do(), p, chaosC, chaosSKUsC, 2, chaosStockC, chaosLimitC)
 	mine := map[string]string{}
 	lost := map[string]bool{}
+	sends := c.shop.sends()
 	for tok, o := range orders {
 		if tk, err := store.ParseToken(tok); err == nil && tk.Activity == chaosC {
-			if _, held := states[tk.Field()]; !held && c.lostToAFailover(tk.ID, rtRecord{}) {
+			if _, held := states[tk.Field()]; !held && c.lostToAFailoverAt(tk.ID, rtRecord{}, c.firstSeen(sends[tok], time.Now())) {
 				// §10, §24: a bundle the dead master acknowledged and its
 				// replica never got (no durable winners): the shop holds
 				// its order, Redis no record, its units back on sale.
@@ -785,7 +786,7 @@ func (c *chaosEnv) bundleAfter(ctx context.Context, answers []chaosAnswer, order
 		if lost[a.token] {
 			continue // served by the shop; Redis lost it (counted above)
 		}
-		if _, held := states[tk.Field()]; !held && c.lostToAFailover(tk.ID, rtRecord{}) {
+		if _, held := states[tk.Field()]; !held && c.lostToAFailoverAt(tk.ID, rtRecord{}, c.firstSeen(sends[a.token], a.got)) {
 			t.Logf("%s: %s told a win with %s, lost with the failed-over master, no order (§10, §24)", chaosC, a.user, a.token)
 			continue
 		}

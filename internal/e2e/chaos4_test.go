@@ -329,6 +329,26 @@ func (c *chaosEnv) lostToAFailover(id string, r rtRecord) bool {
 	return !c.mix.durable && r.State == "" && c.ranBeforeAFailover(id)
 }
 
+// lostToAFailoverAt is lostToAFailover for a reservation MONITOR never
+// saw a script call of (its connections have gaps: a node restarted or
+// stopped while it dials again, Sentinel's CLIENT KILL): judged by when
+// the buyer's request reached the shop (or the answer, never sent), which
+// came after the reserve: before the old master was a replica again.
+func (c *chaosEnv) lostToAFailoverAt(id string, r rtRecord, at time.Time) bool {
+	if c.mix.durable || r.State != "" {
+		return false
+	}
+	if len(c.mon.callsOf(id)) > 0 {
+		return c.ranBeforeAFailover(id)
+	}
+	for _, f := range c.failoversNow() {
+		if f.conv.IsZero() || at.Before(f.conv) {
+			return true
+		}
+	}
+	return false
+}
+
 // resentAfterAFailover: without durable winners, a queue entry sent
 // again because the claim of its first send (queued -> pending) was lost
 // with the master a failover replaced: the new master has it queued with
@@ -492,4 +512,12 @@ func (c *chaosEnv) failoverOverlap(from, to time.Time) time.Duration {
 		}
 	}
 	return d
+}
+
+// firstSeen is when the shop first got the buy, else or.
+func (c *chaosEnv) firstSeen(s chaosSent, or time.Time) time.Time {
+	if len(s.at) > 0 {
+		return s.at[0]
+	}
+	return or
 }

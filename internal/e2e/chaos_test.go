@@ -1319,7 +1319,7 @@ func (c *chaosEnv) check() {
 				t.Fatalf("order token %q: %v", tok, err)
 			}
 			if r := recs[tk.Field()]; r.State != "c" {
-				if c.lostToAFailover(tk.ID, r) {
+				if c.lostToAFailoverAt(tk.ID, r, s.at[0]) {
 					// §10, §24: a reservation the dead master acknowledged
 					// and its replica never got; the shop holds its order,
 					// Redis no record. Only without durable winners.
@@ -1430,7 +1430,7 @@ func (c *chaosEnv) check() {
 			case r.State == "c" && refundedField[tk.Field()] && c.settledBeforeAFailover(tk.ID):
 				// Refunded; the refund's release lost with the old master
 				// (counted above).
-			case c.lostToAFailover(tk.ID, r):
+			case c.lostToAFailoverAt(tk.ID, r, c.firstSeen(sends[tok], a.got)):
 				// §10, §24: the winner's reservation was lost with the
 				// dead master (no durable winners): with its order at the
 				// shop the buyer is served all the same; without, the
