@@ -60,7 +60,8 @@ import (
 //
 // Each seed also draws its mix (chaos2_test.go, chaosMixFor; §53): a proxy
 // instance killed mid-sale and replaced, durable winners, Redis SIGKILLed
-// and restarted from its AOF, fair start, bundles.
+// and restarted from its AOF, fair start, bundles; verified identity and a
+// reconcile lease holder killed (§57); a failover (§60, seeds 256–511).
 //
 // CHAOS_SEED=n replays one seed; CHAOS_RUNS=k runs k seeds from
 // CHAOS_SEED (default: the clock). Without either, a short fixed set runs
@@ -79,7 +80,9 @@ func TestChaos(t *testing.T) {
 
 // TestChaosCluster is TestChaos on a 3-master Redis Cluster whose faults
 // stall one master (the one the seed picks): SIGSTOP and CLIENT PAUSE,
-// below cluster-node-timeout (no failover: no replicas). Its fixed seed
+// below cluster-node-timeout (no failover: no replicas below seed 256;
+// from 256 on, durable winners and the failover mix give every master a
+// replica, and the failover promotes the victim's: chaos4_test.go, §60). Its fixed seed
 // (`make test`) is 2, whose mix on a cluster is none: seed 1 adds a kill
 // and 4 s (§53); `make chaos` runs every mix.
 func TestChaosCluster(t *testing.T) {
