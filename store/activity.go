@@ -330,6 +330,14 @@ func (s *Store) PreheatLocked(ctx context.Context, a *config.Activity, force boo
 			if err := s.recordSale(cctx, c, a, meta, exp); err != nil {
 				return 0, err
 			}
+			// Durable winners: an earlier preheat's stock and ready meta
+			// on the replicas too (it may have failed in its own wait).
+			if err := s.preheatDurable(cctx, c, a, oldPlace, false, exp); err != nil {
+				return 0, err
+			}
+			if err := s.preheatDurable(cctx, c, a, oldPlace, true, exp); err != nil {
+				return 0, err
+			}
 			s.learnPlacement(a.ID, meta)
 			return PreheatUnchanged, nil
 		}
@@ -412,6 +420,10 @@ func (s *Store) PreheatLocked(ctx context.Context, a *config.Activity, force boo
 	if err := flush(0); err != nil {
 		return 0, err
 	}
+	// Durable winners: the stock on the replicas before ready=1 (§60).
+	if err := s.preheatDurable(cctx, c, a, place, false, exp); err != nil {
+		return 0, err
+	}
 	// The meta's fields, rewritten in place (never DEL + HSET: "paused",
 	// set by a pause meanwhile, is not preheat's to write). First, while
 	// ready is still 0, the fields of the old stock that the new one has
@@ -459,6 +471,9 @@ func (s *Store) PreheatLocked(ctx context.Context, a *config.Activity, force boo
 		if err := r.Error(); err != nil {
 			return 0, wrap(err)
 		}
+	}
+	if err := s.preheatDurable(cctx, c, a, place, true, exp); err != nil {
+		return 0, err
 	}
 	s.keys.setPlace(a.ID, place)
 	if strings.HasSuffix(a.ID, config.ShadowSuffix) {

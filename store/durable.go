@@ -165,10 +165,16 @@ func (s *Store) WaitReplicas(ctx context.Context, t Token, shards int, expireAt 
 // waitShard writes the marker of one shard and WAITs after it, on one
 // connection to the node that holds the shard.
 func (s *Store) waitShard(ctx context.Context, c rueidis.Client, sk ShardKeys, value string, expireAt int64) (ok bool, acked int64, err error) {
-	d := s.dur
 	now := time.Now().UnixMilli()
 	exp := max(expireAt, now+int64(time.Minute/time.Millisecond))
-	set := c.B().Set().Key(durableKey(sk)).Value(value).PxatMillisecondsTimestamp(exp).Build()
+	return s.waitAfter(ctx, c, c.B().Set().Key(durableKey(sk)).Value(value).PxatMillisecondsTimestamp(exp).Build())
+}
+
+// waitAfter sends set (a write naming one key) and a WAIT right after it
+// in one DoMulti: one connection to the node of set's key, whose
+// replicas then have every write that node acknowledged before.
+func (s *Store) waitAfter(ctx context.Context, c rueidis.Client, set rueidis.Completed) (ok bool, acked int64, err error) {
+	d := s.dur
 	var wait rueidis.Completed
 	aof := d.waitaof.Load()
 	if aof {
@@ -379,4 +385,37 @@ func (s *Store) DurableWarnings(ctx context.Context) []string {
 		}
 	}
 	return out
+}
+
+// preheatDurable, with durable winners, waits until the replicas of every
+// node preheat wrote to have the stock (red team chaosfo, docs/decisions.md
+// §60): one marker and WAIT per shard (every SKU of a shard shares its
+// hash tag, so its node), and one after the meta (meta: the meta key,
+// re-expired at exp, a write in its slot). A preheat acknowledged only by
+// a master a failover then replaced lost a shard's stock (the new master
+// had none, and a plain preheat said "unchanged"), or the whole activity.
+// Not acknowledged in time: the preheat fails with ErrNotDurable and the
+// operator runs it again (a meta still loading is loaded again; one ready
+// is checked again).
+func (s *Store) preheatDurable(ctx context.Context, c rueidis.Client, a *config.Activity, place string, meta bool, exp int64) error {
+	if s.dur == nil {
+		return nil
+	}
+	s.probeWaitAOF(ctx, c)
+	var ok bool
+	var err error
+	if meta {
+		ok, _, err = s.waitAfter(ctx, c, c.B().Pexpireat().Key(s.MetaKey(a.ID)).MillisecondsTimestamp(exp).Build())
+		if !ok {
+			return fmt.Errorf("preheat %s: meta: %w", a.ID, err)
+		}
+		return nil
+	}
+	k := s.keys.getPlaced(a.ID, a.SKUs[0].ID, a.Shards, place)
+	for i, sk := range k.Shards {
+		if ok, _, err = s.waitShard(ctx, c, sk, "preheat", exp); !ok {
+			return fmt.Errorf("preheat %s: shard %d: %w", a.ID, i, err)
+		}
+	}
+	return nil
 }

@@ -173,7 +173,12 @@ func TestDurableWinnersNoReplica(t *testing.T) {
 	m := redistest.Start(t)
 	s := openStore(t, durableConfig([]string{m.Addr}, false, config.DurableRefuse))
 	a := newActivity("act_dwn", 5, 1, 1)
-	mustPreheat(t, s, a)
+	// With durable winners a preheat waits for the replicas too (§60):
+	// refused here; loaded by a store without the block.
+	if out, err := s.Preheat(ctx(t), a, false, time.Now()); !errors.Is(err, store.ErrNotDurable) {
+		t.Fatalf("durable preheat with no replica = %v, %v; want ErrNotDurable", out, err)
+	}
+	mustPreheat(t, openStore(t, redisConfig([]string{m.Addr}, false)), a)
 	q := reserveReq(a, "u1", 1)
 	tok := mustReserve(t, s, a, "u1", 1, lua.OK).Token
 	ok, acked, err := s.WaitReplicas(ctx(t), tok, a.Shards, q.ExpireAt)
@@ -244,6 +249,11 @@ func TestDurableWinnersCluster(t *testing.T) {
 	s := openStore(t, durableConfig(cl.Addrs(), true, config.DurableRefuse))
 	a := newActivity("act_dwc", 60, b0Shards, 1)
 	mustPreheat(t, s, a)
+	// b (below) is preheated now, while every replica runs: with durable
+	// winners a preheat waits for the replicas and fails while one is
+	// stopped (§60, TestDurablePreheatWaitsForReplicas).
+	b := newActivity("act_dwm", int64(b0Shards), b0Shards, 1) // one unit a shard
+	mustPreheat(t, s, b)
 	// Replicas stream from their first acknowledgement on (up to a
 	// second after the sync): wait until they have the preheat.
 	eventually(t, 10*time.Second, "preheat replicated", cl.Replicated)
@@ -297,8 +307,6 @@ func TestDurableWinnersCluster(t *testing.T) {
 	// victim's shards: the steal runs, is not acknowledged, and its units
 	// stay in transit (the buyer hears STORE_UNAVAILABLE); once the
 	// replica runs, the moves settle and the buyer wins.
-	b := newActivity("act_dwm", int64(b0Shards), b0Shards, 1) // one unit a shard
-	mustPreheat(t, s, b)
 	bMaster := make([]*redistest.Server, b.Shards)
 	for i, sk := range s.SKUKeys(b.ID, testSKU, b.Shards).Shards {
 		if bMaster[i], err = cl.MasterFor(sk.Stock); err != nil {

@@ -61,6 +61,12 @@ type chaosMix struct {
 	// (identity.user.session); the identity bit's kind on seeds whose
 	// bit 128 is set.
 	session bool
+	// §60 (chaos4_test.go): failover, the master failed over mid-sale —
+	// on a single node a master, a replica and three sentinels (the
+	// proxy reaches Redis through redis.sentinel), on the cluster a
+	// replica per master, promoted when the victim master is SIGKILLed
+	// or SIGSTOPped past cluster-node-timeout.
+	failover bool
 }
 
 // The bundle mix: activity C sells SKUs a and b as bundles of one unit
@@ -100,7 +106,8 @@ func (m *chaosMix) bits() []struct {
 		name string
 		on   *bool
 	}{{"kill", &m.kill}, {"durable", &m.durable}, {"restart", &m.restart}, {"fair", &m.fair},
-		{"bundle", &m.bundle}, {"jwt", &m.jwt}, {"session", &m.session}, {"reckill", &m.reckill}}
+		{"bundle", &m.bundle}, {"jwt", &m.jwt}, {"session", &m.session}, {"reckill", &m.reckill},
+		{"failover", &m.failover}}
 }
 
 func (m chaosMix) String() string {
@@ -123,8 +130,13 @@ func (m chaosMix) String() string {
 // both, any 128 consecutive seeds every combination of the seven bits and
 // 256 both kinds of identity with each (32 consecutive seeds every
 // combination of the first five). The cluster run takes all but durable
-// (its nodes have no replicas); with restart its nodes run with AOF and
-// the stalled master is the one SIGKILLed and restarted (§57).
+// below seed 256 (its nodes have no replicas there); with restart its
+// nodes run with AOF and the stalled master is the one SIGKILLed and
+// restarted (§57). Bit 256 is the failover (§60): seeds below 256 —
+// every fixed seed of `make test` — draw exactly what they drew before;
+// 256–511 add a failover to each of the 256 mixes above. From seed 256
+// on the cluster takes durable too (its nodes then have replicas), with
+// a failover on 256–511 and without on 512–767.
 func chaosMixFor(seed int64, cluster bool) chaosMix {
 	if env := os.Getenv("CHAOS_MIX"); env != "" {
 		var m chaosMix
@@ -135,10 +147,7 @@ func chaosMixFor(seed int64, cluster bool) chaosMix {
 				}
 			}
 		}
-		if cluster {
-			m.durable = false
-		}
-		return m
+		return m // on a cluster, durable and failover start a replica per master
 	}
 	b := seed % 8
 	if b < 0 {
@@ -151,7 +160,8 @@ func chaosMixFor(seed int64, cluster bool) chaosMix {
 		// the shop's session on 160–191 and 224–255.
 		m.jwt, m.session = seed/128%2 == 0, seed/128%2 != 0
 	}
-	if cluster {
+	m.failover = seed/256%2 != 0
+	if cluster && (seed < 256 && seed > -256) {
 		m.durable = false // no replicas (§57: restarts from AOF run on the cluster too)
 	}
 	return m
@@ -651,7 +661,7 @@ func (c *chaosEnv) resentAfterAKill(s chaosSent) bool {
 func (c *chaosEnv) quiet() {
 	snap := func() string {
 		var b strings.Builder
-		for _, addr := range c.redis.Addrs {
+		for _, addr := range c.addrs() {
 			for _, act := range []string{chaosA, chaosB, chaosC} {
 				keys, _ := redistest.Do(addr, "KEYS", "*{"+act+":*")
 				ks := rtLines(keys)
@@ -694,7 +704,7 @@ func (c *chaosEnv) do() func(args ...string) (string, error) {
 	if c.cluster {
 		return bhKeyedDo(c.redis.Nodes)
 	}
-	return func(args ...string) (string, error) { return redistest.Do(c.redis.Addrs[0], args...) }
+	return func(args ...string) (string, error) { return redistest.Do(c.addrs()[0], args...) }
 }
 
 // checkBundles is check for C: before the repair, bhAudit (per SKU shard
@@ -726,6 +736,11 @@ func (c *chaosEnv) checkBundles(answers []chaosAnswer) {
 			left++
 			continue
 		}
+		if _, id, _ := strings.Cut(field, ":"); c.settledBeforeAFailover(id) {
+			// §60: its settle ran on the master a failover replaced (§24).
+			t.Logf("%s: bundle %s of %s is %s, untold, settled on the master a failover lost (%s)", chaosC, field, user, st, c.failoversText())
+			continue
+		}
 		t.Errorf("%s: bundle %s of %s is %s but no client was told its token (STORE_UNAVAILABLE holds nothing)", chaosC, field, user, st)
 	}
 	if left > 0 {
@@ -740,10 +755,22 @@ func (c *chaosEnv) bundleAfter(ctx context.Context, answers []chaosAnswer, order
 	p := c.live()[0]
 	states := bhAudit(t, c.do(), p, chaosC, chaosSKUsC, 2, chaosStockC, c.limitC)
 	mine := map[string]string{}
+	lost := map[string]bool{}
+	sends := c.shop.sends()
 	for tok, o := range orders {
 		if tk, err := store.ParseToken(tok); err == nil && tk.Activity == chaosC {
+			if _, held := states[tk.Field()]; !held && c.lostToAFailoverAt(tk.ID, rtRecord{}, c.firstSeen(sends[tok], time.Now())) {
+				// §10, §24: a bundle the dead master acknowledged and its
+				// replica never got (no durable winners): the shop holds
+				// its order, Redis no record, its units back on sale.
+				lost[tok] = true
+				continue
+			}
 			mine[tok] = o
 		}
+	}
+	if c.mix.failover {
+		t.Logf("%s: %d shop orders for bundles a failover lost (%s)", chaosC, len(lost), c.failoversText())
 	}
 	confirmed := settledStates(t, states, mine)
 	st, err := c.op.Status(ctx, c.actC)
@@ -766,6 +793,13 @@ func (c *chaosEnv) bundleAfter(ctx context.Context, answers []chaosAnswer, order
 		tk, err := store.ParseToken(a.token)
 		if err != nil {
 			t.Errorf("%s: told token %q: %v", chaosC, a.token, err)
+			continue
+		}
+		if lost[a.token] {
+			continue // served by the shop; Redis lost it (counted above)
+		}
+		if _, held := states[tk.Field()]; !held && c.lostToAFailoverAt(tk.ID, rtRecord{}, c.firstSeen(sends[a.token], a.got)) {
+			t.Logf("%s: %s told a win with %s, lost with the failed-over master, no order (§10, §24)", chaosC, a.user, a.token)
 			continue
 		}
 		if states[tk.Field()] != "c" || orders[a.token] == "" {

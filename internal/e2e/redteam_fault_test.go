@@ -150,6 +150,14 @@ func rtParseRecord(parts []string) rtRecord {
 // per-user units are taken over all. It returns the records by token field.
 func rtAuditAt(t *testing.T, addrs []string, act string, initial, limit int64) map[string]rtRecord {
 	t.Helper()
+	return rtAuditAtSlack(t, addrs, act, initial, limit, 0)
+}
+
+// rtAuditAtSlack is rtAuditAt allowing Σi up to slack above initial
+// (logged): units a stock move lost with a failed-over master counts
+// twice (docs/decisions.md §10, §60; without durable winners only).
+func rtAuditAtSlack(t *testing.T, addrs []string, act string, initial, limit, slack int64) map[string]rtRecord {
+	t.Helper()
 	records := map[string]rtRecord{}
 	var sumI int64
 	heldBy := map[string]int64{}
@@ -210,8 +218,10 @@ func rtAuditAt(t *testing.T, addrs []string, act string, initial, limit int64) m
 			}
 		}
 	}
-	if sumI > initial {
-		t.Errorf("Σi %d above initial %d", sumI, initial)
+	if sumI > initial+slack {
+		t.Errorf("Σi %d above initial %d (slack %d)", sumI, initial, slack)
+	} else if sumI > initial {
+		t.Logf("%s: Σi %d above initial %d, within the %d units of stock moves a failover may have lost", act, sumI, initial, slack)
 	}
 	for u, n := range heldBy {
 		if n > limit {

@@ -377,10 +377,19 @@ func lastLines(s string, n int) string {
 // rest, as the cluster assigned them.
 func StartClusterWithReplicas(t testing.TB, masters, replicasPer int) *Cluster {
 	t.Helper()
+	return StartClusterWithReplicasWith(t, masters, replicasPer)
+}
+
+// StartClusterWithReplicasWith is StartClusterWithReplicas with more
+// redis-server arguments for every node, after its own (a later
+// --cluster-node-timeout overrides the 1000 ms).
+func StartClusterWithReplicasWith(t testing.TB, masters, replicasPer int, extra ...string) *Cluster {
+	t.Helper()
 	var all []*Server
 	for i := 0; i < masters*(1+replicasPer); i++ {
-		all = append(all, Start(t, "--cluster-enabled", "yes", "--cluster-node-timeout", "1000",
-			"--cluster-config-file", "nodes.conf"))
+		args := append([]string{"--cluster-enabled", "yes", "--cluster-node-timeout", "1000",
+			"--cluster-config-file", "nodes.conf"}, extra...)
+		all = append(all, Start(t, args...))
 	}
 	args := []string{"--cluster", "create"}
 	for _, s := range all {

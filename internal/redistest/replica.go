@@ -71,3 +71,26 @@ func (s *Server) signal(sig syscall.Signal) error {
 	}
 	return s.cmd.Process.Signal(sig)
 }
+
+// SetReplicaOf changes the --replicaof the server is started with by its
+// next Restart: master's address, or none (a master) when master is nil.
+// A failover swaps the roles: the promoted replica must not come back as
+// a replica of the node it replaced, and the old master comes back as a
+// replica of the new one (what its supervisor's config says after a
+// failover, and what Sentinel would tell it).
+func (s *Server) SetReplicaOf(master *Server) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var args []string
+	for i := 0; i < len(s.args); i++ {
+		if s.args[i] == "--replicaof" && i+2 < len(s.args) {
+			i += 2
+			continue
+		}
+		args = append(args, s.args[i])
+	}
+	if master != nil {
+		args = append(args, "--replicaof", "127.0.0.1", fmt.Sprint(master.Port))
+	}
+	s.args = args
+}

@@ -26,6 +26,11 @@ const (
 // file of their own).
 func StartSentinel(t testing.TB, masterSet string, master *Server, quorum int) *Server {
 	t.Helper()
+	return startSentinel(t, masterSet, master, quorum, SentinelDownAfter)
+}
+
+func startSentinel(t testing.TB, masterSet string, master *Server, quorum int, downAfter time.Duration) *Server {
+	t.Helper()
 	if _, err := exec.LookPath(Binary); err != nil {
 		t.Fatalf("redis-server not found on PATH (run: apt-get install -y redis-server): %v", err)
 	}
@@ -45,7 +50,7 @@ sentinel failover-timeout %s %d
 sentinel parallel-syncs %s 1
 `, s.Port, s.Dir, filepath.Join(s.Dir, "redis.log"),
 			masterSet, master.Port, quorum,
-			masterSet, SentinelDownAfter.Milliseconds(),
+			masterSet, downAfter.Milliseconds(),
 			masterSet, SentinelFailoverTimeout.Milliseconds(), masterSet)
 		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
@@ -72,9 +77,18 @@ type Sentinels struct {
 // to promote.
 func StartSentinels(t testing.TB, masterSet string, master *Server, n, replicas int) *Sentinels {
 	t.Helper()
+	return StartSentinelsWith(t, masterSet, master, n, replicas, SentinelDownAfter)
+}
+
+// StartSentinelsWith is StartSentinels with down-after-milliseconds
+// downAfter: a master that answers no PING for that long is failed over
+// (a test whose faults stall the master for a while on purpose sets it
+// above the longest stall).
+func StartSentinelsWith(t testing.TB, masterSet string, master *Server, n, replicas int, downAfter time.Duration) *Sentinels {
+	t.Helper()
 	g := &Sentinels{MasterSet: masterSet}
 	for i := 0; i < n; i++ {
-		g.Nodes = append(g.Nodes, StartSentinel(t, masterSet, master, n/2+1))
+		g.Nodes = append(g.Nodes, startSentinel(t, masterSet, master, n/2+1, downAfter))
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for _, s := range g.Nodes {

@@ -1,0 +1,69 @@
+package store_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
+	"github.com/seckill-proxy/seckill-proxy/store"
+)
+
+// TestDurablePreheatWaitsForReplicas (red team chaosfo, docs/decisions.md
+// §60): with durable winners, a preheat whose stock the replicas have not
+// received is not reported done. Chaos seed 279 (cluster, durable, a
+// master SIGSTOPped until its replica was promoted): B's preheat answered
+// "created" while one shard's stock had gone to the stopped master, run
+// when it was continued and lost when it turned replica; the new master
+// had no shard 1, 15 of B's 30 units were gone from the sale, and a plain
+// preheat answered "unchanged" (only --force, which wipes every
+// reservation, would load it again). Here the replica is SIGSTOPped and
+// its link cut, so nothing the master acknowledges reaches it: the
+// preheat must fail (ErrNotDurable), and succeed once the replica is
+// back, with every shard's stock and the ready meta on the replica.
+func TestDurablePreheatWaitsForReplicas(t *testing.T) {
+	m := redistest.Start(t)
+	r := redistest.StartReplica(t, m)
+	s := openStore(t, durableConfig([]string{m.Addr}, false, config.DurableRefuse))
+	a := newActivity("act_dp", 10, 4, 1)
+
+	r.Pause(t)
+	if _, err := m.Do("CLIENT", "KILL", "TYPE", "replica"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := s.Preheat(ctx(t), a, false, time.Now())
+	if !errors.Is(err, store.ErrNotDurable) {
+		t.Fatalf("preheat with the replica cut off = %v, %v; want ErrNotDurable", out, err)
+	}
+	r.Resume(t)
+	eventually(t, 10*time.Second, "replica linked again", func() bool {
+		return r.Info("replication", "master_link_status") == "up"
+	})
+	eventually(t, 10*time.Second, "a durable preheat", func() bool {
+		out, err = s.Preheat(ctx(t), a, false, time.Now())
+		return err == nil
+	})
+	// Acknowledged means received: the replica has it now, no waiting.
+	k := s.SKUKeys(a.ID, a.SKUs[0].ID, a.Shards)
+	for i, sk := range k.Shards {
+		if v, err := r.Do("HGET", sk.Stock, "i"); err != nil || v == "" {
+			t.Errorf("shard %d's stock is not on the replica after a durable preheat (%v): %q %v", i, out, v, err)
+		}
+	}
+	if v, err := r.Do("HGET", s.MetaKey(a.ID), "ready"); err != nil || v != "1" {
+		t.Errorf("the meta on the replica says ready %q (%v)", v, err)
+	}
+	// Again, unchanged: still checked against the replicas.
+	if out, err := s.Preheat(ctx(t), a, false, time.Now()); err != nil || out != store.PreheatUnchanged {
+		t.Errorf("preheat again = %v, %v; want unchanged", out, err)
+	}
+	r.Pause(t)
+	if _, err := m.Do("CLIENT", "KILL", "TYPE", "replica"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := s.Preheat(ctx(t), a, false, time.Now()); !errors.Is(err, store.ErrNotDurable) {
+		t.Errorf("preheat again with the replica cut off = %v, %v; want ErrNotDurable", out, err)
+	}
+	r.Resume(t)
+}
