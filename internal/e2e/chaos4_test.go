@@ -473,28 +473,6 @@ func (c *chaosEnv) callsText(id string) string {
 	return b.String()
 }
 
-// fenceRolledBack: two background passes were handed the same fencing
-// token because a failover lost the lease counter's increment (lease.lua
-// INCRs it on the master; the replica promoted had the value before). It
-// is allowed only when the two passes did not run at once (no two
-// reconcilers acting under one token) and a failover's kill lies between
-// their starts: the first took its token on the master that failover
-// replaced. Anything else fails as before.
-func (c *chaosEnv) fenceRolledBack(a, b chaosPass) bool {
-	if b.start.Before(a.start) {
-		a, b = b, a
-	}
-	if !a.end.Before(b.start) {
-		return false // they overlapped
-	}
-	for _, f := range c.failoversNow() {
-		if a.start.Before(f.conv) && f.kill.Before(b.end) {
-			return true
-		}
-	}
-	return false
-}
-
 // failoverOverlap is how much of [from, to] a failover held Redis (its
 // kill to its promotion): no pass can take a lease over meanwhile (§60).
 func (c *chaosEnv) failoverOverlap(from, to time.Time) time.Duration {
