@@ -20,3 +20,6 @@ func SetQueueTrouble(after func(consumer string, shard int, complete bool)) (res
 	troubleAtStart, afterOwnRead = true, after
 	return func() { troubleAtStart, afterOwnRead = oldT, oldA }
 }
+
+// LeaseTTL is the reconciler lease's TTL serve and the CLI take it with.
+func LeaseTTL() time.Duration { return leaseTTL }

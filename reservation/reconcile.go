@@ -52,9 +52,20 @@ var (
 // LeaseName is the Redis lease one repairing reconciler holds at a time.
 const LeaseName = "reconciler"
 
-// leaseTTL bounds how long a crashed holder blocks others; a pass renews
-// it as it goes.
-var leaseTTL = 2 * time.Minute // a var only so a test can shorten it
+// leaseTTL bounds how long a holder that could not give the lease back
+// blocks every other repairing pass: one killed mid-pass, or one whose
+// let-go reached no master (Redis stalled, or failing over: a let-go
+// answered by the stopped master it was queued on, after its replica was
+// promoted, is dropped with that node's writes). Shorter than
+// DefaultLeaseWait, so the CLI's next run outwaits it (red team chaos seed
+// 325: at 2 minutes every reconcile was refused for the rest of a sale
+// after a failover). A pass keeps it by renewing it in the background
+// (hold), however long one of its steps takes.
+var leaseTTL = 20 * time.Second // a var only so a test can shorten it
+
+// DefaultLeaseWait is how long `reconcile --repair` waits for the lease
+// by default (--lease-wait): longer than leaseTTL.
+const DefaultLeaseWait = 30 * time.Second
 
 // Grace is how long after an activity's end differences within tolerance
 // are only noted; after it, any difference alerts.
@@ -182,7 +193,7 @@ func (r *Reconciler) WithLeaseWait(d time.Duration) *Reconciler {
 }
 
 // WithLeaseTTL sets how long this reconciler's lease outlives its last
-// renewal (default 2 minutes: how long a holder killed mid-pass keeps
+// renewal (default leaseTTL, 20 s: how long a holder killed mid-pass keeps
 // every other reconciler out). serve keeps the default; the chaos harness
 // shortens it to see the next holder take over (docs/decisions.md §57).
 func (r *Reconciler) WithLeaseTTL(d time.Duration) *Reconciler {
@@ -231,11 +242,16 @@ func (r *Reconciler) Run(ctx context.Context, acts []*config.Activity, repair bo
 			return rep, err
 		}
 		rep.Fence = l.Token
-		defer r.letGo()
+		var stop func()
+		ctx, stop = r.hold(ctx, l.Token)
+		defer func() { stop(); r.letGo() }()
 	}
 	for _, a := range acts {
 		ar, err := r.activity(ctx, a, repair, rep.Fence, now)
 		if err != nil {
+			if lost := context.Cause(ctx); errors.Is(lost, ErrLeaseLost) {
+				err = lost // what the pass's cancelled calls say is why
+			}
 			return rep, fmt.Errorf("reconcile %s: %w", a.ID, err)
 		}
 		if repair {
@@ -280,7 +296,43 @@ func (r *Reconciler) acquire(ctx context.Context) (store.Lease, error) {
 	}
 }
 
-// renew keeps the lease during a pass; a pass that lost it stops.
+// hold keeps a repairing pass's lease while it runs: renewed every quarter
+// of its TTL in a goroutine of its own, so no step of the pass outlasts it
+// (a verify call of up to 5 s, or three of them for one reservation while
+// trust is checked; a count_url call per SKU; red team RV15: renewed between
+// steps only, a slow count_url lost it). A renewal that finds the lease
+// gone or another's, or none answered for a whole TTL (it may have
+// expired), ends the pass: the returned context is cancelled with
+// ErrLeaseLost (its fenced repairs would be refused anyway once another
+// holder starts). stop ends the renewals.
+func (r *Reconciler) hold(ctx context.Context, fence int64) (_ context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tk := time.NewTicker(r.ttl() / 4)
+		defer tk.Stop()
+		renewed := time.Now()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tk.C:
+			}
+			switch err := r.renew(ctx, fence); {
+			case err == nil:
+				renewed = time.Now()
+			case errors.Is(err, ErrLeaseLost) || time.Since(renewed) >= r.ttl():
+				cancel(ErrLeaseLost)
+				return
+			}
+		}
+	}()
+	return ctx, func() { cancel(nil); <-done }
+}
+
+// renew takes the lease again for its holder: ErrLeaseLost when it is
+// gone or another's.
 func (r *Reconciler) renew(ctx context.Context, fence int64) error {
 	l, err := r.st.AcquireLease(ctx, LeaseName, r.holder, r.ttl())
 	if err != nil {
@@ -333,9 +385,6 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 	}
 	var fence *store.Fence
 	if repair {
-		if err := r.renew(ctx, fenceToken); err != nil {
-			return ar, err
-		}
 		// The keys live until the running file's end + key_ttl_after_end:
 		// a reload or restart that moved either later, with no preheat
 		// after it, left them expiring by the preheat's file, before a
@@ -357,8 +406,6 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 	unsettled := map[string]int64{}
 	// Per-reservation evidence of what stays unsettled, graded with its SKU.
 	unsettledEx := map[string][]store.Exception{}
-	seen := 0
-	renewed := time.Now() // the renew above
 	// Bundles' reservations (token SKU store.BundleSKU) are settled too,
 	// whole, even when the config no longer has a bundle_route.
 	skuIDs := make([]string, 0, len(held.SKUs)+1)
@@ -373,15 +420,6 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 	{
 		err := r.st.StalePendingOf(ctx, a.ID, skuIDs, f.Shards, cutoff, stalePage, func(skuID string, stale []store.Reservation) error {
 			for _, res := range stale {
-				// Renewed every 100 reservations, and by the clock: verify
-				// calls of up to 5 s each would otherwise outlast the lease
-				// within 100 (the pass then stops, "lease lost").
-				if repair && seen > 0 {
-					if err := r.renewDue(ctx, fenceToken, &renewed, seen%100 == 0); err != nil {
-						return err
-					}
-				}
-				seen++
 				fd, err := r.settle(ctx, a, f.Shards, res, fence, now, vt)
 				if err != nil {
 					return err
@@ -413,15 +451,11 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 		}
 	}
 	if a.Verify.URL != "" {
-		if err := r.recheckReleased(ctx, &ar, a, f.Shards, repair, fenceToken, now, vt, &renewed); err != nil {
+		if err := r.recheckReleased(ctx, &ar, a, f.Shards, repair, now, vt); err != nil {
 			return ar, err
 		}
 	}
-	var renew func() error
-	if repair {
-		renew = func() error { return r.renewDue(ctx, fenceToken, &renewed, false) }
-	}
-	if err := r.settleByCount(ctx, &ar, a, fence, f.Shards, now, vt, renew, unsettled, unsettledEx); err != nil {
+	if err := r.settleByCount(ctx, &ar, a, fence, f.Shards, now, vt, unsettled, unsettledEx); err != nil {
 		return ar, err
 	}
 	if vt.problem != "" {
@@ -442,15 +476,6 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 	}
 	for _, k := range st.SKUs {
 		sr := SKUReport{SKUStatus: k, Unsettled: unsettled[k.ID], Tolerance: Tolerance(k.Initial)}
-		if repair {
-			// Renewed by the clock here too: count_url may take seconds a
-			// SKU, and a sale of many SKUs outlasted the lease; the next
-			// activity's renew then found it gone and every pass stopped
-			// there (red-team finding, TestRV15SlowCountURL...).
-			if err := r.renewDue(ctx, fenceToken, &renewed, false); err != nil {
-				return ar, err
-			}
-		}
 		if a.Verify.CountURL != "" && k.Preheated {
 			n, err := r.shopCount(ctx, a.Verify.CountURL, a.ID, k.ID)
 			if err != nil {
@@ -773,19 +798,6 @@ func (r *Reconciler) settle(ctx context.Context, a *config.Activity, shards int,
 	return f, nil
 }
 
-// renewDue renews a repairing pass's lease when a quarter of its TTL has
-// passed since *renewed (or now, with now set), and notes when.
-func (r *Reconciler) renewDue(ctx context.Context, fenceToken int64, renewed *time.Time, now bool) error {
-	if !now && time.Since(*renewed) <= r.ttl()/4 {
-		return nil
-	}
-	if err := r.renew(ctx, fenceToken); err != nil {
-		return err
-	}
-	*renewed = time.Now()
-	return nil
-}
-
 // releasedRecheck is the least time after a release on verify's 404 during
 // which later passes ask verify about it again (the activity's
 // pending_timeout when longer): ~15 of serve's passes, far beyond a
@@ -804,7 +816,7 @@ const recheckPage = 100
 // and recorded, and it is not asked about again. Found by nothing before:
 // a released reservation is in no pending index (red-team finding,
 // TestRV15VerifyLag...).
-func (r *Reconciler) recheckReleased(ctx context.Context, ar *ActivityReport, a *config.Activity, shards int, repair bool, fenceToken int64, now time.Time, vt *verifyTrust, renewed *time.Time) error {
+func (r *Reconciler) recheckReleased(ctx context.Context, ar *ActivityReport, a *config.Activity, shards int, repair bool, now time.Time, vt *verifyTrust) error {
 	horizon := max(releasedRecheck, a.PendingTimeout)
 	toks, err := r.st.VerifyReleased(ctx, a.ID, now.Add(-horizon).UnixMilli(), now.UnixMilli(), recheckPage, repair)
 	if err != nil {
@@ -812,11 +824,6 @@ func (r *Reconciler) recheckReleased(ctx context.Context, ar *ActivityReport, a 
 		return nil
 	}
 	for _, tok := range toks {
-		if repair {
-			if err := r.renewDue(ctx, fenceToken, renewed, false); err != nil {
-				return err
-			}
-		}
 		v, oid, detail := verifyOrder(ctx, r.http, a.Verify.URL, tok.String())
 		if v == Unverified {
 			// Verify is not answering (each call may take its 5 s
@@ -918,7 +925,7 @@ const detailBundleAbsentByCount = "verify.url said absent; no confirmed reservat
 // A report-only pass confirms nothing; the reservations verify said exist
 // count beside the confirmed ones there (what a repair would confirm).
 func (r *Reconciler) settleByCount(ctx context.Context, ar *ActivityReport, a *config.Activity, fence *store.Fence, shards int, now time.Time, vt *verifyTrust,
-	renew func() error, unsettled map[string]int64, unsettledEx map[string][]store.Exception) error {
+	unsettled map[string]int64, unsettledEx map[string][]store.Exception) error {
 	if len(vt.deferred) == 0 {
 		return nil
 	}
@@ -955,14 +962,9 @@ func (r *Reconciler) settleByCount(ctx context.Context, ar *ActivityReport, a *c
 	}
 	verdict := map[string]string{} // SKU → "" (released) or why not
 	over := map[string]int64{}     // SKU → the shop's count, above confirmed
-	verdictOf := func(sku string) (string, error) {
+	verdictOf := func(sku string) string {
 		if why, seen := verdict[sku]; seen {
-			return why, nil
-		}
-		if renew != nil { // count_url may take seconds a SKU (see Run)
-			if err := renew(); err != nil {
-				return "", err
-			}
+			return why
 		}
 		var why string
 		switch n, err := r.shopCount(ctx, a.Verify.CountURL, a.ID, sku); {
@@ -975,7 +977,7 @@ func (r *Reconciler) settleByCount(ctx context.Context, ar *ActivityReport, a *c
 			why = fmt.Sprintf("no confirmed reservation to check verify.url against, and count_url says the shop holds %d unit(s) of sku %s in orders while Redis confirmed %d: a pending reservation holds the rest, perhaps one verify.url said absent; nothing of the SKU is released on its word this pass", n, sku, confirmed[sku])
 		}
 		verdict[sku] = why
-		return why, nil
+		return why
 	}
 	// A finding left unsettled keeps its exception, whose evidence was
 	// taken when it was deferred ("decided by count_url after the pass"):
@@ -989,10 +991,7 @@ func (r *Reconciler) settleByCount(ctx context.Context, ar *ActivityReport, a *c
 	}
 	for _, d := range vt.deferred { // single buys only (see settle)
 		sku := d.res.Token.SKU
-		why, err := verdictOf(sku)
-		if err != nil {
-			return err
-		}
+		why := verdictOf(sku)
 		f := &ar.Stale[d.stale]
 		if why != "" {
 			f.Verdict, f.Detail = Unverified, "verify.url said absent, but is not trusted: "+why

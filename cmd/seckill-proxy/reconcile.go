@@ -60,7 +60,7 @@ func cmdReconcile(c *cli) error {
 	act := fs.String("activity", "", "only this activity `ID` (default: all)")
 	repair := fs.Bool("repair", false, "act on what the shop proves (default: report only)")
 	asJSON := fs.Bool("json", false, "machine-readable output")
-	wait := fs.Duration("lease-wait", 30*time.Second, "with --repair, how long to wait for another reconciler's lease")
+	wait := fs.Duration("lease-wait", reservation.DefaultLeaseWait, "with --repair, how long to wait for another reconciler's lease")
 	exceptions := fs.Bool("exceptions", false, "list the recorded reconcile exceptions instead of running a pass")
 	export := fs.String("export", "", "export the recorded reconcile exceptions in `FORMAT` (csv) instead of running a pass")
 	out := fs.String("out", "", "with --export, write to `FILE` instead of stdout")

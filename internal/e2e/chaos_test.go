@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand"
 	"net"
@@ -1117,6 +1118,18 @@ func (c *chaosEnv) reconcileNow() {
 	c.logf("reconcile --repair: %d stale, err %v", n, err)
 }
 
+// dumpLease logs who holds the reconciler lease and every lease call
+// MONITOR saw, for a final repair refused the lease.
+func (c *chaosEnv) dumpLease() {
+	holder, fence, expiry, ok := c.leaseNow()
+	c.t.Logf("lease now: %q fence %d until %s (%v)", holder, fence, expiry.Format("15:04:05.000"), ok)
+	c.mon.mu.Lock()
+	defer c.mon.mu.Unlock()
+	for _, l := range c.mon.lease {
+		c.t.Logf("lease call %s %s", l.at.Format("15:04:05.000000"), l.line)
+	}
+}
+
 // dumpLog logs what the schedule did, for a failing run.
 func (c *chaosEnv) dumpLog() {
 	c.mu.Lock()
@@ -1249,7 +1262,7 @@ func (c *chaosEnv) check() {
 	}
 
 	// Repair: one pass as if past pending_timeout.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second+reservation.DefaultLeaseWait)
 	defer cancel()
 	var list []*config.Activity
 	for _, x := range acts {
@@ -1258,12 +1271,13 @@ func (c *chaosEnv) check() {
 	if c.actC != nil {
 		list = append(list, c.actC)
 	}
-	final := reservation.NewReconciler(c.op, metrics.New(), zap.NewNop())
-	if c.mix.reckill {
-		// As the CLI's --repair: wait for a background pass's lease.
-		final = final.WithLeaseWait(10 * time.Second)
-	}
+	// As the CLI's --repair: wait for a background pass's lease, or for
+	// one a pass the faults cut could not give back to expire (seed 325).
+	final := reservation.NewReconciler(c.op, metrics.New(), zap.NewNop()).WithLeaseWait(reservation.DefaultLeaseWait)
 	if _, err := final.Run(ctx, list, true, time.Now().Add(c.actA.PendingTimeout+time.Minute)); err != nil {
+		if errors.Is(err, reservation.ErrLeaseHeld) {
+			c.dumpLease()
+		}
 		t.Fatalf("reconcile --repair: %v", err)
 	}
 
@@ -1813,7 +1827,7 @@ func (m *chaosMonitor) line(l, addr string) {
 	}
 	if strings.Contains(rest, "{lease}:"+reservation.LeaseName) {
 		m.mu.Lock()
-		m.lease = append(m.lease, chaosMonLine{at, rest})
+		m.lease = append(m.lease, chaosMonLine{at, addr + " " + rest})
 		m.mu.Unlock()
 	}
 	confirm := chaosIsConfirm(rest)
