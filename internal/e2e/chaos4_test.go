@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -63,7 +66,27 @@ func (c *chaosEnv) startSentinel(master *redistest.Server, args []string) {
 	rargs := append([]string{"--repl-diskless-sync-delay", "0"}, args...)
 	c.replica = redistest.StartReplica(t, master, rargs...)
 	c.sentinels = redistest.StartSentinelsWith(t, chaosSentinelSet, master, 3, 1, chaosSentinelDownAfter)
+	nodes := append([]*redistest.Server{master, c.replica}, c.sentinels.Nodes...)
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		// What the nodes and sentinels said about roles and the failover,
+		// for a failing run (their logs go with their temporary dirs).
+		for _, n := range nodes {
+			b, _ := os.ReadFile(filepath.Join(n.Dir, "redis.log"))
+			for _, l := range strings.Split(string(b), "\n") {
+				if chaosRoleLine.MatchString(l) {
+					t.Logf("%s: %s", n.Addr, l)
+				}
+			}
+		}
+	})
 }
+
+// chaosRoleLine picks a redis or sentinel log's lines about roles,
+// replication links and the failover.
+var chaosRoleLine = regexp.MustCompile(`MASTER|REPLICAOF|replica|Replica|sync|Sync|SYNC|[+-](sdown|odown|failover|switch|convert|slave|promoted|selected|elected|reboot|role|config|new-epoch|try-failover|vote|tilt)|master mode|Discarding|Connecting`)
 
 func (c *chaosEnv) sentinelSet() string {
 	if c.sentinels == nil {
