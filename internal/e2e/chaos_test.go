@@ -1832,7 +1832,9 @@ func (m *chaosMonitor) line(l, addr string) {
 	}
 	confirm := chaosIsConfirm(rest)
 	for _, f := range strings.Split(rest, "\" \"") {
-		// Scripts name a reservation by its field, "<sku>:<id>".
+		// Scripts name a reservation by its field, "<sku>:<id>"; the last
+		// argument keeps its closing quote (a batch's last token, seed 328).
+		f = strings.TrimSuffix(f, "\"")
 		if i := strings.LastIndexByte(f, ':'); i >= 0 {
 			f = f[i+1:]
 		}
