@@ -86,6 +86,18 @@ func (s *Store) SetPaused(ctx context.Context, act string, paused bool) error {
 			return wrap(err)
 		}
 	}
+	if s.dur != nil {
+		// With durable winners the switch is set once the replicas have
+		// it, as a winner or a preheat is: one the master acknowledged
+		// and a failover then lost (its replica lagging, or the master
+		// stopped and answering after its replica was promoted) left the
+		// sale on after `pause` said paused. Written again on the WAIT's
+		// own connection (the same value: nothing changes).
+		s.probeWaitAOF(ctx, c)
+		if ok, _, err := s.waitAfter(ctx, c, c.B().Hset().Key(key).FieldValue().FieldValue("paused", v).Build()); !ok {
+			return fmt.Errorf("set on the master, but not acknowledged by its replicas, so a failover could undo it: %w; run it again", err)
+		}
+	}
 	return nil
 }
 

@@ -67,3 +67,44 @@ func TestDurablePreheatWaitsForReplicas(t *testing.T) {
 	}
 	r.Resume(t)
 }
+
+// TestDurablePauseWaitsForReplicas: with durable winners, the kill switch
+// is not reported set until the replicas have it. A pause acknowledged by
+// a master about to be failed over — its replica lagging, or the master
+// itself stopped and answering once its replica had been promoted (chaos
+// seed 325 saw a lease let-go answered so, decisions §63) — was lost with
+// that master's writes: the sale went on after `pause` said "paused".
+// Now the switch fails (ErrNotDurable; the CLI and admin API say "run it
+// again") and lands once the replica is back.
+func TestDurablePauseWaitsForReplicas(t *testing.T) {
+	m := redistest.Start(t)
+	r := redistest.StartReplica(t, m)
+	s := openStore(t, durableConfig([]string{m.Addr}, false, config.DurableRefuse))
+	a := newActivity("act_dpause", 10, 2, 1)
+	if _, err := s.Preheat(ctx(t), a, false, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	r.Pause(t)
+	if _, err := m.Do("CLIENT", "KILL", "TYPE", "replica"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetPaused(ctx(t), a.ID, true); !errors.Is(err, store.ErrNotDurable) {
+		t.Fatalf("pause with the replica cut off = %v; want ErrNotDurable", err)
+	}
+	r.Resume(t)
+	eventually(t, 10*time.Second, "replica linked again", func() bool {
+		return r.Info("replication", "master_link_status") == "up"
+	})
+	eventually(t, 10*time.Second, "a durable pause", func() bool {
+		return s.SetPaused(ctx(t), a.ID, true) == nil
+	})
+	if v, err := r.Do("HGET", s.MetaKey(a.ID), "paused"); err != nil || v != "1" {
+		t.Errorf("the replica's meta says paused %q (%v) after a durable pause", v, err)
+	}
+	if err := s.SetPaused(ctx(t), a.ID, false); err != nil {
+		t.Errorf("resume: %v", err)
+	}
+	if v, err := r.Do("HGET", s.MetaKey(a.ID), "paused"); err != nil || v != "0" {
+		t.Errorf("the replica's meta says paused %q (%v) after a durable resume", v, err)
+	}
+}

@@ -124,11 +124,15 @@ func switchCmd(c *cli, paused bool) error {
 	}
 	// Every activity is tried: a kill switch that stopped at the first
 	// unreachable node would leave the rest on sale, unnamed.
-	var failed []string
+	var failed, undurable []string
 	for _, a := range acts {
 		if err := st.SetPaused(context.Background(), a.ID, paused); err != nil {
 			fmt.Fprintf(c.stderr, "%s %s: %v\n", c.name, a.ID, err)
-			failed = append(failed, a.ID)
+			if errors.Is(err, store.ErrNotDurable) {
+				undurable = append(undurable, a.ID)
+			} else {
+				failed = append(failed, a.ID)
+			}
 			continue
 		}
 		fmt.Fprintf(c.stdout, "%s: %sd\n", a.ID, c.name)
@@ -140,11 +144,23 @@ func switchCmd(c *cli, paused bool) error {
 				a.ID, strings.Join(cfg.Redis.Addrs, ","), cfg.Redis.KeyPrefix)
 		}
 	}
-	if len(failed) > 0 {
-		return fail(exitFailed, "%s: %d of %d activities NOT %sd: %s (the rest are); run it again once Redis answers",
-			c.name, len(failed), len(acts), c.name, strings.Join(failed, ", "))
+	switch {
+	case len(failed) > 0:
+		return fail(exitFailed, "%s: %d of %d activities NOT %sd: %s (the rest are%s); run it again once Redis answers",
+			c.name, len(failed), len(acts), c.name, strings.Join(failed, ", "), undurableNote(undurable))
+	case len(undurable) > 0:
+		return fail(exitFailed, "%s: %d of %d activities %sd on the master but not on its replicas, so a failover could undo it: %s; run it again once the replicas are back",
+			c.name, len(undurable), len(acts), c.name, strings.Join(undurable, ", "))
 	}
 	return nil
+}
+
+// undurableNote names the activities a switch set on the master only.
+func undurableNote(ids []string) string {
+	if len(ids) == 0 {
+		return ""
+	}
+	return ", " + strings.Join(ids, ", ") + " on the master only, not on its replicas"
 }
 
 func cmdRelease(c *cli) error {
