@@ -249,16 +249,13 @@ func (r *Reconciler) Run(ctx context.Context, acts []*config.Activity, repair bo
 	for _, a := range acts {
 		ar, err := r.activity(ctx, a, repair, rep.Fence, now)
 		if err != nil {
-			if lost := context.Cause(ctx); errors.Is(lost, ErrLeaseLost) {
-				err = lost // what the pass's cancelled calls say is why
-			}
-			return rep, fmt.Errorf("reconcile %s: %w", a.ID, err)
+			return rep, fmt.Errorf("reconcile %s: %w", a.ID, whyStopped(ctx, err))
 		}
 		if repair {
 			n, err := r.st.RecordExceptions(ctx, a.ID, ar.Exceptions, r.exceptionsMax, store.ExpireAt(a))
 			ar.ExceptionsRecorded = n
 			if err != nil {
-				return rep, fmt.Errorf("reconcile %s: recording exceptions: %w", a.ID, err)
+				return rep, fmt.Errorf("reconcile %s: recording exceptions: %w", a.ID, whyStopped(ctx, err))
 			}
 		}
 		rep.Activities = append(rep.Activities, ar)
@@ -329,6 +326,15 @@ func (r *Reconciler) hold(ctx context.Context, fence int64) (_ context.Context, 
 		}
 	}()
 	return ctx, func() { cancel(nil); <-done }
+}
+
+// whyStopped is ErrLeaseLost for an error of a pass hold ended (what its
+// cancelled calls say is not why), else err.
+func whyStopped(ctx context.Context, err error) error {
+	if lost := context.Cause(ctx); errors.Is(lost, ErrLeaseLost) {
+		return lost
+	}
+	return err
 }
 
 // renew takes the lease again for its holder: ErrLeaseLost when it is
