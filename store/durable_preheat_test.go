@@ -2,11 +2,13 @@ package store_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
+	"github.com/seckill-proxy/seckill-proxy/lua"
 	"github.com/seckill-proxy/seckill-proxy/store"
 )
 
@@ -106,5 +108,47 @@ func TestDurablePauseWaitsForReplicas(t *testing.T) {
 	}
 	if v, err := r.Do("HGET", s.MetaKey(a.ID), "paused"); err != nil || v != "0" {
 		t.Errorf("the replica's meta says paused %q (%v) after a durable resume", v, err)
+	}
+}
+
+// TestDurableOperatorReleaseWaitsForReplicas: with durable winners an
+// operator's release (a refund) is reported only once the replicas have it,
+// as the kill switch is (decisions §64): one a failover undid left the
+// refunded unit confirmed. Not in time: ErrNotDurable with the code; run
+// again with the replica back, it answers SAME and is on the replica.
+func TestDurableOperatorReleaseWaitsForReplicas(t *testing.T) {
+	m := redistest.Start(t)
+	r := redistest.StartReplica(t, m)
+	s := openStore(t, durableConfig([]string{m.Addr}, false, config.DurableRefuse))
+	a := newActivity("act_drel", 10, 2, 1)
+	if _, err := s.Preheat(ctx(t), a, false, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	tok := mustReserve(t, s, a, "u1", 1, lua.OK).Token
+	if code, err := s.Confirm(ctx(t), tok, a.Shards, "ord-1"); err != nil || code != lua.OK {
+		t.Fatalf("confirm: %v %v", code, err)
+	}
+	r.Pause(t)
+	if _, err := m.Do("CLIENT", "KILL", "TYPE", "replica"); err != nil {
+		t.Fatal(err)
+	}
+	code, _, err := s.OperatorRelease(ctx(t), tok, a.Shards, "refund", time.Second, false)
+	if code != lua.OK || !errors.Is(err, store.ErrNotDurable) {
+		t.Fatalf("refund with the replica cut off = %v, %v; want OK with ErrNotDurable", code, err)
+	}
+	r.Resume(t)
+	eventually(t, 10*time.Second, "replica linked again", func() bool {
+		return r.Info("replication", "master_link_status") == "up"
+	})
+	eventually(t, 10*time.Second, "the refund run again", func() bool {
+		code, _, err = s.OperatorRelease(ctx(t), tok, a.Shards, "refund", time.Second, false)
+		return err == nil
+	})
+	if code != lua.Same {
+		t.Errorf("the refund run again: %v, want SAME", code)
+	}
+	sk := s.SKUKeys(a.ID, tok.SKU, a.Shards).Shards[tok.Shard]
+	if v, err := r.Do("HGET", sk.Res, tok.Field()); err != nil || !strings.Contains(v, "|refund|") {
+		t.Errorf("the replica's record after a durable refund: %q %v, want released", v, err)
 	}
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -256,7 +257,23 @@ func (s *Store) Release(ctx context.Context, t Token, shards int, reason string,
 // state. The release is conditional on the record read (release.lua's send
 // stamp): a queued reservation a worker claims and sends meanwhile is left
 // alone (lua.Restamped). waited is how long it waited for the window.
+//
+// With durable winners a release (or one found done before: a run again)
+// is reported only once the shard's replicas have it: one the master
+// acknowledged and a failover then undid left the refunded unit confirmed
+// (decisions §64). Not in time: the code with ErrNotDurable, and the
+// operator runs it again.
 func (s *Store) OperatorRelease(ctx context.Context, t Token, shards int, reason string, inFlight time.Duration, force bool) (code lua.Code, waited time.Duration, err error) {
+	code, waited, err = s.operatorRelease(ctx, t, shards, reason, inFlight, force)
+	if err == nil && (code == lua.OK || code == lua.Same) && s.dur != nil {
+		if ok, _, werr := s.WaitReplicas(ctx, t, shards, 0); !ok {
+			err = fmt.Errorf("released on the master, but not acknowledged by its replicas, so a failover could undo it: %w; run it again", werr)
+		}
+	}
+	return code, waited, err
+}
+
+func (s *Store) operatorRelease(ctx context.Context, t Token, shards int, reason string, inFlight time.Duration, force bool) (code lua.Code, waited time.Duration, err error) {
 	if force {
 		code, err = s.releaseAs(ctx, t, shards, reason, time.Now().UnixMilli(), false, 0, nil)
 		return code, 0, err

@@ -1070,7 +1070,14 @@ func (c *chaosEnv) refund(pick int) {
 		var waited time.Duration
 		var err error
 		out := ""
-		for try := 0; try < 20; try++ {
+		tries := 20
+		if c.mix.failover && c.mix.durable {
+			// With durable winners a refund is reported once the replicas
+			// have it (§64): a promoted master has none until the old one
+			// serves it again (~10 s after a Sentinel promotion).
+			tries = 100
+		}
+		for try := 0; try < tries; try++ {
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			code, waited, err = c.op.OperatorRelease(ctx, tk, shards, chaosRefund, config.MinPendingTimeout(c.cfg0.Upstream), false)
 			cancel()
