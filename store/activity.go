@@ -95,7 +95,7 @@ func (s *Store) SetPaused(ctx context.Context, act string, paused bool) error {
 		// own connection (the same value: nothing changes).
 		s.probeWaitAOF(ctx, c)
 		if ok, _, err := s.waitAfter(ctx, c, c.B().Hset().Key(key).FieldValue().FieldValue("paused", v).Build()); !ok {
-			return fmt.Errorf("set on the master, but not acknowledged by its replicas, so a failover could undo it: %w; run it again", err)
+			return notOnReplicas("set", err)
 		}
 	}
 	return nil

@@ -419,3 +419,10 @@ func (s *Store) preheatDurable(ctx context.Context, c rueidis.Client, a *config.
 	}
 	return nil
 }
+
+// notOnReplicas is the error of an operator's write (done: "set",
+// "released") the master took and its replicas did not acknowledge in
+// time (err): a failover could undo it, so it is run again.
+func notOnReplicas(done string, err error) error {
+	return fmt.Errorf("%s on the master, but not acknowledged by its replicas, so a failover could undo it: %w; run it again", done, err)
+}

@@ -30,18 +30,12 @@ func TestDurablePreheatWaitsForReplicas(t *testing.T) {
 	s := openStore(t, durableConfig([]string{m.Addr}, false, config.DurableRefuse))
 	a := newActivity("act_dp", 10, 4, 1)
 
-	r.Pause(t)
-	if _, err := m.Do("CLIENT", "KILL", "TYPE", "replica"); err != nil {
-		t.Fatal(err)
-	}
+	cutReplica(t, m, r)
 	out, err := s.Preheat(ctx(t), a, false, time.Now())
 	if !errors.Is(err, store.ErrNotDurable) {
 		t.Fatalf("preheat with the replica cut off = %v, %v; want ErrNotDurable", out, err)
 	}
-	r.Resume(t)
-	eventually(t, 10*time.Second, "replica linked again", func() bool {
-		return r.Info("replication", "master_link_status") == "up"
-	})
+	relinkReplica(t, r)
 	eventually(t, 10*time.Second, "a durable preheat", func() bool {
 		out, err = s.Preheat(ctx(t), a, false, time.Now())
 		return err == nil
@@ -60,10 +54,7 @@ func TestDurablePreheatWaitsForReplicas(t *testing.T) {
 	if out, err := s.Preheat(ctx(t), a, false, time.Now()); err != nil || out != store.PreheatUnchanged {
 		t.Errorf("preheat again = %v, %v; want unchanged", out, err)
 	}
-	r.Pause(t)
-	if _, err := m.Do("CLIENT", "KILL", "TYPE", "replica"); err != nil {
-		t.Fatal(err)
-	}
+	cutReplica(t, m, r)
 	if out, err := s.Preheat(ctx(t), a, false, time.Now()); !errors.Is(err, store.ErrNotDurable) {
 		t.Errorf("preheat again with the replica cut off = %v, %v; want ErrNotDurable", out, err)
 	}
@@ -86,17 +77,11 @@ func TestDurablePauseWaitsForReplicas(t *testing.T) {
 	if _, err := s.Preheat(ctx(t), a, false, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	r.Pause(t)
-	if _, err := m.Do("CLIENT", "KILL", "TYPE", "replica"); err != nil {
-		t.Fatal(err)
-	}
+	cutReplica(t, m, r)
 	if err := s.SetPaused(ctx(t), a.ID, true); !errors.Is(err, store.ErrNotDurable) {
 		t.Fatalf("pause with the replica cut off = %v; want ErrNotDurable", err)
 	}
-	r.Resume(t)
-	eventually(t, 10*time.Second, "replica linked again", func() bool {
-		return r.Info("replication", "master_link_status") == "up"
-	})
+	relinkReplica(t, r)
 	eventually(t, 10*time.Second, "a durable pause", func() bool {
 		return s.SetPaused(ctx(t), a.ID, true) == nil
 	})
@@ -128,18 +113,12 @@ func TestDurableOperatorReleaseWaitsForReplicas(t *testing.T) {
 	if code, err := s.Confirm(ctx(t), tok, a.Shards, "ord-1"); err != nil || code != lua.OK {
 		t.Fatalf("confirm: %v %v", code, err)
 	}
-	r.Pause(t)
-	if _, err := m.Do("CLIENT", "KILL", "TYPE", "replica"); err != nil {
-		t.Fatal(err)
-	}
+	cutReplica(t, m, r)
 	code, _, err := s.OperatorRelease(ctx(t), tok, a.Shards, "refund", time.Second, false)
 	if code != lua.OK || !errors.Is(err, store.ErrNotDurable) {
 		t.Fatalf("refund with the replica cut off = %v, %v; want OK with ErrNotDurable", code, err)
 	}
-	r.Resume(t)
-	eventually(t, 10*time.Second, "replica linked again", func() bool {
-		return r.Info("replication", "master_link_status") == "up"
-	})
+	relinkReplica(t, r)
 	eventually(t, 10*time.Second, "the refund run again", func() bool {
 		code, _, err = s.OperatorRelease(ctx(t), tok, a.Shards, "refund", time.Second, false)
 		return err == nil
@@ -151,4 +130,23 @@ func TestDurableOperatorReleaseWaitsForReplicas(t *testing.T) {
 	if v, err := r.Do("HGET", sk.Res, tok.Field()); err != nil || !strings.Contains(v, "|refund|") {
 		t.Errorf("the replica's record after a durable refund: %q %v, want released", v, err)
 	}
+}
+
+// cutReplica SIGSTOPs replica r and cuts its link from master m, so
+// nothing m acknowledges from now on reaches it.
+func cutReplica(t *testing.T, m, r *redistest.Server) {
+	t.Helper()
+	r.Pause(t)
+	if _, err := m.Do("CLIENT", "KILL", "TYPE", "replica"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// relinkReplica continues a cut replica and waits for its link.
+func relinkReplica(t *testing.T, r *redistest.Server) {
+	t.Helper()
+	r.Resume(t)
+	eventually(t, 10*time.Second, "replica linked again", func() bool {
+		return r.Info("replication", "master_link_status") == "up"
+	})
 }

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -267,7 +266,7 @@ func (s *Store) OperatorRelease(ctx context.Context, t Token, shards int, reason
 	code, waited, err = s.operatorRelease(ctx, t, shards, reason, inFlight, force)
 	if err == nil && (code == lua.OK || code == lua.Same) && s.dur != nil {
 		if ok, _, werr := s.WaitReplicas(ctx, t, shards, 0); !ok {
-			err = fmt.Errorf("released on the master, but not acknowledged by its replicas, so a failover could undo it: %w; run it again", werr)
+			err = notOnReplicas("released", werr)
 		}
 	}
 	return code, waited, err
