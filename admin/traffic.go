@@ -198,7 +198,8 @@ func (api *TrafficAPI) eligible(w http.ResponseWriter, r *http.Request, add bool
 }
 
 func listErr(w http.ResponseWriter, err error) {
-	if errors.Is(err, store.ErrUnavailable) {
+	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrNotDurable) {
+		// Not durable: set on the master only (durable winners); run it again.
 		writeErr(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}

@@ -89,7 +89,7 @@ type durable struct {
 }
 
 // ErrNotDurable means the replicas did not acknowledge a write in time.
-var ErrNotDurable = errors.New("replicas did not acknowledge the reservation in time")
+var ErrNotDurable = errors.New("replicas did not acknowledge the write in time")
 
 // DurableWinners reports whether winners wait for replicas.
 func (s *Store) DurableWinners() bool { return s.dur != nil }

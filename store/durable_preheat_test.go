@@ -132,6 +132,41 @@ func TestDurableOperatorReleaseWaitsForReplicas(t *testing.T) {
 	}
 }
 
+// TestDurableListsWaitForReplicas: with durable winners a block-list or
+// eligibility-list change is reported once the replicas have it, as the
+// kill switch is (decisions §64, §65): a block a failover undid let the
+// blocked scalper buy again after `block` said blocked. Not in time:
+// ErrNotDurable; run again with the replica back, the replica holds it.
+func TestDurableListsWaitForReplicas(t *testing.T) {
+	m := redistest.Start(t)
+	r := redistest.StartReplica(t, m)
+	s := openStore(t, durableConfig([]string{m.Addr}, false, config.DurableRefuse))
+	cutReplica(t, m, r)
+	changes := []struct {
+		name  string
+		apply func() error
+	}{
+		{"block", func() error { return s.BlockAdd(ctx(t), store.BlockUser, []string{"scalper"}, 0, time.Now()) }},
+		{"unblock", func() error { return s.BlockRemove(ctx(t), store.BlockIP, []string{"203.0.113.9"}) }},
+		{"eligible add", func() error { return s.EligibleAdd(ctx(t), "act_dlist", []string{"vip"}, 0, time.Now()) }},
+		{"eligible remove", func() error { return s.EligibleRemove(ctx(t), "act_dlist", []string{"gone"}) }},
+	}
+	for _, c := range changes {
+		if err := c.apply(); !errors.Is(err, store.ErrNotDurable) || !strings.Contains(err.Error(), "run it again") {
+			t.Errorf("%s with the replica cut off = %v; want ErrNotDurable, saying to run it again", c.name, err)
+		}
+	}
+	relinkReplica(t, r)
+	for _, c := range changes {
+		eventually(t, 10*time.Second, c.name+" run again", func() bool { return c.apply() == nil })
+	}
+	for key, member := range map[string]string{"seckill:{block}:user": "scalper", "seckill:{act_dlist}:elig": "vip"} {
+		if v, err := r.Do("ZSCORE", key, member); err != nil || v != "inf" {
+			t.Errorf("the replica's %s has %s at %q (%v); want it listed", key, member, v, err)
+		}
+	}
+}
+
 // cutReplica SIGSTOPs replica r and cuts its link from master m, so
 // nothing m acknowledges from now on reaches it.
 func cutReplica(t *testing.T, m, r *redistest.Server) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -80,6 +81,7 @@ func blockCmd(c *cli, add bool) error {
 		}
 	}
 	ctx := context.Background()
+	var undurable []string
 	for _, kind := range store.BlockKinds {
 		vals := kinds[kind]
 		if len(vals) == 0 {
@@ -89,6 +91,12 @@ func blockCmd(c *cli, add bool) error {
 			err = st.BlockAdd(ctx, kind, vals, *ttl, time.Now())
 		} else {
 			err = st.BlockRemove(ctx, kind, vals)
+		}
+		if errors.Is(err, store.ErrNotDurable) {
+			// In effect on the master: the other kinds are still changed.
+			fmt.Fprintf(c.stderr, "%s %s: %v\n", c.name, kind, err)
+			undurable = append(undurable, kind)
+			continue
 		}
 		if err != nil {
 			return fail(exitFailed, "%s %s: %v", c.name, kind, err)
@@ -101,6 +109,9 @@ func blockCmd(c *cli, add bool) error {
 			}
 		}
 		fmt.Fprintf(c.stdout, "%s %s: %s\n", verb, kind, strings.Join(vals, ", "))
+	}
+	if len(undurable) > 0 {
+		return fail(exitFailed, "%s: changed on the master but not on its replicas, so a failover could undo it: %s; run it again once the replicas are back", c.name, strings.Join(undurable, ", "))
 	}
 	return nil
 }
