@@ -255,7 +255,16 @@ func Verify(secret []byte, header, token, act, sku, qty, user string) (tMs int64
 // signing was a tenth of the winner path's CPU). Safe for concurrent use.
 type Signer struct {
 	key  Key
-	pool sync.Pool // hash.Hash (an HMAC keyed with key.Secret)
+	pool sync.Pool // *signState: an HMAC keyed with key.Secret and its buffers
+}
+
+// signState is what one Sign call needs besides its result, pooled: a
+// message written through the hash.Hash interface escapes, so a buffer on
+// the stack would be a heap allocation per winner.
+type signState struct {
+	mac      hash.Hash
+	msg, out []byte
+	sum      [sha256.Size]byte
 }
 
 // NewSigner returns a Signer for kr's first key (an empty key and no k
@@ -266,36 +275,34 @@ func NewSigner(kr Keyring) *Signer {
 		s.key = kr[0]
 	}
 	secret := s.key.Secret
-	s.pool.New = func() any { return hmac.New(sha256.New, secret) }
+	s.pool.New = func() any { return &signState{mac: hmac.New(sha256.New, secret)} }
 	return s
 }
 
 // Sign returns the same header value as Keyring.Sign.
 func (s *Signer) Sign(nowMs int64, r Request) string {
-	m := s.pool.Get().(hash.Hash)
-	defer s.pool.Put(m)
-	var tb [20]byte
-	t := strconv.AppendInt(tb[:0], nowMs, 10)
-	var mb [512]byte
-	msg := mb[:0]
-	msg = append(msg, t...)
+	st := s.pool.Get().(*signState)
+	defer s.pool.Put(st)
+	m := st.mac
+	msg := strconv.AppendInt(st.msg[:0], nowMs, 10)
+	tl := len(msg) // msg[:tl] is the time's text
 	for _, f := range [...]string{r.Token, r.Activity, r.SKU, r.Qty, r.User} {
 		msg = append(append(msg, '.'), f...)
 	}
 	if r.Items != "" {
 		msg = append(append(msg, '.'), r.Items...)
 	}
-	var sum [sha256.Size]byte
-	b := make([]byte, 0, 16+len(s.key.ID)+2*(64+4))
-	b = append(append(b, "t="...), t...)
+	b := append(st.out[:0], "t="...)
+	b = append(b, msg[:tl]...)
 	if s.key.ID != "" {
 		b = append(append(b, ",k="...), s.key.ID...)
 	}
 	m.Reset()
 	m.Write(msg)
-	b = hex.AppendEncode(append(b, ",v1="...), m.Sum(sum[:0]))
-	msg = append(msg[:0], "v2"...)
-	for _, f := range [...]string{string(t), s.key.ID, r.Method, r.Target, r.Token, r.Activity, r.SKU, r.Qty, r.User} {
+	b = hex.AppendEncode(append(b, ",v1="...), m.Sum(st.sum[:0]))
+	// v2's message: "v2", then each field after a newline, the time first.
+	msg = append(append(append(msg[:0], "v2"...), '\n'), b[2:2+tl]...)
+	for _, f := range [...]string{s.key.ID, r.Method, r.Target, r.Token, r.Activity, r.SKU, r.Qty, r.User} {
 		msg = append(append(msg, '\n'), f...)
 	}
 	if r.Items != "" {
@@ -303,6 +310,10 @@ func (s *Signer) Sign(nowMs int64, r Request) string {
 	}
 	m.Reset()
 	m.Write(msg)
-	b = hex.AppendEncode(append(b, ",v2="...), m.Sum(sum[:0]))
+	b = hex.AppendEncode(append(b, ",v2="...), m.Sum(st.sum[:0]))
+	if cap(msg) <= 4<<10 { // a huge target's buffer is not kept
+		st.msg = msg
+	}
+	st.out = b
 	return string(b)
 }
