@@ -19,6 +19,7 @@ import (
 	"github.com/seckill-proxy/seckill-proxy/admission"
 	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/seckill-proxy/seckill-proxy/internal/e2e"
+	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
 	"github.com/seckill-proxy/seckill-proxy/metrics"
 	"github.com/seckill-proxy/seckill-proxy/proxy"
 	"github.com/seckill-proxy/seckill-proxy/reservation"
@@ -65,8 +66,18 @@ func newFixture(t *testing.T, adminToken string) *fixture {
 // newFixtureWith is newFixture with other activities.
 func newFixtureWith(t *testing.T, adminToken string, acts []e2e.Activity) *fixture {
 	t.Helper()
+	return newFixtureOpts(t, adminToken, acts, nil)
+}
+
+// newFixtureOpts is newFixtureWith whose options edit changes before the
+// config is written.
+func newFixtureOpts(t *testing.T, adminToken string, acts []e2e.Activity, edit func(*e2e.Options)) *fixture {
+	t.Helper()
 	f := &fixture{redis: e2e.StartRedis(t), shop: e2e.StartShop(t)}
 	f.opts = e2e.Options{Redis: f.redis.Addrs, ShopURL: f.shop.URL, Activities: acts}
+	if edit != nil {
+		edit(&f.opts)
+	}
 	cfg := f.opts.Config(t)
 	f.cfg.Store(cfg)
 	noCache := cfg.Redis
@@ -367,6 +378,33 @@ func TestAdminPauseResume(t *testing.T) {
 			t.Errorf("resume all: %s still paused", a)
 		}
 	}
+}
+
+// TestAdminDurableWritesNotOnReplicas: with durable winners a pause and a
+// block-list change the master's replica did not take are answered 503,
+// saying so (decisions §64, §65), and land (200) once the replica is back.
+func TestAdminDurableWritesNotOnReplicas(t *testing.T) {
+	f := newFixtureOpts(t, token, []e2e.Activity{{ID: actOpen, Stock: stock}}, func(o *e2e.Options) {
+		o.RedisExtra = []string{"durable_winners: { replicas: 1, timeout: 100ms }"}
+	})
+	r := redistest.StartReplica(t, f.redis.Node)
+	f.admin(t, "POST", "/admin/preheat?activity="+actOpen, http.StatusOK, nil)
+	r.Pause(t)
+	if _, err := f.redis.Node.Do("CLIENT", "KILL", "TYPE", "replica"); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/admin/pause?activity=" + actOpen, "/admin/blocklist/add?kind=user&value=mallory",
+		"/admin/blocklist/remove?kind=ip&value=203.0.113.9", "/admin/eligible/add?activity=" + actOpen + "&user=vip"} {
+		if body := f.admin(t, "POST", path, http.StatusServiceUnavailable, nil); !strings.Contains(string(body), "not acknowledged by its replicas") {
+			t.Errorf("%s with the replica cut off: %s", path, body)
+		}
+	}
+	r.Resume(t)
+	e2e.Eventually(t, 10*time.Second, "the replica linked again", func() bool {
+		return r.Info("replication", "master_link_status") == "up"
+	})
+	f.admin(t, "POST", "/admin/blocklist/add?kind=user&value=mallory", http.StatusOK, nil)
+	f.admin(t, "POST", "/admin/pause?activity="+actOpen, http.StatusOK, nil)
 }
 
 func TestAdminRelease(t *testing.T) {
