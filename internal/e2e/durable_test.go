@@ -103,9 +103,19 @@ func TestDurableWinnersReplicaStopped(t *testing.T) {
 	e2e.Eventually(t, 10*time.Second, "a buy wins after SIGCONT", func() bool {
 		return e2e.Buy(p.Addr, "dw", "stopped-0").Code == "WIN"
 	})
+	// A buyer who finds the SKU empty while a settle of it finished here
+	// less than ~400 ms ago hears STORE_UNAVAILABLE, not SOLD_OUT (holding
+	// nothing: units may still come back; decisions §54, §58); asked
+	// again, they hear the final answer. (Asked once, 2 runs in 12 answered 5
+	// of these buyers STORE_UNAVAILABLE, right after the stall's settles.)
 	codes := map[string]int{}
 	for i := 1; i < stopped; i++ {
-		codes[e2e.Buy(p.Addr, "dw", "stopped-"+strconv.Itoa(i)).Code]++
+		var a e2e.Resp
+		e2e.Eventually(t, 5*time.Second, "a final answer", func() bool {
+			a = e2e.Buy(p.Addr, "dw", "stopped-"+strconv.Itoa(i))
+			return a.Code != "STORE_UNAVAILABLE"
+		})
+		codes[a.Code]++
 	}
 	if codes["WIN"] != stock-2 || codes["SOLD_OUT"] != stopped-1-(stock-2) {
 		t.Fatalf("after SIGCONT: %v, want %d WIN and the rest SOLD_OUT", codes, stock-2)

@@ -210,6 +210,15 @@ func (p *Proxy) SKUStatus(t testing.TB, id string) store.SKUStatus {
 // these counters and keeps the stock invariant.
 func (p *Proxy) WantStock(t testing.TB, id string, remaining, pending, confirmed int64) store.SKUStatus {
 	t.Helper()
+	// A winner's confirm runs after its answer: this instance's are let
+	// finish first (up to 5 s; a confirm held by a stalled Redis is read
+	// as pending, as before), or a status right after a WIN could still
+	// count it pending (CI under -race).
+	wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if p.Server != nil {
+		_ = p.Server.WaitConfirms(wctx)
+	}
+	cancel()
 	k := p.SKUStatus(t, id)
 	if !k.OK || k.Remaining != remaining || k.Pending != pending || k.Confirmed != confirmed {
 		t.Fatalf("status %s = %+v, want remaining %d pending %d confirmed %d, ok", id, k, remaining, pending, confirmed)
