@@ -86,19 +86,13 @@ func (s *Store) SetPaused(ctx context.Context, act string, paused bool) error {
 			return wrap(err)
 		}
 	}
-	if s.dur != nil {
-		// With durable winners the switch is set once the replicas have
-		// it, as a winner or a preheat is: one the master acknowledged
-		// and a failover then lost (its replica lagging, or the master
-		// stopped and answering after its replica was promoted) left the
-		// sale on after `pause` said paused. Written again on the WAIT's
-		// own connection (the same value: nothing changes).
-		s.probeWaitAOF(ctx, c)
-		if ok, _, err := s.waitAfter(ctx, c, c.B().Hset().Key(key).FieldValue().FieldValue("paused", v).Build()); !ok {
-			return notOnReplicas("set", err)
-		}
-	}
-	return nil
+	// With durable winners the switch is set once the replicas have it, as
+	// a winner or a preheat is: one the master acknowledged and a failover
+	// then lost (its replica lagging, or the master stopped and answering
+	// after its replica was promoted) left the sale on after `pause` said
+	// paused. Written again on the WAIT's own connection (the same value:
+	// nothing changes; an HSET always propagates).
+	return s.opOnReplicas(ctx, c, c.B().Hset().Key(key).FieldValue().FieldValue("paused", v).Build(), "set")
 }
 
 // orphanMetaTTL bounds the life of a meta hash made by pause before any

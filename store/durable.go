@@ -420,9 +420,25 @@ func (s *Store) preheatDurable(ctx context.Context, c rueidis.Client, a *config.
 	return nil
 }
 
+// opOnReplicas: with durable winners, an operator's write just answered by
+// the master is reported done only once the replicas have it. again is that
+// write, or one as harmless, sent once more with the WAIT on its connection
+// (waitAfter): it must propagate, or the WAIT proves nothing. Nil without
+// durable winners.
+func (s *Store) opOnReplicas(ctx context.Context, c rueidis.Client, again rueidis.Completed, done string) error {
+	if s.dur == nil {
+		return nil
+	}
+	s.probeWaitAOF(ctx, c)
+	if ok, _, err := s.waitAfter(ctx, c, again); !ok {
+		return notOnReplicas(done, err)
+	}
+	return nil
+}
+
 // notOnReplicas is the error of an operator's write (done: "set",
-// "released") the master took and its replicas did not acknowledge in
-// time (err): a failover could undo it, so it is run again.
+// "released", "added", "removed") the master took and its replicas did not
+// acknowledge in time (err): a failover could undo it, so it is run again.
 func notOnReplicas(done string, err error) error {
 	return fmt.Errorf("%s on the master, but not acknowledged by its replicas, so a failover could undo it: %w; run it again", done, err)
 }

@@ -25,9 +25,7 @@ import (
 // preheat must fail (ErrNotDurable), and succeed once the replica is
 // back, with every shard's stock and the ready meta on the replica.
 func TestDurablePreheatWaitsForReplicas(t *testing.T) {
-	m := redistest.Start(t)
-	r := redistest.StartReplica(t, m)
-	s := openStore(t, durableConfig([]string{m.Addr}, false, config.DurableRefuse))
+	m, r, s := durablePair(t, config.DurableRefuse)
 	a := newActivity("act_dp", 10, 4, 1)
 
 	cutReplica(t, m, r)
@@ -70,9 +68,7 @@ func TestDurablePreheatWaitsForReplicas(t *testing.T) {
 // Now the switch fails (ErrNotDurable; the CLI and admin API say "run it
 // again") and lands once the replica is back.
 func TestDurablePauseWaitsForReplicas(t *testing.T) {
-	m := redistest.Start(t)
-	r := redistest.StartReplica(t, m)
-	s := openStore(t, durableConfig([]string{m.Addr}, false, config.DurableRefuse))
+	m, r, s := durablePair(t, config.DurableRefuse)
 	a := newActivity("act_dpause", 10, 2, 1)
 	if _, err := s.Preheat(ctx(t), a, false, time.Now()); err != nil {
 		t.Fatal(err)
@@ -102,9 +98,7 @@ func TestDurablePauseWaitsForReplicas(t *testing.T) {
 // refunded unit confirmed. Not in time: ErrNotDurable with the code; run
 // again with the replica back, it answers SAME and is on the replica.
 func TestDurableOperatorReleaseWaitsForReplicas(t *testing.T) {
-	m := redistest.Start(t)
-	r := redistest.StartReplica(t, m)
-	s := openStore(t, durableConfig([]string{m.Addr}, false, config.DurableRefuse))
+	m, r, s := durablePair(t, config.DurableRefuse)
 	a := newActivity("act_drel", 10, 2, 1)
 	if _, err := s.Preheat(ctx(t), a, false, time.Now()); err != nil {
 		t.Fatal(err)
@@ -138,9 +132,7 @@ func TestDurableOperatorReleaseWaitsForReplicas(t *testing.T) {
 // blocked scalper buy again after `block` said blocked. Not in time:
 // ErrNotDurable; run again with the replica back, the replica holds it.
 func TestDurableListsWaitForReplicas(t *testing.T) {
-	m := redistest.Start(t)
-	r := redistest.StartReplica(t, m)
-	s := openStore(t, durableConfig([]string{m.Addr}, false, config.DurableRefuse))
+	m, r, s := durablePair(t, config.DurableRefuse)
 	cutReplica(t, m, r)
 	changes := []struct {
 		name  string

@@ -23,6 +23,15 @@ func durableConfig(addrs []string, cluster bool, onTimeout string) config.Redis 
 	return cfg
 }
 
+// durablePair starts a master with one replica and opens a store on the
+// master with durable winners (replicas: 1, on_timeout onTimeout).
+func durablePair(t *testing.T, onTimeout string) (m, r *redistest.Server, s *store.Store) {
+	t.Helper()
+	m = redistest.Start(t)
+	r = redistest.StartReplica(t, m)
+	return m, r, openStore(t, durableConfig([]string{m.Addr}, false, onTimeout))
+}
+
 // replicaHas reports whether the replica holds the reservation record.
 func replicaHas(t *testing.T, r *redistest.Server, s *store.Store, a *config.Activity, tok store.Token) bool {
 	t.Helper()
@@ -36,9 +45,7 @@ func replicaHas(t *testing.T, r *redistest.Server, s *store.Store, a *config.Act
 // stays held) and the buyer may try again; once the replica runs again,
 // winners are durable and the replica holds their reservation.
 func TestDurableWinnersReplicaStopped(t *testing.T) {
-	m := redistest.Start(t)
-	r := redistest.StartReplica(t, m)
-	s := openStore(t, durableConfig([]string{m.Addr}, false, config.DurableRefuse))
+	_, r, s := durablePair(t, config.DurableRefuse)
 	if !s.DurableWinners() || !s.DurableRefuses() {
 		t.Fatal("durable winners not configured")
 	}
@@ -86,9 +93,7 @@ func TestDurableWinnersReplicaStopped(t *testing.T) {
 
 // TestDurableWinnersForward: on_timeout forward keeps the reservation.
 func TestDurableWinnersForward(t *testing.T) {
-	m := redistest.Start(t)
-	r := redistest.StartReplica(t, m)
-	s := openStore(t, durableConfig([]string{m.Addr}, false, config.DurableForward))
+	_, r, s := durablePair(t, config.DurableForward)
 	a := newActivity("act_dwf", 5, 1, 1)
 	mustPreheat(t, s, a)
 	r.Pause(t)
@@ -104,9 +109,7 @@ func TestDurableWinnersForward(t *testing.T) {
 // released while still queued; one a worker claimed meanwhile is left to
 // the worker (which checks the replicas itself before sending).
 func TestDurableWinnersQueue(t *testing.T) {
-	m := redistest.Start(t)
-	r := redistest.StartReplica(t, m)
-	s := openStore(t, durableConfig([]string{m.Addr}, false, config.DurableRefuse))
+	_, r, s := durablePair(t, config.DurableRefuse)
 	a := newActivity("act_dwq", 5, 1, 1)
 	a.Mode = config.ModeQueue
 	mustPreheat(t, s, a)
@@ -146,9 +149,7 @@ func TestDurableWinnersQueue(t *testing.T) {
 // TestDurableWinnersRequestID: a refused winner's request id is decided
 // afresh when repeated, not answered by the released reservation.
 func TestDurableWinnersRequestID(t *testing.T) {
-	m := redistest.Start(t)
-	r := redistest.StartReplica(t, m)
-	s := openStore(t, durableConfig([]string{m.Addr}, false, config.DurableRefuse))
+	_, r, s := durablePair(t, config.DurableRefuse)
 	a := newActivity("act_dwr", 5, 1, 1)
 	mustPreheat(t, s, a)
 	q := reserveReq(a, "u1", 1)
@@ -369,9 +370,7 @@ func victimShards(masterOf []*redistest.Server, victim *redistest.Server) int {
 // again. (The e2e TestDurableWinnersReplicaStopped meets this when one of
 // its burst's buyers finds its home shard held by would-be winners.)
 func TestDurableStealRefused(t *testing.T) {
-	m := redistest.Start(t)
-	r := redistest.StartReplica(t, m)
-	s := openStore(t, durableConfig([]string{m.Addr}, false, config.DurableRefuse))
+	_, r, s := durablePair(t, config.DurableRefuse)
 	a := newActivity("act_ds", 2, 2, 1) // one unit per shard
 	mustPreheat(t, s, a)
 	r.Pause(t)

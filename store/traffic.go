@@ -159,7 +159,7 @@ func (s *Store) listAdd(ctx context.Context, key, ver string, values []string, t
 			return wrap(err)
 		}
 	}
-	return s.listOnReplicas(ctx, c, ver, "added")
+	return s.opOnReplicas(ctx, c, c.B().Incr().Key(ver).Build(), "added") // see listRemove
 }
 
 func (s *Store) listRemove(ctx context.Context, key, ver string, values []string) error {
@@ -180,25 +180,13 @@ func (s *Store) listRemove(ctx context.Context, key, ver string, values []string
 			return wrap(err)
 		}
 	}
-	return s.listOnReplicas(ctx, c, ver, "removed")
-}
-
-// listOnReplicas: with durable winners a list change is reported once the
-// replicas have it, as the kill switch is (decisions §64, §65). A block a
-// failover undid — the master's replica lagging, or the master stopped and
-// answering once its replica was promoted — let the blocked buyer in again
-// after `block` said blocked. The version is bumped once more on the
-// WAIT's own connection (an INCR always reaches the replicas; instances
-// read the list once more, which changes nothing).
-func (s *Store) listOnReplicas(ctx context.Context, c rueidis.Client, ver, done string) error {
-	if s.dur == nil {
-		return nil
-	}
-	s.probeWaitAOF(ctx, c)
-	if ok, _, err := s.waitAfter(ctx, c, c.B().Incr().Key(ver).Build()); !ok {
-		return notOnReplicas(done, err)
-	}
-	return nil
+	// With durable winners a list change is reported once the replicas
+	// have it, as the kill switch is (decisions §64, §65): a block a
+	// failover undid let the blocked buyer in again after `block` said
+	// blocked. The version is bumped once more on the WAIT's connection (an
+	// INCR always propagates, a ZADD of an unchanged score does not;
+	// instances read the list once more, which changes nothing).
+	return s.opOnReplicas(ctx, c, c.B().Incr().Key(ver).Build(), "removed")
 }
 
 func (s *Store) listLoad(ctx context.Context, key string, now time.Time) (map[string]int64, error) {
