@@ -29,7 +29,9 @@
 # (USERS_1000=0 skips it), and against `seckill-bench bare-sale` (a per-user script call until
 # sold out, winners hopped to the same shop: the smallest design that makes a winner's two round
 # trips; informative, the issue's target is the bare handler). Last, the median ratio of each row against issue 10's target.
-# Knobs: BIN (prebuilt binaries; default: build into a temp dir), PROFILE, USERS_1000,
+# Knobs: BIN (prebuilt binaries; default: build into a temp dir), PROFILE, SYSCALLS (DIR: each
+# side's system calls per answered request in run 1, from `perf stat`), SCRIPTS (DIR: each
+# script's time inside Redis per call and per answered request in run 1, from the slowlog), USERS_1000,
 # FLUSH_DELAY (redis.flush_delay of both proxies, e.g. 20us), ROWS (the rows to run, of
 # "repeat script winner sold"; default all), CLIENT_NICE (the 1000users load generator's nice
 # level, both sides; default 0: it competes with the servers for the cores on equal terms).
@@ -144,6 +146,53 @@ profile_done() {
   wait "$prof_pid" || true; prof_pid=
   go tool pprof -top -nodecount=25 "$BIN/seckill-proxy" "$PROFILE/$1.pprof" > "$PROFILE/$1.top.txt" 2>/dev/null || true
 }
+syscalls() { # name pid: count the process's system calls while wrk runs (run 1 only)
+  [ -n "${SYSCALLS:-}" ] && [ "$run" = 1 ] || return 0
+  mkdir -p "$SYSCALLS"
+  local ev=raw_syscalls:sys_enter k
+  for k in read write recvfrom sendto epoll_pwait futex nanosleep sched_yield setsockopt; do ev="$ev,syscalls:sys_enter_$k"; done
+  perf stat -x, -e "$ev" -p "$2" -o "$SYSCALLS/$1.stat" -- sleep "$((secs - 1))" 2>/dev/null &
+  trace_pid=$!
+}
+syscalls_done() { # name answered: the counts per answered request (scaled: counted for secs-1 s)
+  [ -n "${trace_pid:-}" ] || return 0
+  wait "$trace_pid" || true; trace_pid=
+  awk -F, -v n="$2" -v f="$secs" -v d="$((secs - 1))" '$1 ~ /^[0-9]+$/ { k = $3; sub(/^.*sys_enter_?/, "", k); if (k == "") k = "all"
+      printf "%-12s %.3f\n", k, $1 * f / d / n }' "$SYSCALLS/$1.stat" > "$SYSCALLS/$1.per-request.txt" || true
+}
+scripts_log() { # redis-port: log every command's time in Redis while wrk runs (run 1 only)
+  [ -n "${SCRIPTS:-}" ] && [ "$run" = 1 ] && [ "$1" != - ] || return 0
+  redis-cli -p "$1" config set slowlog-max-len 1000000 >/dev/null
+  redis-cli -p "$1" slowlog reset >/dev/null
+  redis-cli -p "$1" config set slowlog-log-slower-than 0 >/dev/null
+}
+scripts_log_done() { # name redis-port answered: per script (by SHA's first 8 and its script's
+  # first line), calls and µs inside Redis per call and per answered request
+  [ -n "${SCRIPTS:-}" ] && [ "$run" = 1 ] && [ "$2" != - ] || return 0
+  redis-cli -p "$2" config set slowlog-log-slower-than 10000 >/dev/null
+  mkdir -p "$SCRIPTS"
+  redis-cli -p "$2" --json slowlog get 1000000 > "$SCRIPTS/$1.slowlog.json"
+  redis-cli -p "$2" slowlog reset >/dev/null
+  python3 - "$SCRIPTS/$1.slowlog.json" "$3" lua > "$SCRIPTS/$1.scripts.txt" <<'PY' || true
+import json, os, sys, hashlib, collections
+log, n, luadir = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3]
+names = {}
+for f in os.listdir(luadir):
+    if f.endswith(".lua"):
+        src = open(os.path.join(luadir, f), "rb").read()
+        names[hashlib.sha1(src).hexdigest()] = f
+calls, us = collections.Counter(), collections.Counter()
+for e in log:
+    args = e[3]
+    k = args[0].lower()
+    if k in ("evalsha", "evalsha_ro", "fcall") and len(args) > 1:
+        k = names.get(args[1], args[1][:8])
+    calls[k] += 1; us[k] += e[2]
+print("in Redis while wrk ran (slowlog at 0 µs; log kept up to 1,000,000 entries):", len(log), "commands,", n, "answered")
+for k, c in sorted(calls.items(), key=lambda kv: -us[kv[0]]):
+    print("  %-22s calls/req %.3f   µs/call %.1f   µs/req %.2f" % (k, c / n, us[k] / c, us[k] / n))
+PY
+}
 # the machine's busy CPU seconds so far (user + nice + system + irq + softirq, all cores):
 # per request, what the whole path cost (client, proxy or reference, Redis, shop, kernel)
 mcpu() { awk -v t="$(getconf CLK_TCK)" '/^cpu / { printf "%.4f", ($2 + $3 + $4 + $7 + $8) / t }' /proc/stat; }
@@ -158,7 +207,11 @@ one() { # name url lua redis-port(or -) [wrk args]
   local c0=0
   if [ "$rport" != - ]; then reset "$rport"; c0=$(rcpu "$rport"); fi
   case $name in proxy-*) profile "$name" ;; esac
+  syscalls "$name" "$pid"
+  scripts_log "$rport"
   read -r rps p99 n < <(drive "$url" "$lua" "$@")
+  syscalls_done "$name" "$n"
+  scripts_log_done "$name" "$rport" "$n"
   local p1; p1=$(pcpu "$pid")
   local m1; m1=$(mcpu)
   profile_done "$name"
