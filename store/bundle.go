@@ -205,6 +205,16 @@ func (s *Store) ReserveBundle(ctx context.Context, q BundleRequest) (result Bund
 	moves := make([]int, n)
 	rechecks := 0 // looks at the flags again before SOLD_OUT after the donors were dry
 	ends := 0     // end-game rounds (bundleLooksAgain)
+	// lookAgain: the end game before an item is called gone; a new
+	// round starts from scratch (no moves, no rechecks counted).
+	lookAgain := func() bool {
+		if !s.bundleLooksAgain(ctx, c, ks, outs, &ends) {
+			return false
+		}
+		clear(moves)
+		rechecks = 0
+		return true
+	}
 	for {
 		cctx, cancel := s.ctx(ctx)
 		arr, err := bundleScript.Exec(cctx, c, keys, args).ToArray()
@@ -259,9 +269,7 @@ func (s *Store) ReserveBundle(ctx context.Context, q BundleRequest) (result Bund
 			it := q.Items[i]
 			if moves[i] >= 2*q.Shards {
 				// Every deposit went to other buyers first: all but gone.
-				if s.bundleLooksAgain(ctx, c, ks, outs, &ends) {
-					clear(moves)
-					rechecks = 0
+				if lookAgain() {
 					continue
 				}
 				return s.bundleEmptyOrPending(ctx, c, ks, home, q, it.SKU, res.Moves), nil
@@ -289,9 +297,7 @@ func (s *Store) ReserveBundle(ctx context.Context, q BundleRequest) (result Bund
 						continue
 					}
 				}
-				if s.bundleLooksAgain(ctx, c, ks, outs, &ends) {
-					clear(moves)
-					rechecks = 0
+				if lookAgain() {
 					continue
 				}
 				return s.bundleEmptyOrPending(ctx, c, ks, home, q, it.SKU, res.Moves), nil
