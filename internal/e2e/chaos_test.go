@@ -349,8 +349,9 @@ type chaosEnv struct {
 	masters   []string             // the masters' addresses now (a failover promotes a replica)
 	failovers []chaosFailover
 
-	ident       *chaosIdent // the jwt mix (chaos3_test.go)
-	passes      []chaosPass // the reckill mix: background reconcile passes
+	lp          *chaosLongPause // §66 (chaos5_test.go): the long pause, if the seed drew one
+	ident       *chaosIdent     // the jwt mix (chaos3_test.go)
+	passes      []chaosPass     // the reckill mix: background reconcile passes
 	leaseKills  []chaosLeaseKill
 	leaseMisses int
 }
@@ -738,6 +739,7 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 	bAt := chaosFor/5 + time.Duration(rng.Int63n(int64(chaosFor/3)))
 	opAt := time.Duration(rng.Intn(300)) * time.Millisecond
 	added := false
+	var pauseAt []int // the operator pauses' steps (§66: one may be made long)
 	for _, kind := range opKinds {
 		if !added && opAt >= bAt {
 			added = true
@@ -748,6 +750,7 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 		d := time.Duration(100+rng.Intn(600)) * time.Millisecond
 		switch kind {
 		case 0:
+			pauseAt = append(pauseAt, len(ops))
 			ops = append(ops, chaosStep{opAt, func() { c.pause(d) }})
 		case 1:
 			ops = append(ops, chaosStep{opAt, func() { c.refund(arg) }})
@@ -761,6 +764,7 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 	if !added {
 		ops = append(ops, chaosStep{opAt, c.addB})
 	}
+	ops = c.longPauseStep(ops, pauseAt, chaosFor)
 	t.Logf("seed %d: %d waves, %d redis faults on %s, %d shop faults, %d operator steps", seed, len(waves), len(redisFaults), c.victim.Addr, len(shopFaults), len(ops))
 
 	kills := c.killSteps(chaosFor)
@@ -775,7 +779,7 @@ func chaosRun(t *testing.T, seed int64, cluster bool) {
 	c.bg.Wait()
 	buyers.Wait()
 	c.refunds.Wait()
-	c.setPaused(false) // a pause that lost its resume to a fault
+	c.setPausedActs(false, c.lp != nil && c.lp.withC) // a pause that lost its resume to a fault
 	c.shop.setMode(shopNormal)
 	if c.mix.failover && c.bReady.Load() {
 		c.preheatLostB()
@@ -975,7 +979,11 @@ func (c *chaosEnv) opCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 5*time.Second)
 }
 
-func (c *chaosEnv) setPaused(paused bool) {
+func (c *chaosEnv) setPaused(paused bool) { c.setPausedActs(paused, false) }
+
+// setPausedActs is setPaused, C too when withC (§66's long pause: the
+// operators' short pauses leave the bundle activity alone).
+func (c *chaosEnv) setPausedActs(paused, withC bool) bool {
 	tries := 50
 	if c.mix.failover {
 		tries = 150 // a failover holds Redis 4–6 s, and the faults after it stall the new master
@@ -986,13 +994,17 @@ func (c *chaosEnv) setPaused(paused bool) {
 		if err == nil && c.bReady.Load() {
 			err = c.op.SetPaused(ctx, chaosB, paused)
 		}
+		if err == nil && withC {
+			err = c.op.SetPaused(ctx, chaosC, paused)
+		}
 		cancel()
 		if err == nil {
-			return
+			return true
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	c.t.Errorf("SetPaused(%v): never landed", paused)
+	return false
 }
 
 func (c *chaosEnv) pause(d time.Duration) {
@@ -1253,12 +1265,15 @@ func (c *chaosEnv) check() {
 			t.Logf("%s: %d held reservations untold whose settle a failover lost (%s)", x.a.ID, resurrected, c.failoversText())
 		}
 		c.soldOut(x, recs, answers, windows)
+		c.checkLongPause(x.a.ID, recs, answers)
 	}
 
 	if c.actC != nil {
 		c.checkBundles(answers)
 		// The SOLD_OUT-beside-a-held-unit checks for bundles too (§59).
-		c.soldOut(chaosAct{c.actC, chaosStockC, c.limitC}, c.bundleRecords(c.live()[0]), answers, windows)
+		recsC := c.bundleRecords(c.live()[0])
+		c.soldOut(chaosAct{c.actC, chaosStockC, c.limitC}, recsC, answers, windows)
+		c.checkLongPause(chaosC, recsC, answers)
 	}
 	if c.ident != nil {
 		all := map[string]map[string]rtRecord{}
