@@ -617,49 +617,66 @@ func TestRedTeamDoSPipelineFloodUnread(t *testing.T) {
 		}
 	}
 	raw := []byte(batch.String())
-	before := dosSettledHeap()
-	var cs []net.Conn
-	defer func() {
-		for _, c := range cs {
-			c.Close()
-		}
-	}()
-	var wg sync.WaitGroup
-	for i := 0; i < conns; i++ {
-		c, err := net.Dial("tcp", f.p.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if tc, ok := c.(*net.TCPConn); ok {
-			_ = tc.SetReadBuffer(4 << 10)
-		}
-		cs = append(cs, c)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = c.SetWriteDeadline(time.Now().Add(3 * time.Second))
-			_, _ = c.Write(raw) // may block: the proxy stops reading once its answers back up
+	// flood opens the connections, writes the requests and measures; the
+	// connections are closed when it returns.
+	flood := func() (grew, held int64, g int) {
+		before := dosSettledHeap()
+		var cs []net.Conn
+		defer func() {
+			for _, c := range cs {
+				c.Close()
+			}
 		}()
+		var wg sync.WaitGroup
+		for i := 0; i < conns; i++ {
+			c, err := net.Dial("tcp", f.p.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetReadBuffer(4 << 10)
+			}
+			cs = append(cs, c)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_ = c.SetWriteDeadline(time.Now().Add(3 * time.Second))
+				_, _ = c.Write(raw) // may block: the proxy stops reading once its answers back up
+			}()
+		}
+		wg.Wait()
+		time.Sleep(500 * time.Millisecond)
+		stuck := dosServeConns()
+		after := dosHeap()
+		grew = int64(after) - int64(before)
+		g = dosServeConnsWithin(0, 5*time.Second)
+		// What the stuck connections held is what their closing gave back.
+		held = int64(after) - int64(dosHeap())
+		t.Logf("%d connections × %d pipelined requests unread: %d stuck, live heap +%.1f MiB (%.1f MiB given back once they were closed), still served after write_timeout %d, shop conns peak %d",
+			conns, reqs, stuck, float64(grew)/(1<<20), float64(held)/(1<<20), g, shop.peak.Load())
+		return grew, held, g
 	}
-	wg.Wait()
-	time.Sleep(500 * time.Millisecond)
-	stuck := dosServeConns()
-	after := dosHeap()
-	grew := int64(after) - int64(before)
-	g := dosServeConnsWithin(0, 5*time.Second)
-	// What the stuck connections held is what their closing gave back.
-	held := int64(after) - int64(dosHeap())
-	t.Logf("%d connections × %d pipelined requests unread: %d stuck, live heap +%.1f MiB (%.1f MiB given back once they were closed), still served after write_timeout %d, shop conns peak %d",
-		conns, reqs, stuck, float64(grew)/(1<<20), float64(held)/(1<<20), g, shop.peak.Load())
 	// Alone this run measures +5.6 MiB (the stuck connections' buffers);
 	// the heap is the whole test process's, and in the package run other
 	// tests' leftovers move it by several MiB (8.8 MiB once, 13.5 once in
-	// .ci/run, 22.4 once beside other suites on the box). Every answer kept
-	// for 50 connections × 2,000 requests would be well above 30 MiB, held
-	// while they are open and given back when they close: so both the rise
-	// and what the close gives back must exceed the bound to fail (a leak
-	// that outlives the connections is the memory tests' to find:
-	// GrowNoMemory, BoundsProxyMemory).
+	// .ci/run, 22.4 once beside other suites on the box; 23.4 once in
+	// .ci/run while 338 MiB an earlier test still held, settled at the
+	// start, were given back during it). Every answer kept for 50
+	// connections × 2,000 requests would be well above 30 MiB, held while
+	// they are open and given back when they close: so both the rise and
+	// what the close gives back must exceed the bound to fail (a leak that
+	// outlives the connections is the memory tests' to find: GrowNoMemory,
+	// BoundsProxyMemory), and a first measure over it is taken again, on
+	// fresh connections, once the first ones are gone: answers kept exceed
+	// it every time, another test's memory moving under one measure does
+	// not twice.
+	grew, held, g := flood()
+	if grew > 20<<20 && held > 20<<20 {
+		t.Logf("heap rose %.1f MiB (%.1f MiB given back at close): measuring again", float64(grew)/(1<<20), float64(held)/(1<<20))
+		var g2 int
+		grew, held, g2 = flood()
+		g = max(g, g2)
+	}
 	if grew > 20<<20 && held > 20<<20 {
 		t.Errorf("heap rose %.1f MiB (%.1f MiB given back at close) for %d pipelining connections that read nothing", float64(grew)/(1<<20), float64(held)/(1<<20), conns)
 	}
