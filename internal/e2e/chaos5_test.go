@@ -206,22 +206,22 @@ func (c *chaosEnv) checkLongPause(act string, recs map[string]rtRecord, answers 
 	}
 	// Records: none stamped in [from, to - chaosResumeSlack).
 	lo, hi := from.Add(chaosStampSlack).UnixMilli(), to.Add(-chaosResumeSlack).UnixMilli()
-	stamped := 0
-	tombs := 0
+	stamped, tombs := 0, 0
 	for field, r := range recs {
-		if r.CreatedMs >= lo && r.CreatedMs < hi && r.State == "x" && r.Qty == 0 {
+		if r.CreatedMs < lo || r.CreatedMs >= hi {
+			continue
+		}
+		if r.State == "x" && r.Qty == 0 {
 			// abort.lua's tombstone for a reserve whose reply never came
 			// ('x|user|0|ms|…', stamped with the abort's time, holding
 			// nothing): it stops that reserve, it admits no one.
 			tombs++
 			continue
 		}
-		if r.CreatedMs >= lo && r.CreatedMs < hi {
-			stamped++
-			t.Errorf("%s: reservation %s of %s (%s, %d units) stamped %s, inside the pause (paused %s, bound %s, resume %s); their answers: %s",
-				act, field, r.User, r.State, r.Qty, time.UnixMilli(r.CreatedMs).Format("15:04:05.000"), lp.paused.Format("15:04:05.000"),
-				from.Format("15:04:05.000"), to.Format("15:04:05.000"), c.answersOf(answers, act, r.User))
-		}
+		stamped++
+		t.Errorf("%s: reservation %s of %s (%s, %d units) stamped %s, inside the pause (paused %s, bound %s, resume %s); their answers: %s",
+			act, field, r.User, r.State, r.Qty, time.UnixMilli(r.CreatedMs).Format("15:04:05.000"), lp.paused.Format("15:04:05.000"),
+			from.Format("15:04:05.000"), to.Format("15:04:05.000"), c.answersOf(answers, act, r.User))
 	}
 	t.Logf("%s: long pause %v, paused %s, judged %s–%s: %d answers (%v; %d admitted, %d others as if on sale), %d of %d records stamped inside (and %d abort tombstones)",
 		act, lp.d, lp.paused.Format("15:04:05.000"), from.Format("15:04:05.000"), to.Format("15:04:05.000"),
