@@ -97,6 +97,24 @@ func ephemeralLow() int {
 	return lo
 }
 
+// DataDir is a directory for a server's --dir, removed at the end of the
+// test: on /dev/shm when it is there. A test's Redis then never waits for
+// the disk: on the 2-core CI host, with builds and other tests writing, an
+// fsync could stall a node for hundreds of milliseconds — the nodes.conf a
+// new cluster saves at each config change, an AOF's everysec fsync, which
+// blocks writes after 2 s — and a wait bounded by the test (a 200 ms
+// WAIT) failed on a replica that was only waiting for the disk. Files
+// there outlive a SIGKILL of the server as on disk; persistence is
+// exercised the same, only faster. Without /dev/shm: t.TempDir().
+func DataDir(t testing.TB) string {
+	t.Helper()
+	if d, err := os.MkdirTemp("/dev/shm", "redistest-"); err == nil {
+		t.Cleanup(func() { _ = os.RemoveAll(d) })
+		return d
+	}
+	return t.TempDir()
+}
+
 // Start runs a single redis-server with no persistence and returns once it
 // answers PING. extra are more redis-server arguments.
 func Start(t testing.TB, extra ...string) *Server {
@@ -104,7 +122,7 @@ func Start(t testing.TB, extra ...string) *Server {
 	if _, err := exec.LookPath(Binary); err != nil {
 		t.Fatalf("redis-server not found on PATH (run: apt-get install -y redis-server): %v", err)
 	}
-	s := &Server{Dir: t.TempDir()}
+	s := &Server{Dir: DataDir(t)}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		s.Port = FreePort(t)
@@ -127,7 +145,7 @@ func StartOn(t testing.TB, port int, extra ...string) *Server {
 	if _, err := exec.LookPath(Binary); err != nil {
 		t.Fatalf("redis-server not found on PATH (run: apt-get install -y redis-server): %v", err)
 	}
-	s := &Server{Dir: t.TempDir(), Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port)}
+	s := &Server{Dir: DataDir(t), Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port)}
 	s.args = append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.Dir, "--logfile", filepath.Join(s.Dir, "redis.log")}, extra...)
 	if err := s.start(); err != nil {

@@ -34,7 +34,7 @@ func startSentinel(t testing.TB, masterSet string, master *Server, quorum int, d
 	if _, err := exec.LookPath(Binary); err != nil {
 		t.Fatalf("redis-server not found on PATH (run: apt-get install -y redis-server): %v", err)
 	}
-	s := &Server{Dir: t.TempDir()}
+	s := &Server{Dir: DataDir(t)}
 	conf := filepath.Join(s.Dir, "sentinel.conf")
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {

@@ -131,7 +131,7 @@ func StartTLS(t testing.TB, f TLSFiles, authClients bool, extra ...string) *Serv
 	if !authClients {
 		auth = "no"
 	}
-	s := &Server{Dir: t.TempDir(), tls: f.ClientConfig(t)}
+	s := &Server{Dir: DataDir(t), tls: f.ClientConfig(t)}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		s.Port = FreePort(t)
