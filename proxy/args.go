@@ -171,10 +171,16 @@ var multipartForm = []byte("multipart/form-data")
 
 // multipartHas reports whether the request's body is a multipart form with
 // a part a shop could read as name (exactly, as PHP names it, or in
-// another letter case). The
-// proxy does not read multipart forms: a buy deciding on name must not
-// carry one (PHP's $_REQUEST, Rails and Laravel read the body's copy
-// before the query's: a red-team find).
+// another letter case). The proxy does not read multipart forms: a buy
+// deciding on name must not carry one (PHP's $_REQUEST, Rails and Laravel
+// read the body's copy before the query's: a red-team find).
+//
+// Each name parameter is read as the shops' header parsers read it (a
+// red-team find, rta), white space around its '=' allowed (Django, ASP.NET
+// Core, Go's mime). A name no scan can judge counts as a copy of any:
+// RFC 2231's name*=UTF-8'en'… (Django and Go decode it) and an RFC 2047
+// word "=?utf-8?B?…?=" (ASP.NET Core's ContentDispositionHeaderValue.Name
+// decodes it).
 func multipartHas(ctx *fasthttp.RequestCtx, name string) bool {
 	ct := ctx.Request.Header.ContentType()
 	if len(ct) < len(multipartForm) || !bytes.EqualFold(ct[:len(multipartForm)], multipartForm) {
@@ -183,21 +189,35 @@ func multipartHas(ctx *fasthttp.RequestCtx, name string) bool {
 	body := ctx.Request.Body()
 	var pk, pn [64]byte
 	phpName := phpArgName(pn[:0], []byte(name))
-	for i := 0; i+5 <= len(body); i++ {
-		// name= as a Content-Disposition parameter (not filename=).
-		if !bytes.EqualFold(body[i:i+5], []byte("name=")) || i > 0 && body[i-1] != ';' && body[i-1] != ' ' && body[i-1] != '\t' {
+	for i := 0; i+4 <= len(body); i++ {
+		// A Content-Disposition parameter "name" (not filename).
+		if !bytes.EqualFold(body[i:i+4], []byte("name")) || i > 0 && body[i-1] != ';' && body[i-1] != ' ' && body[i-1] != '\t' {
 			continue
 		}
-		v := body[i+5:]
+		j := i + 4
+		ext := j < len(body) && body[j] == '*'
+		if ext {
+			j++
+		}
+		for j < len(body) && (body[j] == ' ' || body[j] == '\t') {
+			j++
+		}
+		if j == len(body) || body[j] != '=' {
+			continue
+		}
+		if ext {
+			return true
+		}
+		v := bytes.TrimLeft(body[j+1:], " \t")
 		if len(v) > 0 && v[0] == '"' {
 			v = v[1:]
-			if j := bytes.IndexByte(v, '"'); j >= 0 {
-				v = v[:j]
+			if k := bytes.IndexAny(v, "\"\r\n"); k >= 0 {
+				v = v[:k]
 			}
-		} else if j := bytes.IndexAny(v, ";\r\n"); j >= 0 {
-			v = v[:j]
+		} else if k := bytes.IndexAny(v, "; \t\r\n"); k >= 0 {
+			v = v[:k]
 		}
-		if argNameCopy(v, name, phpName, true, pk[:0]) {
+		if bytes.Contains(v, []byte("=?")) || argNameCopy(v, name, phpName, true, pk[:0]) {
 			return true
 		}
 	}

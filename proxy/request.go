@@ -118,6 +118,9 @@ func (e *extractor) get(ctx *fasthttp.RequestCtx, pathSKU []byte, body *jsonBody
 		}
 		return rawArgOnce(formBody(ctx), e.name)
 	case "path":
+		if err := captureCopy(ctx, body, "sku"); err != nil {
+			return nil, err
+		}
 		return pathSKU, nil
 	case "json":
 		v, err := body.get(ctx)
@@ -154,6 +157,25 @@ func (e *extractor) get(ctx *fasthttp.RequestCtx, pathSKU []byte, body *jsonBody
 		return nil, nil
 	}
 	return nil, nil
+}
+
+// captureCopy returns errTwice when the request carries, beside a path
+// capture the proxy judges ({sku}, {activity}), a field of the capture's
+// name in the query, a form body (urlencoded or multipart) or a JSON body's
+// top level, in any spelling argCopies and jsonptr.HasKey know (a red-team
+// find, rta): shops that merge route parameters with the request's input
+// read that copy over the path's. A legacy PHP shop behind nginx's
+// "rewrite ^/api/seckill/([^/]+)/([^/]+)/buy$ /buy.php?activity=$1&sku=$2"
+// gets the client's query appended (Apache's [QSA] likewise) and reads
+// $_REQUEST's last copy, a POST body's first; ASP.NET Core MVC binds form
+// values before route values; Laravel's $request->sku reads the input
+// before the route parameter. The name is the placeholder's: a shop whose
+// own route names it otherwise is not covered (README).
+func captureCopy(ctx *fasthttp.RequestCtx, body *jsonBody, name string) error {
+	if rawArgHas(queryString(ctx), name, true) || rawArgHas(formBody(ctx), name, true) || multipartHas(ctx, name) {
+		return errTwice{}
+	}
+	return jsonBodyHas(ctx, body, name)
 }
 
 // errTwice means a field the proxy decides on (who buys, what, how many,
@@ -307,6 +329,58 @@ func encodedBody(h *fasthttp.RequestHeader) bool {
 			if tok = bytes.TrimSpace(tok); len(tok) > 0 && !bytes.EqualFold(tok, []byte("identity")) {
 				return true
 			}
+		}
+	}
+	return false
+}
+
+// foreignCharset reports whether a request's Content-Type declares a
+// charset (any media type, any charset parameter) in which the ASCII bytes
+// the proxy reads fields from may not mean ASCII text (a red-team find,
+// rta). The proxy reads the query and a form body byte by byte; shops
+// decode them with the declared charset: Django decodes request.POST and
+// request.GET with it (an odd-length query that is no UTF-16 falls back to
+// ISO-8859-1, and its escapes then decode as UTF-16: "s%00k%00u%00" is
+// sku), ASP.NET Core's form reader splits and decodes a body with it (only
+// UTF-7 is refused), Tomcat decodes form field names and values with it. In
+// UTF-16 a body "sku=rare&qty=3" has no field the proxy can see, and a
+// form can carry one reading for the proxy and another for the shop. A
+// buy so declared is refused (BAD_REQUEST), not decoded: clients send
+// forms without a charset, or with UTF-8 (jQuery, fetch) or ISO-8859-1
+// (Apache HttpClient), where the bytes that name fields are ASCII.
+func foreignCharset(h *fasthttp.RequestHeader) bool {
+	ct := h.ContentType()
+	for i := 0; i+len("charset") <= len(ct); i++ {
+		if i > 0 && ct[i-1] != ';' && ct[i-1] != ' ' && ct[i-1] != '\t' || !bytes.EqualFold(ct[i:i+len("charset")], []byte("charset")) {
+			continue
+		}
+		j := i + len("charset")
+		for j < len(ct) && (ct[j] == ' ' || ct[j] == '\t') {
+			j++
+		}
+		if j == len(ct) || ct[j] != '=' {
+			continue
+		}
+		v := bytes.TrimLeft(ct[j+1:], " \t")
+		if k := bytes.IndexByte(v, ';'); k >= 0 {
+			v = v[:k]
+		}
+		v = bytes.Trim(bytes.TrimSpace(v), `"`)
+		if len(v) > 0 && !asciiCharset(v) { // an empty charset names none: ignored by shops
+			return true
+		}
+		i = j
+	}
+	return false
+}
+
+// asciiCharset reports whether charset name v is one whose bytes below
+// 0x80 are ASCII and whose other bytes never decode to ASCII: UTF-8,
+// US-ASCII, ISO-8859-1, by their common names.
+func asciiCharset(v []byte) bool {
+	for _, n := range [...]string{"utf-8", "utf8", "us-ascii", "ascii", "iso-8859-1", "iso8859-1", "latin1"} {
+		if bytes.EqualFold(v, []byte(n)) {
+			return true
 		}
 	}
 	return false
@@ -499,12 +573,46 @@ func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), le
 // hasMethodOverride reports whether the request asks the shop to treat it
 // as another method: the X-HTTP-Method-Override family of headers, or a
 // _method query argument (Rails, Laravel, Symfony, Express' method-override).
+// Header names are compared as nameFold does, '_' for '-' (a red-team
+// find, rta): Rack and PHP servers file X_HTTP_Method_Override under the
+// HTTP_X_HTTP_METHOD_OVERRIDE that Rack::MethodOverride and Symfony read.
+// A cold path: only pass_methods requests on a buy route's path get here.
 func hasMethodOverride(ctx *fasthttp.RequestCtx) bool {
-	h := &ctx.Request.Header
-	for _, name := range [...]string{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override"} {
-		if len(h.Peek(name)) > 0 {
+	for k, v := range ctx.Request.Header.All() {
+		if len(v) > 0 && (nameFold(k, "x-http-method-override") || nameFold(k, "x-http-method") || nameFold(k, "x-method-override")) {
 			return true
 		}
 	}
 	return rawArgHas(queryString(ctx), "_method", true)
+}
+
+// overridesMethod reports whether a buy asks the shop to take it as a
+// method other than method, the route's (a red-team find, rta): an
+// override header (in any spelling hasMethodOverride knows) or a _method
+// field of the query, an urlencoded or a multipart body (Rack's
+// MethodOverride reads the body's, Laravel and Symfony the body's then
+// the query's) naming another method. The shop would run another handler
+// of the path — a product page's GET — whose 2xx confirms a reservation
+// with no order placed. An override naming the route's own method changes
+// nothing and is let through; a _method sent twice or in another letter
+// case is another.
+func overridesMethod(ctx *fasthttp.RequestCtx, method string) bool {
+	for k, v := range ctx.Request.Header.All() {
+		if len(k) < len("x-http-method") || k[0]|0x20 != 'x' ||
+			!(nameFold(k, "x-http-method-override") || nameFold(k, "x-http-method") || nameFold(k, "x-method-override")) {
+			continue
+		}
+		if v = bytes.TrimSpace(v); len(v) > 0 && !bytes.EqualFold(v, []byte(method)) {
+			return true
+		}
+	}
+	for _, raw := range [...][]byte{queryString(ctx), formBody(ctx)} {
+		if !rawArgHas(raw, "_method", true) {
+			continue
+		}
+		if v, err := rawArgOnce(raw, "_method"); err != nil || len(v) > 0 && !bytes.EqualFold(v, []byte(method)) {
+			return true
+		}
+	}
+	return multipartHas(ctx, "_method")
 }

@@ -123,7 +123,6 @@ func TestExtractors(t *testing.T) {
 		{"header", newSourceExtractor(config.Source{Header: "X-User-Id"}), "alice"},
 		{"cookie", newSourceExtractor(config.Source{Cookie: "uid"}), "bob"},
 		{"query", newSourceExtractor(config.Source{Query: "sku"}), "q1"},
-		{"path", newFromExtractor("path"), "p1"},
 		{"json string", newFromExtractor("json:/item/sku"), "j1"},
 		{"json escaped key", newFromExtractor("json:/item/a~1b"), "7"},
 		{"json array", newFromExtractor("json:/list/0"), "z"},
@@ -140,6 +139,16 @@ func TestExtractors(t *testing.T) {
 				t.Errorf("get = %q, %v; want %q", got, err, tt.want)
 			}
 		})
+	}
+	// {sku} from the path: the capture, unless the request carries a
+	// field of its name the shop may read instead (captureCopy).
+	px := newFromExtractor("path")
+	if got, err := px.get(ctx, []byte("p1"), &body); err != (errTwice{}) {
+		t.Errorf("path with ?sku= in the query: get = %q, %v; want errTwice", got, err)
+	}
+	clean := newCtx("POST /x?ref=1&skus=2 HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n")
+	if got, err := px.get(clean, []byte("p1"), &jsonBody{}); err != nil || string(got) != "p1" {
+		t.Errorf("path: get = %q, %v; want \"p1\"", got, err)
 	}
 
 	form := newCtx("POST /f HTTP/1.1\r\nHost: h\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 14\r\n\r\nsku=f1&qty=3&x")

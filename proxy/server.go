@@ -492,7 +492,12 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, 
 // first sight over the address's per_ip budget), how long to wait.
 func (s *Server) parseWait(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, m match) (admission.Request, admission.Code, time.Duration) {
 	var body jsonBody
-	if !bufferBuyBody(&ctx.Request) || encodedBody(&ctx.Request.Header) {
+	if !bufferBuyBody(&ctx.Request) || encodedBody(&ctx.Request.Header) || foreignCharset(&ctx.Request.Header) {
+		return admission.Request{}, admission.BadRequest, 0
+	}
+	// A buy the shop would take as another method, or whose path's
+	// {activity} has a second copy the shop may read (captureCopy).
+	if m.r != nil && (overridesMethod(ctx, m.r.method) || m.r.hasActivity() && captureCopy(ctx, &body, "activity") != nil) {
 		return admission.Request{}, admission.BadRequest, 0
 	}
 	// 1. Who is buying: a verified token's claim, a session's user (looked

@@ -1,0 +1,64 @@
+package proxy
+
+import (
+	"testing"
+
+	"github.com/valyala/fasthttp"
+)
+
+// TestRTABuyChecksNoAllocs: the checks a plain buy now pays for (its path
+// {sku} and {activity} have no second copy, its Content-Type declares no
+// foreign charset, it carries no method override) allocate nothing. (A
+// buy with a JSON body pays jsonptr.HasKey's look-up, as a query: route's
+// buy already did.)
+func TestRTABuyChecksNoAllocs(t *testing.T) {
+	var ctx fasthttp.RequestCtx
+	ctx.Request.SetRequestURI("/api/seckill/act/sku1/buy?ref=mail&skus=2")
+	ctx.Request.Header.SetMethod("POST")
+	ctx.Request.Header.Set("X-User-Id", "alice")
+	ctx.Request.Header.Set("Content-Type", "text/plain; charset=UTF-8")
+	px := newFromExtractor("path")
+	var body jsonBody
+	ok := true
+	allocs := testing.AllocsPerRun(200, func() {
+		v, err := px.get(&ctx, []byte("sku1"), &body)
+		ok = ok && err == nil && string(v) == "sku1" && captureCopy(&ctx, &body, "activity") == nil &&
+			!foreignCharset(&ctx.Request.Header) && !overridesMethod(&ctx, "POST")
+	})
+	if !ok {
+		t.Fatal("a plain buy refused")
+	}
+	if allocs != 0 {
+		t.Fatalf("%v allocations per plain buy's checks, want 0", allocs)
+	}
+}
+
+// TestRTAForeignCharset: charsets whose bytes below 0x80 are ASCII pass,
+// any other (in any charset parameter of the Content-Type) is foreign.
+func TestRTAForeignCharset(t *testing.T) {
+	for _, tt := range []struct {
+		ct   string
+		want bool
+	}{
+		{"", false},
+		{"application/json", false},
+		{"application/x-www-form-urlencoded; charset=UTF-8", false},
+		{`text/plain;charset="us-ascii"`, false},
+		{"application/x-www-form-urlencoded;charset=ISO-8859-1", false},
+		{"application/x-www-form-urlencoded; charset=", false},
+		{"multipart/form-data; boundary=x-charset=utf-16", false},
+		{"application/x-www-form-urlencoded; charset=utf-16le", true},
+		{"text/plain; CHARSET = UTF-16", true},
+		{`application/x-www-form-urlencoded; charset="utf-32"`, true},
+		{"application/x-www-form-urlencoded; charset=utf-8; charset=ibm037", true},
+		{"application/json; charset=utf-7", true},
+	} {
+		var h fasthttp.RequestHeader
+		if tt.ct != "" {
+			h.Set("Content-Type", tt.ct)
+		}
+		if got := foreignCharset(&h); got != tt.want {
+			t.Errorf("%q: %v, want %v", tt.ct, got, tt.want)
+		}
+	}
+}
