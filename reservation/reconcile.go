@@ -1199,10 +1199,12 @@ func verifyOrder(ctx context.Context, client *http.Client, tmpl, token string) (
 // that, and a preheat then put every unit the shop had already sold on sale
 // a second time, answering "created" (red team rtb). "" when the shop holds
 // no order of a, when a is upcoming or its stock is loaded, once its keys
-// were due to expire (end + key_ttl_after_end), and without count_url:
-// nothing tells a lost sale from a late first preheat then.
+// were due to expire (end + key_ttl_after_end), for a shadow activity's
+// copy (the shop takes a shadow run's orders itself), and without
+// count_url: nothing tells a lost sale from a late first preheat then.
 func (r *Reconciler) LostSale(ctx context.Context, a *config.Activity, now time.Time) (string, error) {
-	if a.Verify.CountURL == "" || now.Before(a.Start) || now.UnixMilli() >= store.ExpireAt(a) {
+	if a.Verify.CountURL == "" || now.Before(a.Start) || now.UnixMilli() >= store.ExpireAt(a) ||
+		a.IsShadowCopy() || a.IsShadow() || strings.HasSuffix(a.ID, config.ShadowSuffix) {
 		return "", nil
 	}
 	rec, err := r.st.PreheatRecord(ctx, a.ID)

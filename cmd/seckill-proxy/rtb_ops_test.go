@@ -243,3 +243,15 @@ func TestRTBClusterMasterRestartedEmptyPreheatIsNotUnchanged(t *testing.T) {
 		t.Errorf("preheat over a sale that lost a shard: exit %d (want 1, naming what is missing and what --force does)\nstdout %q\nstderr %q", code, out, errs)
 	}
 }
+
+// A shadow run's shop takes its orders itself: orders counted before a
+// late preheat of the shadow copy are no lost sale.
+func TestRTBLatePreheatOfAShadowRunIsNotALostSale(t *testing.T) {
+	srv := redistest.Start(t)
+	var orders atomic.Int64
+	orders.Store(4)
+	shop := rtbCountShop(t, &orders)
+	extra := fmt.Sprintf("    mode: shadow\n    verify: { url: \"%s/internal/orders?token={token}\", count_url: \"%s/internal/count?sku={sku}\" }\n", shop, shop)
+	path := lifeConfig(t, srv.Addr, shop, 5, extra)
+	want(t, 0, "kact~shadow: created", "preheat", "-c", path)
+}
