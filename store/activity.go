@@ -335,8 +335,8 @@ func (s *Store) lostShards(ctx context.Context, a *config.Activity) error {
 	}
 	var lost []string
 	for _, k := range st.SKUs {
-		if k.Preheated && strings.Contains(k.Problem, "missing") {
-			lost = append(lost, "sku "+k.ID+": "+k.Problem)
+		if k.Preheated && k.MissingShards > 0 {
+			lost = append(lost, fmt.Sprintf("sku %s: %d of %d shards missing", k.ID, k.MissingShards, a.Shards))
 		}
 	}
 	if len(lost) == 0 {
@@ -982,6 +982,9 @@ type SKUStatus struct {
 	Released  int64  `json:"released"`
 	// InTransit counts units moving between shards (inside Remaining).
 	InTransit int64 `json:"in_transit"`
+	// MissingShards counts shards whose stock key is gone while the meta
+	// says preheated (expired, evicted, a node restarted empty).
+	MissingShards int `json:"missing_shards,omitempty"`
 	Preheated bool  `json:"preheated"`
 	// NotInConfig marks a SKU Redis holds (preheated) that the config no
 	// longer names: its reservations are still settled by the reconciler.
@@ -1139,7 +1142,6 @@ func (s *Store) skusCounters(ctx context.Context, c rueidis.Client, keys []*SKUK
 // Initial set) and checks them (see Status).
 func skuCounters(res []rueidis.RedisResult, st SKUStatus) (SKUStatus, error) {
 	var sumI int64
-	missing := -1 // the first shard whose stock hash is gone: said last, over the rest
 	for i, r := range res {
 		arr, err := r.ToArray()
 		if err != nil {
@@ -1151,15 +1153,19 @@ func skuCounters(res []rueidis.RedisResult, st SKUStatus) (SKUStatus, error) {
 				v[j], _ = arr[j].AsInt64()
 			}
 		}
-		if arr[1].IsNil() && missing < 0 {
-			missing = i
-		}
 		st.Remaining += v[0]
 		sumI += v[1]
 		st.Pending += v[2]
 		st.Confirmed += v[3]
 		st.Released += v[4]
-		if v[0] < 0 || v[2] < 0 || v[3] < 0 || v[0]+v[2]+v[3] != v[1] {
+		switch {
+		case arr[1].IsNil():
+			// Its counters, if any, follow from the loss (a confirm or
+			// release that ran on the gone shard made a hash of them alone):
+			// the loss is what to say.
+			st.OK, st.Problem = false, "shard "+strconv.Itoa(i)+" is missing (expired or deleted)"
+			st.MissingShards++
+		case v[0] < 0 || v[2] < 0 || v[3] < 0 || v[0]+v[2]+v[3] != v[1]:
 			st.OK, st.Problem = false, "shard "+strconv.Itoa(i)+": remaining+pending+confirmed != initial"
 		}
 	}
@@ -1173,11 +1179,6 @@ func skuCounters(res []rueidis.RedisResult, st SKUStatus) (SKUStatus, error) {
 	}
 	if st.Initial != st.Remaining+st.Pending+st.Confirmed && st.Problem == "" {
 		st.OK, st.Problem = false, "initial != remaining+pending+confirmed"
-	}
-	if missing >= 0 {
-		// A confirm or release that ran on the gone shard made a hash of
-		// its counters alone: what it breaks follows from the loss.
-		st.OK, st.Problem = false, "shard "+strconv.Itoa(missing)+" is missing (expired or deleted)"
 	}
 	return st, nil
 }
