@@ -984,8 +984,8 @@ type SKUStatus struct {
 	InTransit int64 `json:"in_transit"`
 	// MissingShards counts shards whose stock key is gone while the meta
 	// says preheated (expired, evicted, a node restarted empty).
-	MissingShards int `json:"missing_shards,omitempty"`
-	Preheated bool  `json:"preheated"`
+	MissingShards int  `json:"missing_shards,omitempty"`
+	Preheated     bool `json:"preheated"`
 	// NotInConfig marks a SKU Redis holds (preheated) that the config no
 	// longer names: its reservations are still settled by the reconciler.
 	NotInConfig bool `json:"not_in_config,omitempty"`
