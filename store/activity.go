@@ -1158,14 +1158,11 @@ func skuCounters(res []rueidis.RedisResult, st SKUStatus) (SKUStatus, error) {
 		st.Pending += v[2]
 		st.Confirmed += v[3]
 		st.Released += v[4]
-		switch {
-		case arr[1].IsNil():
-			// Its counters, if any, follow from the loss (a confirm or
-			// release that ran on the gone shard made a hash of them alone):
-			// the loss is what to say.
+		if arr[1].IsNil() {
 			st.OK, st.Problem = false, "shard "+strconv.Itoa(i)+" is missing (expired or deleted)"
 			st.MissingShards++
-		case v[0] < 0 || v[2] < 0 || v[3] < 0 || v[0]+v[2]+v[3] != v[1]:
+		}
+		if v[0] < 0 || v[2] < 0 || v[3] < 0 || v[0]+v[2]+v[3] != v[1] {
 			st.OK, st.Problem = false, "shard "+strconv.Itoa(i)+": remaining+pending+confirmed != initial"
 		}
 	}
