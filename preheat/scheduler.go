@@ -52,6 +52,11 @@ type Options struct {
 	Holder string
 	// Registerer gets seckill_scheduled_preheats_total (nil: not exported).
 	Registerer prometheus.Registerer
+	// LostSale (reservation.Reconciler.LostSale) is asked before this
+	// instance preheats an activity whose window has opened and whose stock
+	// it never saw loaded: what the shop holds of a sale Redis lost ("" for
+	// none, or when it cannot tell). Nil: not asked.
+	LostSale func(ctx context.Context, a *config.Activity, now time.Time) (string, error)
 }
 
 // Scheduler preheats the activities of the current config that have
@@ -62,6 +67,7 @@ type Scheduler struct {
 	log    *zap.Logger
 	now    func() time.Time
 	holder string
+	lost   func(ctx context.Context, a *config.Activity, now time.Time) (string, error)
 	runs   *prometheus.CounterVec
 	kick   chan struct{}
 	state  map[string]*actState // by activity id; only Run's goroutine touches it
@@ -86,7 +92,7 @@ func New(st *store.Store, cfg func() *config.Config, log *zap.Logger, opt Option
 		opt.Holder = fmt.Sprintf("%s/%d/%d", host, os.Getpid(), time.Now().UnixNano())
 	}
 	s := &Scheduler{
-		st: st, cfg: cfg, log: log, now: opt.Now, holder: opt.Holder,
+		st: st, cfg: cfg, log: log, now: opt.Now, holder: opt.Holder, lost: opt.LostSale,
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_scheduled_preheats_total",
 			Help: "Scheduled preheats (preheat_at) run by this instance, by activity and outcome (created, overwritten, unchanged, error, lost).",
@@ -216,6 +222,22 @@ func (s *Scheduler) step(ctx context.Context, cfg *config.Config, a *config.Acti
 		s.runs.WithLabelValues(a.ID, OutcomeLost).Inc()
 		st.done = true
 		return
+	}
+	if !st.seenReady && !now.Before(a.Start) && !rec.Loading && s.lost != nil {
+		// This instance started after the loss: it cannot tell lost stock
+		// from stock never loaded, but the shop's count can (red team rtb).
+		lost, err := s.lost(ctx, a, now)
+		if err != nil {
+			s.failed(a, st, now, "count", err)
+			return
+		}
+		if lost != "" {
+			s.log.Error("not preheating a running activity the shop holds orders of: "+lost+"; check status and reconcile, then preheat --force by hand",
+				zap.String("activity", a.ID))
+			s.runs.WithLabelValues(a.ID, OutcomeLost).Inc()
+			st.done = true
+			return
+		}
 	}
 	held, err := s.st.TryLease(ctx, LeaseName(a.ID), s.holder, leaseTTL(cfg))
 	if err != nil {

@@ -377,7 +377,18 @@ func (r *Reconciler) activity(ctx context.Context, a *config.Activity, repair bo
 		for _, k := range st.SKUs {
 			ar.SKUs = append(ar.SKUs, SKUReport{SKUStatus: k, Tolerance: Tolerance(k.Initial)})
 		}
-		return ar, err
+		if err != nil {
+			return ar, err
+		}
+		// A sale Redis lost (restarted empty, keys evicted) reads as one
+		// never preheated; the shop's count tells them apart.
+		switch lost, err := r.LostSale(ctx, a, now); {
+		case err != nil:
+			ar.Notes = append(ar.Notes, fmt.Sprintf("not preheated inside its window, and the shop's count is unavailable: %v", err))
+		case lost != "":
+			r.alert(&ar, "shop_extra", lost+"; a plain preheat refuses to load it again, preheat --force would put those units on sale a second time")
+		}
+		return ar, nil
 	}
 	// SKUs dropped from the config after preheat still hold reservations:
 	// they are settled like the others (the activity's verify.url still
@@ -1179,6 +1190,42 @@ func verifyOrder(ctx context.Context, client *http.Client, tmpl, token string) (
 		return OrderAbsent, "", ""
 	}
 	return Unverified, "", fmt.Sprintf("verify answered %d", resp.StatusCode)
+}
+
+// LostSale says what the shop holds of a sale Redis has lost: a's window
+// has opened, Redis holds none of its stock (not preheated, no preheat
+// loading it), and verify.count_url counts orders of its SKUs. A Redis
+// restarted without persistence, or keys evicted or deleted, leave exactly
+// that, and a preheat then put every unit the shop had already sold on sale
+// a second time, answering "created" (red team rtb). "" when the shop holds
+// no order of a, when a is upcoming or its stock is loaded, once its keys
+// were due to expire (end + key_ttl_after_end), for a shadow activity's
+// copy (the shop takes a shadow run's orders itself), and without
+// count_url: nothing tells a lost sale from a late first preheat then.
+func (r *Reconciler) LostSale(ctx context.Context, a *config.Activity, now time.Time) (string, error) {
+	if a.Verify.CountURL == "" || now.Before(a.Start) || now.UnixMilli() >= store.ExpireAt(a) ||
+		a.IsShadowCopy() || a.IsShadow() || strings.HasSuffix(a.ID, config.ShadowSuffix) {
+		return "", nil
+	}
+	rec, err := r.st.PreheatRecord(ctx, a.ID)
+	if err != nil || rec.Ready || rec.Loading {
+		return "", err
+	}
+	var held []string
+	for _, k := range a.SKUs {
+		n, err := r.shopCount(ctx, a.Verify.CountURL, a.ID, k.ID)
+		if err != nil {
+			return "", fmt.Errorf("sku %s: %w", k.ID, err)
+		}
+		if n > 0 {
+			held = append(held, fmt.Sprintf("%d unit(s) of sku %s", n, k.ID))
+		}
+	}
+	if len(held) == 0 {
+		return "", nil
+	}
+	return fmt.Sprintf("Redis holds no stock of %s, on sale since %s, but count_url says the shop holds %s in orders: Redis lost the sale (restarted without persistence? keys evicted or deleted?)",
+		a.ID, a.Start.UTC().Format(time.RFC3339), strings.Join(held, ", ")), nil
 }
 
 // shopCount asks verify.count_url how many units the shop holds tokened

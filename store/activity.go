@@ -282,6 +282,71 @@ func (s *Store) earlierSale(ctx context.Context, a *config.Activity, meta map[st
 		ErrRunning, a.ID, time.UnixMilli(end).UTC().Format(time.RFC3339), remaining, initial, pending, sold, a.Start.UTC().Format(time.RFC3339))}
 }
 
+// changeRefusedError is ErrRunning for a plain preheat of a config whose
+// stock differs from the one Redis holds for a running sale, or one that
+// sold units; its message says what --force would do.
+type changeRefusedError struct{ msg string }
+
+func (e *changeRefusedError) Error() string { return e.msg }
+
+func (e *changeRefusedError) Is(target error) bool { return target == ErrRunning }
+
+// refuseChange says why a plain preheat does not load a's stock over the
+// sale Redis holds (meta; sold: units pending, confirmed, released), and
+// what --force would cost. ErrRunning's own words, "use --force to
+// overwrite its stock", sent an operator who raised a running sale's
+// stock to a --force that deleted every reservation: the confirmed units
+// went on sale again while the shop kept their orders, their buyers could
+// buy again, and the pending buys were forgotten (red team rtb).
+func refuseChange(a *config.Activity, meta map[string]string, running bool, sold [3]int64) error {
+	what := fmt.Sprintf("%s is on sale (until %s)", a.ID, a.End.UTC().Format(time.RFC3339))
+	if !running {
+		what = a.ID + " has sold units"
+	}
+	diffs := stockDiffs(meta, a)
+	if len(diffs) == 0 {
+		diffs = []string{"shards or SKUs"}
+	}
+	return &changeRefusedError{msg: fmt.Sprintf("%s, and the config differs from the stock Redis holds for it (%s); Redis holds %d unit(s) reserved or sold (%d pending, %d confirmed) and %d released. "+
+		"A sale's stock is not changed in place once it runs or sold units: --force deletes every reservation, so the confirmed units go on sale again while the shop keeps their orders, their buyers may buy again, and nothing settles the pending ones. "+
+		"To keep the sale as it is, restore the file to what was preheated (preflight lists the differences)",
+		what, strings.Join(diffs, "; "), sold[0]+sold[1], sold[0], sold[1], sold[2])}
+}
+
+// lostShardsError is ErrRunning for a plain preheat of unchanged stock
+// some of whose shards are gone.
+type lostShardsError struct{ msg string }
+
+func (e *lostShardsError) Error() string { return e.msg }
+
+func (e *lostShardsError) Is(target error) bool { return target == ErrRunning }
+
+// lostShards refuses to call a's stock unchanged when shard keys of it are
+// missing while the meta says it is loaded: a cluster master restarted
+// without persistence, a key evicted or deleted. "unchanged", exit 0, told
+// an operator all was loaded over a sale that had lost a shard's units,
+// holdings and reservations (red team rtb); a plain preheat cannot put
+// them back (what the shard sold is the shop's to say), --force reloads
+// everything.
+func (s *Store) lostShards(ctx context.Context, a *config.Activity) error {
+	st, err := s.Status(ctx, a)
+	if err != nil {
+		return err
+	}
+	var lost []string
+	for _, k := range st.SKUs {
+		if k.Preheated && k.MissingShards > 0 {
+			lost = append(lost, fmt.Sprintf("sku %s: %d of %d shards missing", k.ID, k.MissingShards, a.Shards))
+		}
+	}
+	if len(lost) == 0 {
+		return nil
+	}
+	return &lostShardsError{msg: fmt.Sprintf("%s is preheated as configured, but Redis lost part of its stock (%s): a Redis node restarted without persistence, or keys evicted or deleted; the units, holdings and reservations those shards held are gone, and their buyers are answered NOT_READY. "+
+		"Compare the shop's orders with status (reconcile, with verify.count_url); preheat --force reloads the whole activity, deleting every reservation it still holds",
+		a.ID, strings.Join(lost, "; "))}
+}
+
 // metaLoading is the meta field a preheat sets (to its generation), with
 // ready=0, before it touches a shard, and removes when it sets ready=1: a
 // meta that has it is a preheat that never finished (a crash, a timeout,
@@ -326,6 +391,9 @@ func (s *Store) PreheatLocked(ctx context.Context, a *config.Activity, force boo
 			if err := s.earlierSale(ctx, a, meta); err != nil {
 				return 0, err
 			}
+			if err := s.lostShards(ctx, a); err != nil {
+				return 0, err
+			}
 			// The window may have moved (an `end` extended after preheat):
 			// keys must never expire before end + key_ttl_after_end.
 			// The placement stays too: an activity preheated before
@@ -348,9 +416,6 @@ func (s *Store) PreheatLocked(ctx context.Context, a *config.Activity, force boo
 			return PreheatUnchanged, nil
 		}
 		if !force {
-			if !now.Before(a.Start) && now.Before(a.End) {
-				return 0, ErrRunning
-			}
 			// Look for sales in the SKUs Redis holds, not the new config's:
 			// a SKU dropped from the config would otherwise be wiped unseen.
 			held := *a
@@ -359,10 +424,13 @@ func (s *Store) PreheatLocked(ctx context.Context, a *config.Activity, force boo
 			if err != nil {
 				return 0, err
 			}
+			running := !now.Before(a.Start) && now.Before(a.End)
+			var sold [3]int64 // pending, confirmed, released
 			for _, k := range st.SKUs {
-				if k.Pending+k.Confirmed+k.Released > 0 {
-					return 0, ErrRunning
-				}
+				sold[0], sold[1], sold[2] = sold[0]+k.Pending, sold[1]+k.Confirmed, sold[2]+k.Released
+			}
+			if running || sold[0]+sold[1]+sold[2] > 0 {
+				return 0, refuseChange(a, meta, running, sold)
 			}
 		}
 		outcome = PreheatOverwritten
@@ -601,6 +669,12 @@ func (s *Store) StockDrift(ctx context.Context, a *config.Activity) ([]string, e
 	if meta["ready"] != "1" || sameStock(meta, a) {
 		return nil, nil
 	}
+	return stockDiffs(meta, a), nil
+}
+
+// stockDiffs says each difference between a preheated meta and a's
+// config: stock, shards, SKUs added or dropped.
+func stockDiffs(meta map[string]string, a *config.Activity) []string {
 	var out []string
 	if meta["shards"] != strconv.Itoa(a.Shards) {
 		out = append(out, fmt.Sprintf("shards: %d in the config, %s preheated", a.Shards, meta["shards"]))
@@ -617,7 +691,7 @@ func (s *Store) StockDrift(ctx context.Context, a *config.Activity) ([]string, e
 	for _, k := range droppedSKUs(meta, a) {
 		out = append(out, fmt.Sprintf("sku %s: preheated (stock %d), not in the config", k.ID, k.Stock))
 	}
-	return out, nil
+	return out
 }
 
 // The meta's record of the sale, written by every preheat: what a serve
@@ -908,7 +982,10 @@ type SKUStatus struct {
 	Released  int64  `json:"released"`
 	// InTransit counts units moving between shards (inside Remaining).
 	InTransit int64 `json:"in_transit"`
-	Preheated bool  `json:"preheated"`
+	// MissingShards counts shards whose stock key is gone while the meta
+	// says preheated (expired, evicted, a node restarted empty).
+	MissingShards int  `json:"missing_shards,omitempty"`
+	Preheated     bool `json:"preheated"`
 	// NotInConfig marks a SKU Redis holds (preheated) that the config no
 	// longer names: its reservations are still settled by the reconciler.
 	NotInConfig bool `json:"not_in_config,omitempty"`
@@ -1076,14 +1153,15 @@ func skuCounters(res []rueidis.RedisResult, st SKUStatus) (SKUStatus, error) {
 				v[j], _ = arr[j].AsInt64()
 			}
 		}
-		if arr[1].IsNil() {
-			st.OK, st.Problem = false, "shard "+strconv.Itoa(i)+" is missing (expired or deleted)"
-		}
 		st.Remaining += v[0]
 		sumI += v[1]
 		st.Pending += v[2]
 		st.Confirmed += v[3]
 		st.Released += v[4]
+		if arr[1].IsNil() {
+			st.OK, st.Problem = false, "shard "+strconv.Itoa(i)+" is missing (expired or deleted)"
+			st.MissingShards++
+		}
 		if v[0] < 0 || v[2] < 0 || v[3] < 0 || v[0]+v[2]+v[3] != v[1] {
 			st.OK, st.Problem = false, "shard "+strconv.Itoa(i)+": remaining+pending+confirmed != initial"
 		}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/seckill-proxy/seckill-proxy/lua"
+	"github.com/seckill-proxy/seckill-proxy/metrics"
+	"github.com/seckill-proxy/seckill-proxy/reservation"
 	"github.com/seckill-proxy/seckill-proxy/store"
 )
 
@@ -68,8 +70,32 @@ func cmdPreheat(c *cli) error {
 	}
 	defer st.Close()
 	failed := false
+	ctx := context.Background()
+	rec := reservation.NewReconciler(st, metrics.New(), c.logger())
 	for _, a := range acts {
-		out, err := st.Preheat(context.Background(), a, *force, time.Now())
+		now := time.Now()
+		if !*force {
+			// Redis lost a running sale (restarted empty, keys evicted):
+			// it reads as never preheated, and loading it again sells
+			// what the shop already sold. Only the shop can tell.
+			lost, err := rec.LostSale(ctx, a, now)
+			if errors.Is(err, store.ErrUnavailable) {
+				return fail(exitFailed, "preheat %s: %v", a.ID, err)
+			}
+			if err != nil {
+				lost = fmt.Sprintf("Redis holds no stock of %s, on sale since %s, and verify.count_url could not say whether the shop holds orders of it (%v)", a.ID, a.Start.UTC().Format(time.RFC3339), err)
+			}
+			if lost != "" {
+				failed = true
+				fmt.Fprintf(c.stderr, "%s: refused: %s; loaded again, those units would be sold a second time. Compare the shop's orders with what is to be sold, then preheat --force loads the configured stock anyway (pause the activity first)\n", a.ID, lost)
+				continue
+			}
+		}
+		var wiped store.ActivityStatus
+		if *force {
+			wiped, _ = st.Status(ctx, a) // what --force deletes, said after it
+		}
+		out, err := st.Preheat(ctx, a, *force, now)
 		switch {
 		case errors.Is(err, store.ErrRunning):
 			failed = true
@@ -82,6 +108,13 @@ func cmdPreheat(c *cli) error {
 				total += k.Stock
 			}
 			fmt.Fprintf(c.stdout, "%s: %s (%d SKUs, %d units, %d shards)\n", a.ID, out, len(a.SKUs), total, a.Shards)
+			if w := wipedNote(wiped); w != "" && out == store.PreheatOverwritten {
+				fmt.Fprintf(c.stderr, "warning: %s: %s\n", a.ID, w)
+			}
+			if out == store.PreheatCreated && !now.Before(a.Start) && a.Verify.CountURL == "" {
+				fmt.Fprintf(c.stderr, "warning: %s: stock created inside its window (open since %s): if it was on sale before and Redis lost its keys (restarted without persistence, evicted), the units sold then are on sale again; with verify.count_url set, preheat asks the shop first and refuses\n",
+					a.ID, a.Start.UTC().Format(time.RFC3339))
+			}
 		}
 	}
 	if ws := st.SettingsWarnings(context.Background()); len(ws) > 0 {
@@ -94,6 +127,20 @@ func cmdPreheat(c *cli) error {
 		return &exitError{code: exitFailed, err: errors.New("")}
 	}
 	return nil
+}
+
+// wipedNote says what a forced preheat deleted: the reservations st (read
+// just before it) held, or "" when there were none.
+func wipedNote(st store.ActivityStatus) string {
+	var pending, confirmed, released int64
+	for _, k := range st.SKUs {
+		pending, confirmed, released = pending+k.Pending, confirmed+k.Confirmed, released+k.Released
+	}
+	if pending+confirmed+released == 0 {
+		return ""
+	}
+	return fmt.Sprintf("--force deleted its reservations of %d unit(s) (%d pending, %d confirmed; %d released before), as read just before: their units are on sale again while the shop keeps the orders it took, their buyers may buy again, and nothing settles the pending ones any more",
+		pending+confirmed, pending, confirmed, released)
 }
 
 func cmdPause(c *cli) error  { return switchCmd(c, true) }
@@ -209,6 +256,11 @@ func cmdRelease(c *cli) error {
 	case lua.Same:
 		fmt.Fprintf(c.stdout, "%s: already released; nothing changed\n", c.positional[0])
 	case lua.Unknown:
+		if !f.Ready {
+			// Not a mistyped token: nothing of the sale is there to find.
+			return fail(exitFailed, "release: no reservation %s: Redis holds no stock of %s (its keys expire at end + key_ttl_after_end, %s; a Redis restarted without persistence loses them; or this file points at another Redis or key_prefix)",
+				c.positional[0], a.ID, time.UnixMilli(store.ExpireAt(a)).UTC().Format(time.RFC3339))
+		}
 		return fail(exitFailed, "release: no reservation %s", c.positional[0])
 	default:
 		return fail(exitFailed, "release: refused (%s): stock counters of the shard are inconsistent; run status", code)

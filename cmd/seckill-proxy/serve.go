@@ -129,7 +129,7 @@ func cmdServe(c *cli) error {
 	defer queue.Stop()
 	// Scheduled preheats (preheat_at): every instance follows the
 	// schedule, one loads the stock under a per-activity Redis lease.
-	sched := preheat.New(st, current, log.Named("preheat"), preheat.Options{Registerer: m.Registry})
+	sched := preheat.New(st, current, log.Named("preheat"), preheat.Options{Registerer: m.Registry, LostSale: rec.LostSale})
 	go sched.Run(ctx)
 	// Local snapshots (flags, sold-out marks, blocklists, eligibility) and
 	// the fleet roll call (limits.fleet), left on the way out.
