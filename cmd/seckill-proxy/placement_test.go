@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -16,23 +14,7 @@ import (
 // preheat places them evenly again.
 func TestStatusPlacement(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	cfgPath := lifeConfig(t, cl.Nodes[0].Addr, "http://127.0.0.1:1", 8, "")
-	raw, err := os.ReadFile(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addrs := make([]string, len(cl.Nodes))
-	for i, n := range cl.Nodes {
-		addrs[i] = strconv.Quote(n.Addr)
-	}
-	y := strings.Replace(string(raw), "redis: { addrs: ["+strconv.Quote(cl.Nodes[0].Addr)+"],",
-		"redis: { cluster: true, addrs: ["+strings.Join(addrs, ", ")+"],", 1)
-	if y == string(raw) {
-		t.Fatal("could not point the config at the cluster")
-	}
-	if err := os.WriteFile(cfgPath, []byte(y), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfgPath := clusterLifeConfig(t, cl, 8)
 	want(t, 0, "kact: created (1 SKUs, 8 units, 4 shards)", "preheat", "-c", cfgPath)
 	out, errs := want(t, 0, "kact: 4 shards over 3 masters:", "status", "-c", cfgPath)
 	if strings.Contains(errs, "warning") || strings.Contains(out, "not placed") {

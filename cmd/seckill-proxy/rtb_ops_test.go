@@ -12,9 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-
-	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/seckill-proxy/seckill-proxy/internal/redistest"
 	"github.com/seckill-proxy/seckill-proxy/lua"
 	"github.com/seckill-proxy/seckill-proxy/store"
@@ -26,15 +23,7 @@ import (
 // path) and confirms the first confirmed of them; it returns the tokens.
 func rtbSell(t *testing.T, path string, n, confirmed int) []string {
 	t.Helper()
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.OpenNow(cfg.Redis, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	cfg, st := openStore(t, path)
 	a := &cfg.Activities[0]
 	var toks []string
 	for u := 0; len(toks) < n && u < 100; u++ {
@@ -172,8 +161,8 @@ func TestRTBChangedStockMidSaleSaysWhatForceDeletes(t *testing.T) {
 	want(t, 0, "15", "status", "-c", path)
 }
 
-// rtbClusterConfig is lifeConfig pointed at cl.
-func rtbClusterConfig(t *testing.T, cl *redistest.Cluster, stock int64) string {
+// clusterLifeConfig is lifeConfig (shop unreachable) pointed at cluster cl.
+func clusterLifeConfig(t *testing.T, cl *redistest.Cluster, stock int64) string {
 	t.Helper()
 	path := lifeConfig(t, cl.Nodes[0].Addr, "http://127.0.0.1:1", stock, "")
 	raw, err := os.ReadFile(path)
@@ -205,7 +194,7 @@ func rtbClusterConfig(t *testing.T, cl *redistest.Cluster, stock int64) string {
 // the operator.
 func TestRTBClusterMasterRestartedEmptyPreheatIsNotUnchanged(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	path := rtbClusterConfig(t, cl, 8)
+	path := clusterLifeConfig(t, cl, 8)
 	want(t, 0, "kact: created", "preheat", "-c", path)
 	rtbSell(t, path, 3, 2)
 
