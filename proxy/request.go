@@ -283,9 +283,13 @@ func cookieOnce(h *fasthttp.RequestHeader, name string) ([]byte, error) {
 // body's keys with the query's and the form's (a red-team find, twelfth
 // round). A body declared JSON that is not strict JSON is errBody: which
 // keys a lenient parser finds in it is anyone's guess. No cost to a buy
-// without a JSON body.
+// without a JSON body; a body not decoded yet is first scanned
+// (cannotName), and one in which no parser could find the key is not
+// decoded for it.
 func jsonBodyHas(ctx *fasthttp.RequestCtx, body *jsonBody, name string) error {
-	if !jsonContentType(ctx.Request.Header.ContentType()) || len(bytes.TrimSpace(ctx.Request.Body())) == 0 {
+	raw := ctx.Request.Body()
+	if !jsonContentType(ctx.Request.Header.ContentType()) || len(bytes.TrimSpace(raw)) == 0 ||
+		!body.done && cannotName(raw, name) {
 		return nil
 	}
 	v, err := body.get(ctx)
@@ -384,6 +388,53 @@ func asciiCharset(v []byte) bool {
 		}
 	}
 	return false
+}
+
+// cannotName reports whether no JSON parser, strict or lenient, can read
+// a key name from raw: raw is printable ASCII (tab, CR, LF allowed) with
+// no '\' (an escape could spell the key: "\u0073ku"), no '%' and
+// nowhere name's letters in a row, in any ASCII case. Non-ASCII bytes
+// could fold to a letter of it (encoding/json matches "ſku" to sku) or
+// be another encoding (UTF-16, which Jackson detects): those bodies are
+// decoded. A route's path capture judged beside a JSON body then costs a
+// scan, not a decode (a buy body rarely names the SKU; decoding every
+// JSON buy for it cost 2–3 µs, red team rta's check). name must be ASCII.
+func cannotName(raw []byte, name string) bool {
+	if len(name) == 0 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] >= 0x80 {
+			return false
+		}
+	}
+	first := name[0] | 0x20
+	for i, c := range raw {
+		switch {
+		case c >= 0x7f || c < 0x20 && c != '\t' && c != '\r' && c != '\n', c == '\\', c == '%':
+			return false
+		case c|0x20 == first && i+len(name) <= len(raw) && asciiFoldEq(raw[i:i+len(name)], name):
+			return false
+		}
+	}
+	return true
+}
+
+// asciiFoldEq reports whether b is s in any ASCII letter case.
+func asciiFoldEq(b []byte, s string) bool {
+	for i := range len(b) {
+		x, y := b[i], s[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }
 
 // jsonBody decodes the request body once, on first use.

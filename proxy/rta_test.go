@@ -62,3 +62,32 @@ func TestRTAForeignCharset(t *testing.T) {
 		}
 	}
 }
+
+// TestCannotName: a JSON body is left undecoded for a key only when no
+// parser could read that key from it.
+func TestCannotName(t *testing.T) {
+	for _, tt := range []struct {
+		body string
+		want bool
+	}{
+		{`{"qty":1,"address_id":12}`, true},
+		{"{\n\t\"coupon\": \"X\"\r\n}", true},
+		{`{"sku":"rare"}`, false},
+		{`{"SkU":"rare"}`, false},
+		{`{sku:'rare'}`, false},            // lenient parsers: unquoted keys
+		{`{"\u0073ku":"rare"}`, false},     // an escape
+		{`{"s\u006bu":"rare"}`, false},     // an escape
+		{"{\"\u017fku\":\"rare\"}", false}, // ſ: encoding/json folds it to s
+		{"{\x00\"\x00s\x00k\x00u", false},  // UTF-16
+		{`{"a":"%73ku"}`, false},
+		{`{"a":1}x`, true},     // malformed, but names nothing: the shop's to refuse
+		{`{"desku":1}`, false}, // the letters in a row: decoded
+	} {
+		if got := cannotName([]byte(tt.body), "sku"); got != tt.want {
+			t.Errorf("cannotName(%q, sku) = %v, want %v", tt.body, got, tt.want)
+		}
+	}
+	if cannotName([]byte(`{"qty":1}`), "\u212aey") {
+		t.Error("a non-ASCII name is never judged by the scan")
+	}
+}
