@@ -413,24 +413,9 @@ func cannotName(raw []byte, name string) bool {
 		switch {
 		case c >= 0x7f || c < 0x20 && c != '\t' && c != '\r' && c != '\n', c == '\\', c == '%':
 			return false
-		case c|0x20 == first && i+len(name) <= len(raw) && asciiFoldEq(raw[i:i+len(name)], name):
-			return false
-		}
-	}
-	return true
-}
-
-// asciiFoldEq reports whether b is s in any ASCII letter case.
-func asciiFoldEq(b []byte, s string) bool {
-	for i := range len(b) {
-		x, y := b[i], s[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
+		case c|0x20 == first && i+len(name) <= len(raw) && bytes.EqualFold(raw[i:i+len(name)], []byte(name)):
+			// (Unicode folding, where raw is not ASCII yet unseen: only
+			// more matches, each one a decode.)
 			return false
 		}
 	}

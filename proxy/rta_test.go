@@ -87,6 +87,10 @@ func TestCannotName(t *testing.T) {
 			t.Errorf("cannotName(%q, sku) = %v, want %v", tt.body, got, tt.want)
 		}
 	}
+	body := []byte(`{"qty":1,"address_id":12,"coupon":"SKX"}`)
+	if n := testing.AllocsPerRun(100, func() { cannotName(body, "activity") }); n != 0 {
+		t.Errorf("cannotName allocates %v times", n)
+	}
 	if cannotName([]byte(`{"qty":1}`), "\u212aey") {
 		t.Error("a non-ASCII name is never judged by the scan")
 	}
