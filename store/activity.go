@@ -240,13 +240,15 @@ func ended(a *config.Activity, now time.Time) error {
 	return nil
 }
 
-// soldBeforeError is ErrRunning for a preheat whose stock Redis holds for
-// an earlier sale of the same id (see earlierSale).
-type soldBeforeError struct{ msg string }
+// runningError is ErrRunning with a message of its own: a plain preheat
+// refused because Redis holds a sale it would harm (an earlier sale of the
+// id, a running sale's other stock, lost shards); the message says what
+// and what to do.
+type runningError struct{ msg string }
 
-func (e *soldBeforeError) Error() string { return e.msg }
+func (e *runningError) Error() string { return e.msg }
 
-func (e *soldBeforeError) Is(target error) bool { return target == ErrRunning }
+func (e *runningError) Is(target error) bool { return target == ErrRunning }
 
 // earlierSale refuses a plain preheat of unchanged stock when a's window
 // starts at or after the end the meta records and that sale sold units: a
@@ -277,19 +279,10 @@ func (s *Store) earlierSale(ctx context.Context, a *config.Activity, meta map[st
 	if sold+pending == 0 {
 		return nil
 	}
-	return &soldBeforeError{msg: fmt.Sprintf("%v: %s holds the stock of a sale of that id that ended at %s (%d of %d units left, %d pending, %d confirmed or released), and this file's window starts at %s, after it: preheated as is, the new sale would open on that stock with its buyers at their limit. "+
+	return &runningError{msg: fmt.Sprintf("%v: %s holds the stock of a sale of that id that ended at %s (%d of %d units left, %d pending, %d confirmed or released), and this file's window starts at %s, after it: preheated as is, the new sale would open on that stock with its buyers at their limit. "+
 		"Settle the old sale first (reconcile --repair, then status: nothing pending), then preheat --force to load the new stock; or give the new sale another id",
 		ErrRunning, a.ID, time.UnixMilli(end).UTC().Format(time.RFC3339), remaining, initial, pending, sold, a.Start.UTC().Format(time.RFC3339))}
 }
-
-// changeRefusedError is ErrRunning for a plain preheat of a config whose
-// stock differs from the one Redis holds for a running sale, or one that
-// sold units; its message says what --force would do.
-type changeRefusedError struct{ msg string }
-
-func (e *changeRefusedError) Error() string { return e.msg }
-
-func (e *changeRefusedError) Is(target error) bool { return target == ErrRunning }
 
 // refuseChange says why a plain preheat does not load a's stock over the
 // sale Redis holds (meta; sold: units pending, confirmed, released), and
@@ -307,19 +300,11 @@ func refuseChange(a *config.Activity, meta map[string]string, running bool, sold
 	if len(diffs) == 0 {
 		diffs = []string{"shards or SKUs"}
 	}
-	return &changeRefusedError{msg: fmt.Sprintf("%s, and the config differs from the stock Redis holds for it (%s); Redis holds %d unit(s) reserved or sold (%d pending, %d confirmed) and %d released. "+
+	return &runningError{msg: fmt.Sprintf("%s, and the config differs from the stock Redis holds for it (%s); Redis holds %d unit(s) reserved or sold (%d pending, %d confirmed) and %d released. "+
 		"A sale's stock is not changed in place once it runs or sold units: --force deletes every reservation, so the confirmed units go on sale again while the shop keeps their orders, their buyers may buy again, and nothing settles the pending ones. "+
 		"To keep the sale as it is, restore the file to what was preheated (preflight lists the differences)",
 		what, strings.Join(diffs, "; "), sold[0]+sold[1], sold[0], sold[1], sold[2])}
 }
-
-// lostShardsError is ErrRunning for a plain preheat of unchanged stock
-// some of whose shards are gone.
-type lostShardsError struct{ msg string }
-
-func (e *lostShardsError) Error() string { return e.msg }
-
-func (e *lostShardsError) Is(target error) bool { return target == ErrRunning }
 
 // lostShards refuses to call a's stock unchanged when shard keys of it are
 // missing while the meta says it is loaded: a cluster master restarted
@@ -342,7 +327,7 @@ func (s *Store) lostShards(ctx context.Context, a *config.Activity) error {
 	if len(lost) == 0 {
 		return nil
 	}
-	return &lostShardsError{msg: fmt.Sprintf("%s is preheated as configured, but Redis lost part of its stock (%s): a Redis node restarted without persistence, or keys evicted or deleted; the units, holdings and reservations those shards held are gone, and their buyers are answered NOT_READY. "+
+	return &runningError{msg: fmt.Sprintf("%s is preheated as configured, but Redis lost part of its stock (%s): a Redis node restarted without persistence, or keys evicted or deleted; the units, holdings and reservations those shards held are gone, and their buyers are answered NOT_READY. "+
 		"Compare the shop's orders with status (reconcile, with verify.count_url); preheat --force reloads the whole activity, deleting every reservation it still holds",
 		a.ID, strings.Join(lost, "; "))}
 }
