@@ -135,16 +135,13 @@ func (api *API) preheat(w http.ResponseWriter, r *http.Request) {
 		if !force && api.Reconciler != nil {
 			// A running sale Redis lost reads as never preheated; loaded
 			// again, it sells what the shop sold (see the CLI's preheat).
-			lost, err := api.Reconciler.LostSale(r.Context(), a, now)
-			if errors.Is(err, store.ErrUnavailable) {
+			lost, err := api.Reconciler.PreheatRefusal(r.Context(), a, now)
+			if err != nil {
 				writeErr(w, http.StatusServiceUnavailable, err.Error())
 				return
 			}
-			if err != nil {
-				lost = "Redis holds no stock of " + a.ID + ", whose window is open, and verify.count_url could not say whether the shop holds orders of it (" + err.Error() + ")"
-			}
 			if lost != "" {
-				out[a.ID], status = "refused: "+lost+"; loaded again, those units would be sold a second time: force=1 loads the configured stock anyway", http.StatusConflict
+				out[a.ID], status = "refused: "+lost+": force=1 loads the configured stock anyway", http.StatusConflict
 				continue
 			}
 		}

@@ -1228,6 +1228,26 @@ func (r *Reconciler) LostSale(ctx context.Context, a *config.Activity, now time.
 		a.ID, a.Start.UTC().Format(time.RFC3339), strings.Join(held, ", ")), nil
 }
 
+// PreheatRefusal says why a plain preheat must not load a now: LostSale's
+// finding, or, when count_url could not answer for a sale Redis holds no
+// stock of, that nothing can tell it from a lost one. "" to go on; the
+// error is store.ErrUnavailable's alone (Redis did not answer). The CLI's
+// preheat and the admin API's print it, each followed by its own way to
+// force the load.
+func (r *Reconciler) PreheatRefusal(ctx context.Context, a *config.Activity, now time.Time) (string, error) {
+	lost, err := r.LostSale(ctx, a, now)
+	if errors.Is(err, store.ErrUnavailable) {
+		return "", err
+	}
+	if err != nil {
+		lost = fmt.Sprintf("Redis holds no stock of %s, on sale since %s, and verify.count_url could not say whether the shop holds orders of it (%v)", a.ID, a.Start.UTC().Format(time.RFC3339), err)
+	}
+	if lost == "" {
+		return "", nil
+	}
+	return lost + "; loaded again, those units would be sold a second time", nil
+}
+
 // shopCount asks verify.count_url how many units the shop holds tokened
 // orders for: 200 with {"count": N}.
 func (r *Reconciler) shopCount(ctx context.Context, tmpl, act, sku string) (int64, error) {

@@ -78,16 +78,13 @@ func cmdPreheat(c *cli) error {
 			// Redis lost a running sale (restarted empty, keys evicted):
 			// it reads as never preheated, and loading it again sells
 			// what the shop already sold. Only the shop can tell.
-			lost, err := rec.LostSale(ctx, a, now)
-			if errors.Is(err, store.ErrUnavailable) {
-				return fail(exitFailed, "preheat %s: %v", a.ID, err)
-			}
+			lost, err := rec.PreheatRefusal(ctx, a, now)
 			if err != nil {
-				lost = fmt.Sprintf("Redis holds no stock of %s, on sale since %s, and verify.count_url could not say whether the shop holds orders of it (%v)", a.ID, a.Start.UTC().Format(time.RFC3339), err)
+				return fail(exitFailed, "preheat %s: %v", a.ID, err)
 			}
 			if lost != "" {
 				failed = true
-				fmt.Fprintf(c.stderr, "%s: refused: %s; loaded again, those units would be sold a second time. Compare the shop's orders with what is to be sold, then preheat --force loads the configured stock anyway (pause the activity first)\n", a.ID, lost)
+				fmt.Fprintf(c.stderr, "%s: refused: %s. Compare the shop's orders with what is to be sold, then preheat --force loads the configured stock anyway (pause the activity first)\n", a.ID, lost)
 				continue
 			}
 		}
