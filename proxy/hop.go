@@ -31,12 +31,14 @@ var hopFields = [...]string{"Connection", "Keep-Alive", "Proxy-Connection", "TE"
 // handler runs, so its answer on the buyer's connection is unchanged. It
 // reports whether the buyer spoke an older HTTP (1.0): such a client cannot
 // read a chunked answer (RFC 9112 §6.1), which pass must then not stream.
-func stripHopByHop(h *fasthttp.RequestHeader) (http10 bool) {
+// hop is headerFacts.hop: whether stripSeckillHeaders' pass saw one of
+// hopFields; the common request, with none, pays no deletes.
+func stripHopByHop(h *fasthttp.RequestHeader, hop bool) (http10 bool) {
 	if !h.IsHTTP11() {
 		h.SetProtocol("HTTP/1.1")
 		http10 = true
 	}
-	if !hasHopField(h) {
+	if !hop {
 		return http10
 	}
 	// The names are copied out first: deleting fields moves the bytes
@@ -67,10 +69,10 @@ type http10Key struct{}
 // HTTP/1.0 buyer.
 const pass10Max = 16 << 20
 
-// hasHopField reports whether any hop-by-hop field is there: one pass over
-// the header, so the common request pays no deletes.
-func hasHopField(h *fasthttp.RequestHeader) bool {
-	for k := range h.All() {
+// hopField reports whether header name k is one of hopFields, any case.
+func hopField(k []byte) bool {
+	switch len(k) {
+	case len("TE"), len("Upgrade"), len("Connection"), len("Proxy-Connection"):
 		for _, f := range hopFields {
 			if len(k) == len(f) && bytes.EqualFold(k, []byte(f)) {
 				return true

@@ -558,25 +558,47 @@ func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 // give X_Seckill_User and X-Seckill-User the same HTTP_X_SECKILL_USER, and
 // a forged copy written after the proxy's own would win there. The warm-up
 // header (warm.go) goes too: it never reaches the shop.
-func stripSeckillHeaders(h *fasthttp.RequestHeader) {
+//
+// The pass also notes what else handle would look for among the names
+// (headerFacts), so a request is walked once, not once per question.
+func stripSeckillHeaders(h *fasthttp.RequestHeader) headerFacts {
 	var names [8][]byte
 	n := 0
+	var f headerFacts
 	for k := range h.All() {
-		if len(k) >= 10 && nameFold(k[:10], "x-seckill-") || nameFold(k, "x-original-url") ||
-			nameFold(k, "x-rewrite-url") || nameFold(k, "seckill-proxy-warm") {
+		switch {
+		case len(k) >= 10 && nameFold(k[:10], "x-seckill-") || nameFold(k, "x-original-url") ||
+			nameFold(k, "x-rewrite-url") || nameFold(k, "seckill-proxy-warm"):
 			if n == len(names) {
-				break
+				// More than fit: these go, then a pass again until
+				// none is left. That pass sees every name this one
+				// did not reach, and says what is there.
+				for i := range names {
+					h.DelBytes(names[i])
+				}
+				return stripSeckillHeaders(h)
 			}
 			names[n] = append([]byte(nil), k...)
 			n++
+		case hopField(k):
+			f.hop = true
+		case overrideHeader(k):
+			f.override = true
 		}
 	}
 	for i := 0; i < n; i++ {
 		h.DelBytes(names[i])
 	}
-	if n == len(names) { // more than fit: go again until none is left
-		stripSeckillHeaders(h)
-	}
+	return f
+}
+
+// headerFacts says which kinds of field stripSeckillHeaders' pass saw. A
+// false is "none there" only from that pass; the zero value a caller that
+// did not run it passes would skip a check, so each consumer is handed it
+// explicitly by handle.
+type headerFacts struct {
+	hop      bool // a hop-by-hop field (stripHopByHop)
+	override bool // an X-HTTP-Method-Override family name (overrideHeader)
 }
 
 // nameFold reports whether header name k is lower (lower case, "-"
@@ -613,13 +635,26 @@ func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), le
 // find, rta): Rack and PHP servers file X_HTTP_Method_Override under the
 // HTTP_X_HTTP_METHOD_OVERRIDE that Rack::MethodOverride and Symfony read.
 // A cold path: only pass_methods requests on a buy route's path get here.
-func hasMethodOverride(ctx *fasthttp.RequestCtx) bool {
-	for k, v := range ctx.Request.Header.All() {
-		if len(v) > 0 && (nameFold(k, "x-http-method-override") || nameFold(k, "x-http-method") || nameFold(k, "x-method-override")) {
-			return true
+//
+// headerSeen is headerFacts.override: false skips the header names.
+func hasMethodOverride(ctx *fasthttp.RequestCtx, headerSeen bool) bool {
+	if headerSeen {
+		for k, v := range ctx.Request.Header.All() {
+			if len(v) > 0 && overrideHeader(k) {
+				return true
+			}
 		}
 	}
 	return rawArgHas(queryString(ctx), "_method", true)
+}
+
+// overrideHeader reports whether header name k is one of the
+// X-HTTP-Method-Override family, compared as nameFold does. The first test
+// leaves every other name after two byte compares: every request runs
+// this on each of its header names (stripSeckillHeaders).
+func overrideHeader(k []byte) bool {
+	return len(k) >= len("x-http-method") && k[0]|0x20 == 'x' &&
+		(nameFold(k, "x-http-method-override") || nameFold(k, "x-http-method") || nameFold(k, "x-method-override"))
 }
 
 // overridesMethod reports whether a buy asks the shop to take it as a
@@ -631,15 +666,17 @@ func hasMethodOverride(ctx *fasthttp.RequestCtx) bool {
 // of the path — a product page's GET — whose 2xx confirms a reservation
 // with no order placed. An override naming the route's own method changes
 // nothing and is let through; a _method sent twice or in another letter
-// case is another.
-func overridesMethod(ctx *fasthttp.RequestCtx, method string) bool {
-	for k, v := range ctx.Request.Header.All() {
-		if len(k) < len("x-http-method") || k[0]|0x20 != 'x' ||
-			!(nameFold(k, "x-http-method-override") || nameFold(k, "x-http-method") || nameFold(k, "x-method-override")) {
-			continue
-		}
-		if v = bytes.TrimSpace(v); len(v) > 0 && !bytes.EqualFold(v, []byte(method)) {
-			return true
+// case is another. headerSeen is headerFacts.override: false skips the
+// header names.
+func overridesMethod(ctx *fasthttp.RequestCtx, method string, headerSeen bool) bool {
+	if headerSeen {
+		for k, v := range ctx.Request.Header.All() {
+			if !overrideHeader(k) {
+				continue
+			}
+			if v = bytes.TrimSpace(v); len(v) > 0 && !bytes.EqualFold(v, []byte(method)) {
+				return true
+			}
 		}
 	}
 	for _, raw := range [...][]byte{queryString(ctx), formBody(ctx)} {

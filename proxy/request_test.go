@@ -317,3 +317,33 @@ func TestStripSeckillHeaders(t *testing.T) {
 		t.Error("removed X-Keep")
 	}
 }
+
+// TestHeaderFacts: the strip pass says whether a hop-by-hop field or a
+// method override name is there, in any case and with '_' for '-',
+// also when more names are stripped than its buffer holds (it then goes
+// again).
+func TestHeaderFacts(t *testing.T) {
+	for _, tt := range []struct {
+		fields        string
+		hop, override bool
+	}{
+		{"Accept: */*\r\nX-User-Id: u\r\n", false, false},
+		{"connection: close\r\n", true, false},
+		{"TE: trailers\r\n", true, false},
+		{"Proxy-Connection: keep-alive\r\nUPGRADE: h2c\r\n", true, false},
+		{"X-HTTP-Method-Override: GET\r\n", false, true},
+		{"x_http_method: GET\r\n", false, true},
+		{"X-Method-Override: GET\r\nKeep-Alive: 5\r\n", true, true},
+		{"X-Http-Method-Overrides: GET\r\nTEE: 1\r\n", false, false},
+		{strings.Repeat("X-Seckill-A: 1\r\n", 9), false, false},
+		{strings.Repeat("X-Seckill-A: 1\r\n", 9) + "X-HTTP-Method: GET\r\nConnection: x\r\n", true, true},
+	} {
+		var req fasthttp.Request
+		if err := req.Read(bufioReader("POST / HTTP/1.1\r\nHost: h\r\n" + tt.fields + "\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		if f := stripSeckillHeaders(&req.Header); f.hop != tt.hop || f.override != tt.override {
+			t.Errorf("%q: hop %v override %v, want %v %v", tt.fields, f.hop, f.override, tt.hop, tt.override)
+		}
+	}
+}

@@ -98,6 +98,10 @@ type match struct {
 	flaw pathFlaw
 	// buf is the pooled buffer the captures may alias; release returns it.
 	buf *[]byte
+	// noOverrideHeader is set by handle when its header pass saw no
+	// method override name (headerFacts): parse then skips reading them.
+	// The zero value reads them: a match made elsewhere checks in full.
+	noOverrideHeader bool
 }
 
 // release returns the match's buffer to its pool; its captures are invalid

@@ -305,7 +305,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	if s.warm.take(ctx) { // a warm-up round's own request (warm.go)
 		return
 	}
-	stripSeckillHeaders(&ctx.Request.Header)
+	facts := stripSeckillHeaders(&ctx.Request.Header)
 	// Answered, then the connection closes (hop.go): set on the answer
 	// as the handler ends, after anything that resets it.
 	grew := headerGrew(&ctx.Request.Header)
@@ -329,12 +329,13 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	// decision (hop.go). fasthttp took what it needs of them (keep-alive,
 	// the HTTP version) before the handler; pass reads an HTTP/1.0 buyer's
 	// mark (forward.go, http10Key), set only for them.
-	if stripHopByHop(&ctx.Request.Header) {
+	if stripHopByHop(&ctx.Request.Header, facts.hop) {
 		ctx.SetUserValue(http10Key{}, true)
 	}
 	// Routes are matched on the path as sent, canonicalised here: fasthttp's
 	// Path() decodes %2F into a separator and keeps case, ";" and ".json".
 	m, kind := st.routes.resolve(ctx.Method(), ctx.URI().PathOriginal())
+	m.noOverrideHeader = !facts.override
 	if kind == routePass && st.routes.networkPathBuy(ctx.Method(), ctx.URI().PathOriginal()) {
 		kind, m.flaw = routeUnsafe, flawNetworkPath
 	}
@@ -345,7 +346,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.refused.unsafe[m.flaw].Inc()
 		writeAnswer(ctx, &answer{code: admission.BadRequest, message: "path cannot be read safely: " + m.flaw.String()})
 	case routePassMethod:
-		if !hasMethodOverride(ctx) {
+		if !hasMethodOverride(ctx, facts.override) {
 			s.pass(ctx, st)
 			break
 		}
@@ -497,7 +498,7 @@ func (s *Server) parseWait(ctx *fasthttp.RequestCtx, st *state, a *config.Activi
 	}
 	// A buy the shop would take as another method, or whose path's
 	// {activity} has a second copy the shop may read (captureCopy).
-	if m.r != nil && (overridesMethod(ctx, m.r.method) || m.r.hasActivity() && captureCopy(ctx, &body, "activity") != nil) {
+	if m.r != nil && (overridesMethod(ctx, m.r.method, !m.noOverrideHeader) || m.r.hasActivity() && captureCopy(ctx, &body, "activity") != nil) {
 		return admission.Request{}, admission.BadRequest, 0
 	}
 	// 1. Who is buying: a verified token's claim, a session's user (looked
