@@ -99,7 +99,7 @@ func rawArgHas(raw []byte, name string, fold bool) bool {
 // "ſku" is SKU there).
 func argCopies(raw []byte, name string, fold bool) int {
 	var scratch, pk, pn [64]byte
-	phpName := phpArgName(pn[:0], []byte(name))
+	var phpName []byte // name's PHP name, made at the first key that needs it
 	n := 0
 	for rest := raw; len(rest) > 0; {
 		var k []byte
@@ -110,6 +110,9 @@ func argCopies(raw []byte, name string, fold bool) int {
 		if argKeyIs(k, name, false, scratch[:0]) {
 			n++
 			continue
+		}
+		if phpName == nil {
+			phpName = phpArgName(pn[:0], []byte(name))
 		}
 		if argNameCopy(fasthttp.AppendUnquotedArg(scratch[:0], k), name, phpName, fold, pk[:0]) {
 			n++

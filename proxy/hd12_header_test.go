@@ -22,6 +22,10 @@ func TestHD12HeaderOnceUnderscoreTwin(t *testing.T) {
 		{"mixed spelling", "x-user_id: bob\r\nX-User-Id: alice\r\n", "twice"},
 		{"another header with underscores", "X-User-Id: alice\r\nX_Other: 1\r\n", "alice"},
 		{"absent", "X-Other: 1\r\n", ""},
+		{"another case", "x-USER-id: alice\r\n", "alice"},
+		{"two lines", "X-User-Id: alice\r\nX-User-Id: bob\r\n", "twice"},
+		{"two lines, two cases", "X-User-Id: alice\r\nx-user-id: bob\r\n", "twice"},
+		{"empty value", "X-User-Id: \r\n", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -31,8 +31,8 @@ var hopFields = [...]string{"Connection", "Keep-Alive", "Proxy-Connection", "TE"
 // handler runs, so its answer on the buyer's connection is unchanged. It
 // reports whether the buyer spoke an older HTTP (1.0): such a client cannot
 // read a chunked answer (RFC 9112 §6.1), which pass must then not stream.
-// hop is headerFacts.hop: whether stripSeckillHeaders' pass saw one of
-// hopFields; the common request, with none, pays no deletes.
+// hop is whether stripSeckillHeaders' pass may have seen one of
+// hopFields (headerFacts): the common request, with none, pays no deletes.
 func stripHopByHop(h *fasthttp.RequestHeader, hop bool) (http10 bool) {
 	if !h.IsHTTP11() {
 		h.SetProtocol("HTTP/1.1")

@@ -196,20 +196,29 @@ func (errTwice) Error() string { return "field sent more than once" }
 // both under HTTP_X_USER_ID, so the shop could read the one the proxy did
 // not judge.
 func headerOnce(h *fasthttp.RequestHeader, name string) ([]byte, error) {
-	if strings.IndexByte(name, '-') >= 0 {
-		for k := range h.All() {
-			if bytes.IndexByte(k, '_') >= 0 && headerNameFold(k, name) {
-				return nil, errTwice{}
-			}
+	if strings.IndexByte(name, '-') < 0 {
+		switch v := h.PeekAll(name); len(v) {
+		case 0:
+			return nil, nil
+		case 1:
+			return v[0], nil
 		}
+		return nil, errTwice{}
 	}
-	switch v := h.PeekAll(name); len(v) {
-	case 0:
-		return nil, nil
-	case 1:
-		return v[0], nil
+	// One pass finds both the lines of name and its '_' spellings (a
+	// PeekAll beside it walked the header again).
+	var v []byte
+	n := 0
+	for k, kv := range h.All() {
+		if !headerNameFold(k, name) {
+			continue
+		}
+		if n++; n > 1 || !bytes.EqualFold(k, []byte(name)) {
+			return nil, errTwice{}
+		}
+		v = kv
 	}
-	return nil, errTwice{}
+	return v, nil
 }
 
 // headerNameFold reports whether header names a and b are one to a
@@ -564,7 +573,7 @@ func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 func stripSeckillHeaders(h *fasthttp.RequestHeader) headerFacts {
 	var names [8][]byte
 	n := 0
-	var f headerFacts
+	f := factScanned
 	for k := range h.All() {
 		switch {
 		case len(k) >= 10 && nameFold(k[:10], "x-seckill-") || nameFold(k, "x-original-url") ||
@@ -581,9 +590,11 @@ func stripSeckillHeaders(h *fasthttp.RequestHeader) headerFacts {
 			names[n] = append([]byte(nil), k...)
 			n++
 		case hopField(k):
-			f.hop = true
+			f |= factHop
 		case overrideHeader(k):
-			f.override = true
+			f |= factOverride
+		case len(k) == len(fasthttp.HeaderContentEncoding) && bytes.EqualFold(k, []byte(fasthttp.HeaderContentEncoding)):
+			f |= factEncoding
 		}
 	}
 	for i := 0; i < n; i++ {
@@ -592,14 +603,22 @@ func stripSeckillHeaders(h *fasthttp.RequestHeader) headerFacts {
 	return f
 }
 
-// headerFacts says which kinds of field stripSeckillHeaders' pass saw. A
-// false is "none there" only from that pass; the zero value a caller that
-// did not run it passes would skip a check, so each consumer is handed it
-// explicitly by handle.
-type headerFacts struct {
-	hop      bool // a hop-by-hop field (stripHopByHop)
-	override bool // an X-HTTP-Method-Override family name (overrideHeader)
-}
+// headerFacts says which kinds of field stripSeckillHeaders' pass saw,
+// so later checks skip a walk over the names for what is not there.
+type headerFacts uint8
+
+const (
+	// factScanned marks facts from stripSeckillHeaders' pass. Without it
+	// (the zero value: facts nobody gathered) may says every kind may be
+	// there, and each check runs in full.
+	factScanned  headerFacts = 1 << iota
+	factHop                  // a hop-by-hop field (hopField)
+	factOverride             // an X-HTTP-Method-Override family name (overrideHeader)
+	factEncoding             // a Content-Encoding field (encodedBody)
+)
+
+// may reports whether a field of kind k may be there.
+func (f headerFacts) may(k headerFacts) bool { return f&factScanned == 0 || f&k != 0 }
 
 // nameFold reports whether header name k is lower (lower case, "-"
 // separators) in any letter case, with "_" for any "-".
@@ -636,7 +655,8 @@ func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), le
 // HTTP_X_HTTP_METHOD_OVERRIDE that Rack::MethodOverride and Symfony read.
 // A cold path: only pass_methods requests on a buy route's path get here.
 //
-// headerSeen is headerFacts.override: false skips the header names.
+// headerSeen is whether a name of the family may be there (headerFacts):
+// false skips the header names.
 func hasMethodOverride(ctx *fasthttp.RequestCtx, headerSeen bool) bool {
 	if headerSeen {
 		for k, v := range ctx.Request.Header.All() {
@@ -666,8 +686,8 @@ func overrideHeader(k []byte) bool {
 // of the path — a product page's GET — whose 2xx confirms a reservation
 // with no order placed. An override naming the route's own method changes
 // nothing and is let through; a _method sent twice or in another letter
-// case is another. headerSeen is headerFacts.override: false skips the
-// header names.
+// case is another. headerSeen is whether a name of the family may be
+// there (headerFacts): false skips the header names.
 func overridesMethod(ctx *fasthttp.RequestCtx, method string, headerSeen bool) bool {
 	if headerSeen {
 		for k, v := range ctx.Request.Header.All() {

@@ -321,29 +321,37 @@ func TestStripSeckillHeaders(t *testing.T) {
 // TestHeaderFacts: the strip pass says whether a hop-by-hop field or a
 // method override name is there, in any case and with '_' for '-',
 // also when more names are stripped than its buffer holds (it then goes
-// again).
+// again); facts nobody gathered (the zero value) may hold anything.
 func TestHeaderFacts(t *testing.T) {
+	var zero headerFacts
+	if !zero.may(factHop) || !zero.may(factOverride) || !zero.may(factEncoding) {
+		t.Error("facts nobody gathered rule a kind out")
+	}
 	for _, tt := range []struct {
-		fields        string
-		hop, override bool
+		fields                  string
+		hop, override, encoding bool
 	}{
-		{"Accept: */*\r\nX-User-Id: u\r\n", false, false},
-		{"connection: close\r\n", true, false},
-		{"TE: trailers\r\n", true, false},
-		{"Proxy-Connection: keep-alive\r\nUPGRADE: h2c\r\n", true, false},
-		{"X-HTTP-Method-Override: GET\r\n", false, true},
-		{"x_http_method: GET\r\n", false, true},
-		{"X-Method-Override: GET\r\nKeep-Alive: 5\r\n", true, true},
-		{"X-Http-Method-Overrides: GET\r\nTEE: 1\r\n", false, false},
-		{strings.Repeat("X-Seckill-A: 1\r\n", 9), false, false},
-		{strings.Repeat("X-Seckill-A: 1\r\n", 9) + "X-HTTP-Method: GET\r\nConnection: x\r\n", true, true},
+		{"Accept: */*\r\nX-User-Id: u\r\n", false, false, false},
+		{"connection: close\r\n", true, false, false},
+		{"TE: trailers\r\n", true, false, false},
+		{"Proxy-Connection: keep-alive\r\nUPGRADE: h2c\r\n", true, false, false},
+		{"X-HTTP-Method-Override: GET\r\n", false, true, false},
+		{"x_http_method: GET\r\n", false, true, false},
+		{"X-Method-Override: GET\r\nKeep-Alive: 5\r\n", true, true, false},
+		{"X-Http-Method-Overrides: GET\r\nTEE: 1\r\n", false, false, false},
+		{"content-encoding: gzip\r\n", false, false, true},
+		{"Content_Encoding: gzip\r\n", false, false, false},
+		{strings.Repeat("X-Seckill-A: 1\r\n", 9), false, false, false},
+		{strings.Repeat("X-Seckill-A: 1\r\n", 9) + "X-HTTP-Method: GET\r\nConnection: x\r\n", true, true, false},
 	} {
 		var req fasthttp.Request
 		if err := req.Read(bufioReader("POST / HTTP/1.1\r\nHost: h\r\n" + tt.fields + "\r\n")); err != nil {
 			t.Fatal(err)
 		}
-		if f := stripSeckillHeaders(&req.Header); f.hop != tt.hop || f.override != tt.override {
-			t.Errorf("%q: hop %v override %v, want %v %v", tt.fields, f.hop, f.override, tt.hop, tt.override)
+		f := stripSeckillHeaders(&req.Header)
+		if f.may(factHop) != tt.hop || f.may(factOverride) != tt.override || f.may(factEncoding) != tt.encoding {
+			t.Errorf("%q: hop %v override %v encoding %v, want %v %v %v", tt.fields,
+				f.may(factHop), f.may(factOverride), f.may(factEncoding), tt.hop, tt.override, tt.encoding)
 		}
 	}
 }

@@ -98,10 +98,9 @@ type match struct {
 	flaw pathFlaw
 	// buf is the pooled buffer the captures may alias; release returns it.
 	buf *[]byte
-	// noOverrideHeader is set by handle when its header pass saw no
-	// method override name (headerFacts): parse then skips reading them.
-	// The zero value reads them: a match made elsewhere checks in full.
-	noOverrideHeader bool
+	// facts are what handle's pass over the header names saw; the zero
+	// value (a match made elsewhere) has every check run in full.
+	facts headerFacts
 }
 
 // release returns the match's buffer to its pool; its captures are invalid

@@ -329,13 +329,13 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	// decision (hop.go). fasthttp took what it needs of them (keep-alive,
 	// the HTTP version) before the handler; pass reads an HTTP/1.0 buyer's
 	// mark (forward.go, http10Key), set only for them.
-	if stripHopByHop(&ctx.Request.Header, facts.hop) {
+	if stripHopByHop(&ctx.Request.Header, facts.may(factHop)) {
 		ctx.SetUserValue(http10Key{}, true)
 	}
 	// Routes are matched on the path as sent, canonicalised here: fasthttp's
 	// Path() decodes %2F into a separator and keeps case, ";" and ".json".
 	m, kind := st.routes.resolve(ctx.Method(), ctx.URI().PathOriginal())
-	m.noOverrideHeader = !facts.override
+	m.facts = facts
 	if kind == routePass && st.routes.networkPathBuy(ctx.Method(), ctx.URI().PathOriginal()) {
 		kind, m.flaw = routeUnsafe, flawNetworkPath
 	}
@@ -346,7 +346,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.refused.unsafe[m.flaw].Inc()
 		writeAnswer(ctx, &answer{code: admission.BadRequest, message: "path cannot be read safely: " + m.flaw.String()})
 	case routePassMethod:
-		if !hasMethodOverride(ctx, facts.override) {
+		if !hasMethodOverride(ctx, facts.may(factOverride)) {
 			s.pass(ctx, st)
 			break
 		}
@@ -493,12 +493,12 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, 
 // first sight over the address's per_ip budget), how long to wait.
 func (s *Server) parseWait(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, m match) (admission.Request, admission.Code, time.Duration) {
 	var body jsonBody
-	if !bufferBuyBody(&ctx.Request) || encodedBody(&ctx.Request.Header) || foreignCharset(&ctx.Request.Header) {
+	if !bufferBuyBody(&ctx.Request) || m.facts.may(factEncoding) && encodedBody(&ctx.Request.Header) || foreignCharset(&ctx.Request.Header) {
 		return admission.Request{}, admission.BadRequest, 0
 	}
 	// A buy the shop would take as another method, or whose path's
 	// {activity} has a second copy the shop may read (captureCopy).
-	if m.r != nil && (overridesMethod(ctx, m.r.method, !m.noOverrideHeader) || m.r.hasActivity() && captureCopy(ctx, &body, "activity") != nil) {
+	if m.r != nil && (overridesMethod(ctx, m.r.method, m.facts.may(factOverride)) || m.r.hasActivity() && captureCopy(ctx, &body, "activity") != nil) {
 		return admission.Request{}, admission.BadRequest, 0
 	}
 	// 1. Who is buying: a verified token's claim, a session's user (looked
