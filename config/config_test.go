@@ -565,6 +565,7 @@ func TestValidation(t *testing.T) {
 		{"pass_methods own method", okAct + "    route:\n      method: PUT\n      pass_methods: [PUT]\n", []wantErr{{10, "PUT is the route's own method"}}},
 		{"pass_methods HEAD on GET", okAct + "    route:\n      method: GET\n      pass_methods: [OPTIONS, HEAD]\n", []wantErr{{10, "HEAD runs a GET route's handler"}}},
 		{"pass_methods twice", okAct + "    route:\n      pass_methods: [GET, GET]\n", []wantErr{{9, "lists GET twice"}}},
+		{"field_cookies unknown", okAct + "    route:\n      field_cookies: ignore\n", []wantErr{{9, `route.field_cookies must be refuse or allow, got "ignore"`}}},
 		{"case_sensitive not bool", okAct + "    route: {case_sensitive: maybe}\n", []wantErr{{8, "case_sensitive: want true or false"}}},
 		{"route conflict in case", okAct + "    route: {path: \"/buy/{sku}\"}\n  - id: a2\n    route:\n      path: /BUY/{sku}\n" + window + skus1,
 			[]wantErr{{11, `route POST /BUY/{sku} is already used by activity "a1"`}}},

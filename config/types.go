@@ -408,7 +408,23 @@ type Route struct {
 	// traffic (e.g. OPTIONS for CORS preflights, GET for a product page on
 	// the same path). Any other method on Path is answered 405.
 	PassMethods []string `yaml:"pass_methods"`
+	// FieldCookies is refuse (the default) or allow. Refused (400): a buy
+	// carrying a cookie named, as PHP names variables, like a field the buy
+	// takes from the query, a form body or the path (sku_from, qty_from,
+	// the {sku} and {activity} captures, identity sources of those kinds).
+	// PHP's $_REQUEST reads cookies over the query and the form when
+	// php.ini's request_order is unset (the official Docker images ship no
+	// php.ini), so the shop would sell the cookie's SKU. allow, for a shop
+	// that sets a cookie of such a name itself and does not read
+	// $_REQUEST with cookies (request_order = "GP").
+	FieldCookies string `yaml:"field_cookies"`
 }
+
+// Route.FieldCookies values.
+const (
+	FieldCookiesRefuse = "refuse"
+	FieldCookiesAllow  = "allow"
+)
 
 // SKU is one item on sale.
 type SKU struct {

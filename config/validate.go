@@ -475,6 +475,9 @@ func (v *validator) route(a *Activity, name string) {
 			v.errorf(at(&r.Path), "%s: route.path captures {sku} but sku_from is %q: the proxy would reserve the SKU named there while the shop reads the path's; drop {sku} from the path, or set sku_from: path", name, r.SkuFrom)
 		}
 	}
+	if v.ok(&r.FieldCookies) && r.FieldCookies != "" && r.FieldCookies != FieldCookiesRefuse && r.FieldCookies != FieldCookiesAllow {
+		v.errorf(at(&r.FieldCookies), "%s: route.field_cookies must be %s or %s, got %q", name, FieldCookiesRefuse, FieldCookiesAllow, r.FieldCookies)
+	}
 	seen := map[string]bool{}
 	for i, m := range r.PassMethods {
 		at := func() int { return v.m.line(&r.PassMethods[i], &r.PassMethods, r, a) }

@@ -99,6 +99,9 @@ type state struct {
 	// budgets are the activities' in-flight budgets; nil without
 	// upstream.max_inflight (winners then go straight to the shop).
 	budgets map[string]*inflight.Budget
+	// fieldCookies are the activities' buy fields a cookie may stand in
+	// for (cookiefields.go); none for route.field_cookies: allow.
+	fieldCookies map[*config.Activity]*cookieFields
 }
 
 type outcomeCounters struct {
@@ -196,11 +199,15 @@ func (s *Server) Apply(cfg *config.Config) error {
 	if st.session, err = s.sessionFor(cfg.Identity.User.Session, canon, oldSession); err != nil {
 		return err
 	}
+	st.fieldCookies = map[*config.Activity]*cookieFields{}
 	for i := range cfg.Activities {
 		a := &cfg.Activities[i]
 		st.skuFrom[a] = newFromExtractor(a.Route.SkuFrom)
 		if a.Route.QtyFrom != "" {
 			st.qtyFrom[a] = newFromExtractor(a.Route.QtyFrom)
+		}
+		if a.Route.FieldCookies != config.FieldCookiesAllow {
+			st.fieldCookies[a] = st.cookieFieldsOf(a)
 		}
 		oc := &outcomeCounters{latency: s.m.BuyLatency.WithLabelValues(a.ID)}
 		for _, c := range admission.AllCodes() {
@@ -557,6 +564,9 @@ func (s *Server) parseWait(ctx *fasthttp.RequestCtx, st *state, a *config.Activi
 			return admission.Request{}, admission.BadRequest, 0
 		}
 		req.RequestID = string(rid)
+	}
+	if f := st.fieldCookies[a]; f != nil && f.copied(&ctx.Request.Header, m.r.bundle) {
+		return admission.Request{}, admission.BadRequest, 0
 	}
 	req.IP = clientIP(ctx, st.trusted)
 	if a.Signature.Enabled() {
