@@ -66,7 +66,7 @@ func containsString(list []string, s string) bool {
 // array, no items, more than store.MaxBundleItems, a SKU twice, a qty
 // that is not a positive integer, a total above max_qty) is BAD_REQUEST.
 // req gets the items, SKU store.BundleSKU and Qty the total.
-func parseItems(ctx *fasthttp.RequestCtx, body *jsonBody, a *config.Activity, req *admission.Request) admission.Code {
+func parseItems(ctx *fasthttp.RequestCtx, body *buyInput, a *config.Activity, req *admission.Request) admission.Code {
 	v, err := body.get(ctx)
 	if err != nil {
 		return admission.BadRequest

@@ -33,15 +33,18 @@ func TestHD12HeaderOnceUnderscoreTwin(t *testing.T) {
 			if err := h.Read(bufioReader("GET /buy HTTP/1.1\r\nHost: x\r\n" + tt.raw + "\r\n")); err != nil {
 				t.Fatal(err)
 			}
-			v, err := headerOnce(&h, "X-User-Id")
-			got := string(v)
-			if errors.As(err, new(errTwice)) {
-				got = "twice"
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			if got != tt.want {
-				t.Errorf("headerOnce = %q, want %q", got, tt.want)
+			// Without facts, and with those of handle's pass.
+			for _, facts := range []headerFacts{0, stripSeckillHeaders(&h)} {
+				v, err := headerOnce(&h, "X-User-Id", facts)
+				got := string(v)
+				if errors.As(err, new(errTwice)) {
+					got = "twice"
+				} else if err != nil {
+					t.Fatal(err)
+				}
+				if got != tt.want {
+					t.Errorf("headerOnce (facts %b) = %q, want %q", facts, got, tt.want)
+				}
 			}
 		})
 	}

@@ -66,7 +66,7 @@ func (j *jwtUser) token(ctx *fasthttp.RequestCtx) ([]byte, identity.Reason) {
 		}
 		return nil, identity.Missing
 	}
-	h, err := headerOnce(&ctx.Request.Header, j.cfg.Header)
+	h, err := headerOnce(&ctx.Request.Header, j.cfg.Header, 0) // 0: no facts, every spelling looked for
 	if err != nil {
 		return nil, identity.Malformed
 	}

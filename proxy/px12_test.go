@@ -117,7 +117,7 @@ func TestPX12ExtractorCopies(t *testing.T) {
 		{"json:/qty", "/b", "application/json", `{"n":1}`, true, ""},
 	} {
 		x := newFromExtractor(c.from)
-		v, err := x.get(req(c.uri, c.ct, c.body), nil, &jsonBody{})
+		v, err := x.get(req(c.uri, c.ct, c.body), nil, &buyInput{})
 		if c.ok && (err != nil || string(v) != c.want) || !c.ok && err == nil {
 			t.Errorf("%s %s %s: %q %v, want ok %v %q", c.from, c.uri, c.body, v, err, c.ok, c.want)
 		}
@@ -130,7 +130,7 @@ func TestPX12NoAllocs(t *testing.T) {
 	ctx.Request.SetRequestURI("/buy?sku=cheap&qty=2&ref=mail")
 	ctx.Request.Header.Set("Cookie", "a=1; sess_id=s1; b=2")
 	qx, sx := newFromExtractor("query:qty"), newFromExtractor("query:sku")
-	var body jsonBody
+	var body buyInput
 	allocs := testing.AllocsPerRun(200, func() {
 		if v, err := qx.get(&ctx, nil, &body); err != nil || string(v) != "2" {
 			t.Fatalf("qty %q %v", v, err)

@@ -70,7 +70,7 @@ func (errID) Error() string { return "invalid id" }
 // empty (absent, or only white space). Every identity source goes through
 // it, so blocklists, limits, the script and X-Seckill-User all see one
 // spelling of each id.
-func (e *extractor) getID(ctx *fasthttp.RequestCtx, body *jsonBody) ([]byte, error) {
+func (e *extractor) getID(ctx *fasthttp.RequestCtx, body *buyInput) ([]byte, error) {
 	v, err := e.get(ctx, nil, body)
 	if err != nil || len(v) == 0 {
 		return v, err
@@ -89,10 +89,10 @@ func (e *extractor) getID(ctx *fasthttp.RequestCtx, body *jsonBody) ([]byte, err
 
 // get returns the value (which may alias ctx's buffers) or nil when absent.
 // body is the parsed JSON body, decoded at most once per request.
-func (e *extractor) get(ctx *fasthttp.RequestCtx, pathSKU []byte, body *jsonBody) ([]byte, error) {
+func (e *extractor) get(ctx *fasthttp.RequestCtx, pathSKU []byte, body *buyInput) ([]byte, error) {
 	switch e.kind {
 	case "header":
-		return headerOnce(&ctx.Request.Header, e.name)
+		return headerOnce(&ctx.Request.Header, e.name, body.facts)
 	case "cookie":
 		return cookieOnce(&ctx.Request.Header, e.name)
 	case "query":
@@ -171,7 +171,7 @@ func (e *extractor) get(ctx *fasthttp.RequestCtx, pathSKU []byte, body *jsonBody
 // values before route values; Laravel's $request->sku reads the input
 // before the route parameter. The name is the placeholder's: a shop whose
 // own route names it otherwise is not covered (README).
-func captureCopy(ctx *fasthttp.RequestCtx, body *jsonBody, name string) error {
+func captureCopy(ctx *fasthttp.RequestCtx, body *buyInput, name string) error {
 	if rawArgHas(queryString(ctx), name, true) || rawArgHas(formBody(ctx), name, true) || multipartHas(ctx, name) {
 		return errTwice{}
 	}
@@ -194,31 +194,32 @@ func (errTwice) Error() string { return "field sent more than once" }
 // A field spelled with '_' for '-' (X_User_Id beside, or instead of,
 // X-User-Id) counts as a copy: CGI-style servers (PHP, Rack, WSGI) file
 // both under HTTP_X_USER_ID, so the shop could read the one the proxy did
-// not judge.
-func headerOnce(h *fasthttp.RequestHeader, name string) ([]byte, error) {
-	if strings.IndexByte(name, '-') < 0 {
-		switch v := h.PeekAll(name); len(v) {
-		case 0:
-			return nil, nil
-		case 1:
-			return v[0], nil
+// not judge. facts are handle's (headerFacts): a request with no name
+// holding '_' is read with PeekAll alone, cheaper than a pass over the
+// names (which rebuilds the Cookie line each time).
+func headerOnce(h *fasthttp.RequestHeader, name string, facts headerFacts) ([]byte, error) {
+	if strings.IndexByte(name, '-') >= 0 && facts.may(factUnderscore) {
+		// One pass finds both the lines of name and its '_' spellings.
+		var v []byte
+		n := 0
+		for k, kv := range h.All() {
+			if !headerNameFold(k, name) {
+				continue
+			}
+			if n++; n > 1 || !bytes.EqualFold(k, []byte(name)) {
+				return nil, errTwice{}
+			}
+			v = kv
 		}
-		return nil, errTwice{}
+		return v, nil
 	}
-	// One pass finds both the lines of name and its '_' spellings (a
-	// PeekAll beside it walked the header again).
-	var v []byte
-	n := 0
-	for k, kv := range h.All() {
-		if !headerNameFold(k, name) {
-			continue
-		}
-		if n++; n > 1 || !bytes.EqualFold(k, []byte(name)) {
-			return nil, errTwice{}
-		}
-		v = kv
+	switch v := h.PeekAll(name); len(v) {
+	case 0:
+		return nil, nil
+	case 1:
+		return v[0], nil
 	}
-	return v, nil
+	return nil, errTwice{}
 }
 
 // headerNameFold reports whether header names a and b are one to a
@@ -295,7 +296,7 @@ func cookieOnce(h *fasthttp.RequestHeader, name string) ([]byte, error) {
 // without a JSON body; a body not decoded yet is first scanned
 // (cannotName), and one in which no parser could find the key is not
 // decoded for it.
-func jsonBodyHas(ctx *fasthttp.RequestCtx, body *jsonBody, name string) error {
+func jsonBodyHas(ctx *fasthttp.RequestCtx, body *buyInput, name string) error {
 	raw := ctx.Request.Body()
 	if !jsonContentType(ctx.Request.Header.ContentType()) || len(bytes.TrimSpace(raw)) == 0 ||
 		!body.done && cannotName(raw, name) {
@@ -431,14 +432,17 @@ func cannotName(raw []byte, name string) bool {
 	return true
 }
 
-// jsonBody decodes the request body once, on first use.
-type jsonBody struct {
-	done bool
-	v    any
-	err  error
+// buyInput is what parse has learned of one buy so far, so no check
+// reads it twice: handle's header facts, and the body decoded as JSON
+// once, on first use (get).
+type buyInput struct {
+	facts headerFacts
+	done  bool
+	v     any
+	err   error
 }
 
-func (b *jsonBody) get(ctx *fasthttp.RequestCtx) (any, error) {
+func (b *buyInput) get(ctx *fasthttp.RequestCtx) (any, error) {
 	if !b.done {
 		b.done = true
 		raw := ctx.Request.Body()
@@ -596,6 +600,9 @@ func stripSeckillHeaders(h *fasthttp.RequestHeader) headerFacts {
 		case len(k) == len(fasthttp.HeaderContentEncoding) && bytes.EqualFold(k, []byte(fasthttp.HeaderContentEncoding)):
 			f |= factEncoding
 		}
+		if f&factUnderscore == 0 && bytes.IndexByte(k, '_') >= 0 {
+			f |= factUnderscore
+		}
 	}
 	for i := 0; i < n; i++ {
 		h.DelBytes(names[i])
@@ -611,10 +618,11 @@ const (
 	// factScanned marks facts from stripSeckillHeaders' pass. Without it
 	// (the zero value: facts nobody gathered) may says every kind may be
 	// there, and each check runs in full.
-	factScanned  headerFacts = 1 << iota
-	factHop                  // a hop-by-hop field (hopField)
-	factOverride             // an X-HTTP-Method-Override family name (overrideHeader)
-	factEncoding             // a Content-Encoding field (encodedBody)
+	factScanned    headerFacts = 1 << iota
+	factHop                    // a hop-by-hop field (hopField)
+	factOverride               // an X-HTTP-Method-Override family name (overrideHeader)
+	factEncoding               // a Content-Encoding field (encodedBody)
+	factUnderscore             // a name with '_' (headerOnce's CGI spellings)
 )
 
 // may reports whether a field of kind k may be there.

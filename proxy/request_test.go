@@ -131,7 +131,7 @@ func TestExtractors(t *testing.T) {
 		{"json missing", newFromExtractor("json:/nope"), ""},
 		{"missing header", newSourceExtractor(config.Source{Header: "X-None"}), ""},
 	}
-	var body jsonBody
+	var body buyInput
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := tt.give.get(ctx, []byte("p1"), &body)
@@ -147,12 +147,12 @@ func TestExtractors(t *testing.T) {
 		t.Errorf("path with ?sku= in the query: get = %q, %v; want errTwice", got, err)
 	}
 	clean := newCtx("POST /x?ref=1&skus=2 HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n")
-	if got, err := px.get(clean, []byte("p1"), &jsonBody{}); err != nil || string(got) != "p1" {
+	if got, err := px.get(clean, []byte("p1"), &buyInput{}); err != nil || string(got) != "p1" {
 		t.Errorf("path: get = %q, %v; want \"p1\"", got, err)
 	}
 
 	form := newCtx("POST /f HTTP/1.1\r\nHost: h\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 14\r\n\r\nsku=f1&qty=3&x")
-	if got, _ := (&extractor{kind: "form", name: "sku"}).get(form, nil, &jsonBody{}); string(got) != "f1" {
+	if got, _ := (&extractor{kind: "form", name: "sku"}).get(form, nil, &buyInput{}); string(got) != "f1" {
 		t.Errorf("form sku = %q", got)
 	}
 	// A field that is there but no string or number is malformed, not
@@ -163,7 +163,7 @@ func TestExtractors(t *testing.T) {
 	}
 	bad := newCtx("POST /j HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n{\"a\":")
 	jx := newFromExtractor("json:/a")
-	if _, err := jx.get(bad, nil, &jsonBody{}); err == nil {
+	if _, err := jx.get(bad, nil, &buyInput{}); err == nil {
 		t.Error("malformed JSON body: no error")
 	}
 }
@@ -189,7 +189,7 @@ func TestSourceExtractorCanonical(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newSourceExtractor(tt.src)
-			got, err := e.getID(ctx, &jsonBody{})
+			got, err := e.getID(ctx, &buyInput{})
 			if (err != nil) != tt.wantErr || string(got) != tt.want {
 				t.Errorf("getID = %q, %v; want %q (error %v)", got, err, tt.want, tt.wantErr)
 			}
@@ -324,7 +324,7 @@ func TestStripSeckillHeaders(t *testing.T) {
 // again); facts nobody gathered (the zero value) may hold anything.
 func TestHeaderFacts(t *testing.T) {
 	var zero headerFacts
-	if !zero.may(factHop) || !zero.may(factOverride) || !zero.may(factEncoding) {
+	if !zero.may(factHop) || !zero.may(factOverride) || !zero.may(factEncoding) || !zero.may(factUnderscore) {
 		t.Error("facts nobody gathered rule a kind out")
 	}
 	for _, tt := range []struct {
@@ -349,6 +349,9 @@ func TestHeaderFacts(t *testing.T) {
 			t.Fatal(err)
 		}
 		f := stripSeckillHeaders(&req.Header)
+		if under := strings.Contains(tt.fields, "_"); f.may(factUnderscore) != under {
+			t.Errorf("%q: underscore %v, want %v", tt.fields, f.may(factUnderscore), under)
+		}
 		if f.may(factHop) != tt.hop || f.may(factOverride) != tt.override || f.may(factEncoding) != tt.encoding {
 			t.Errorf("%q: hop %v override %v encoding %v, want %v %v %v", tt.fields,
 				f.may(factHop), f.may(factOverride), f.may(factEncoding), tt.hop, tt.override, tt.encoding)

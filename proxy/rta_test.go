@@ -18,7 +18,7 @@ func TestRTABuyChecksNoAllocs(t *testing.T) {
 	ctx.Request.Header.Set("X-User-Id", "alice")
 	ctx.Request.Header.Set("Content-Type", "text/plain; charset=UTF-8")
 	px := newFromExtractor("path")
-	var body jsonBody
+	var body buyInput
 	ok := true
 	allocs := testing.AllocsPerRun(200, func() {
 		v, err := px.get(&ctx, []byte("sku1"), &body)

@@ -499,7 +499,7 @@ func (s *Server) parse(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, 
 // parseWait is parse that also says, for RATE_LIMITED (a bearer token's
 // first sight over the address's per_ip budget), how long to wait.
 func (s *Server) parseWait(ctx *fasthttp.RequestCtx, st *state, a *config.Activity, m match) (admission.Request, admission.Code, time.Duration) {
-	var body jsonBody
+	body := buyInput{facts: m.facts}
 	if !bufferBuyBody(&ctx.Request) || m.facts.may(factEncoding) && encodedBody(&ctx.Request.Header) || foreignCharset(&ctx.Request.Header) {
 		return admission.Request{}, admission.BadRequest, 0
 	}

@@ -69,7 +69,7 @@ func (si *sessionIdentity) closeLater() {
 // with identity.user.session, a copy of the session credential, which
 // admission turns into the shop's user id after its local stages. A
 // missing or unusable credential is 401 UNAUTHENTICATED.
-func (st *state) readBuyer(ctx *fasthttp.RequestCtx, body *jsonBody, req *admission.Request) admission.Code {
+func (st *state) readBuyer(ctx *fasthttp.RequestCtx, body *buyInput, req *admission.Request) admission.Code {
 	if si := st.session; si != nil {
 		cred, err := si.from.get(ctx, nil, body)
 		if _, twice := err.(errTwice); twice {

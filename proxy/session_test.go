@@ -67,7 +67,7 @@ func TestReadBuyerSession(t *testing.T) {
 			ctx := newCtx("POST /buy HTTP/1.1\r\nHost: h\r\nX-User-Id: alice\r\n\r\n")
 			ctx.Request.Header.Set("Cookie", tt.cookie)
 			var req admission.Request
-			var body jsonBody
+			var body buyInput
 			if got := st.readBuyer(ctx, &body, &req); got != tt.want {
 				t.Fatalf("readBuyer = %v, want %v", got, tt.want)
 			}
