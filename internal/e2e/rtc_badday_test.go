@@ -60,7 +60,8 @@ var rtcAnswers = []struct {
 // unit is confirmed or released, confirmed == the shop's orders, stock
 // adds up, no buyer told a win whose token the shop has no order for.
 func TestRTCBadDayEveryUnitSettles(t *testing.T) {
-	Soak(t) // ≈4.5 s; held at rtc's commit (docs/decisions.md §70)
+	// ≈11 s; held at rtc's commit (docs/decisions.md §70).
+	Soak(t)
 	for _, mode := range []string{"sync", "queue"} {
 		for _, stall := range []string{"sigstop", "pause-write", "debug-sleep"} {
 			t.Run(mode+"/"+stall, func(t *testing.T) { rtcBadDay(t, mode, stall) })
