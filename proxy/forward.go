@@ -635,7 +635,7 @@ func (s *Server) settled(kind, tok string, code lua.Code, err error) {
 		result = "error"
 		s.log.Error(kind+" failed; the reconciler will settle it", zap.String("token", tok), zap.Error(err))
 	} else if kind == "confirm" {
-		s.gone.Settled("confirm", tok, code)
+		s.confirmLog.Settled("confirm", tok, code)
 	}
 	s.m.Settlements.WithLabelValues(kind, result).Inc()
 }

@@ -58,11 +58,11 @@ type Server struct {
 	book   Book
 	m      *metrics.Metrics
 	log    *zap.Logger
-	// gone logs confirms that found their reservation released or its
+	// confirmLog logs confirms that found their reservation released or its
 	// record gone (settlelog), at most one line a second each.
-	gone *settlelog.Confirms
-	srv  *fasthttp.Server
-	ref  *handlerRef // srv's handler: Shutdown lets go of the Server
+	confirmLog *settlelog.Confirms
+	srv        *fasthttp.Server
+	ref        *handlerRef // srv's handler: Shutdown lets go of the Server
 	// maxConns and maxConnsPerIP are server.max_conns and
 	// max_conns_per_ip as started with, enforced by limitConns (connlimit.go).
 	maxConns, maxConnsPerIP int
@@ -113,7 +113,7 @@ type outcomeCounters struct {
 // New builds a Server for cfg.
 func New(cfg *config.Config, d Deciders, b Book, m *metrics.Metrics, log *zap.Logger) (*Server, error) {
 	s := &Server{decide: d, book: b, m: m, log: log, obs: newObservers(m), refused: newRouteRefusals(m), confirms: newConfirms(), shadow: newShadowLog(),
-		gone: settlelog.New(log)}
+		confirmLog: settlelog.New(log)}
 	s.batcher, _ = b.(confirmer)
 	if is, ok := b.(inflight.Store); ok {
 		s.inflight = inflight.NewFleet(is, m.Inflight, m.InflightLimit, log.Named("inflight"), "")

@@ -65,9 +65,9 @@ type Queue struct {
 	m   *metrics.Metrics
 	log *zap.Logger
 	opt QueueOptions
-	// gone logs confirms that found their reservation released or its
+	// confirmLog logs confirms that found their reservation released or its
 	// record gone (settlelog), at most one line a second each.
-	gone *settlelog.Confirms
+	confirmLog *settlelog.Confirms
 
 	mu   sync.Mutex
 	stop context.CancelFunc // stops reading; forwarders drain what they hold
@@ -91,7 +91,7 @@ func NewQueue(st *store.Store, m *metrics.Metrics, log *zap.Logger, opt QueueOpt
 	if opt.Poll <= 0 {
 		opt.Poll = 200 * time.Millisecond
 	}
-	return &Queue{st: st, m: m, log: log, opt: opt, gone: settlelog.New(log)}
+	return &Queue{st: st, m: m, log: log, opt: opt, confirmLog: settlelog.New(log)}
 }
 
 // Start (re)starts the workers for cfg's queue-mode activities: a reload
@@ -930,7 +930,7 @@ func (aq *actQueue) settle(ctx context.Context, kind string, tok store.Token, f 
 		if err == nil {
 			aq.q.m.Settlements.WithLabelValues("queue_"+kind, code.String()).Inc()
 			if kind == "confirm" {
-				aq.q.gone.Settled("queue: confirm", tok.String(), code)
+				aq.q.confirmLog.Settled("queue: confirm", tok.String(), code)
 			}
 			return true
 		}
@@ -949,7 +949,7 @@ func (aq *actQueue) settle(ctx context.Context, kind string, tok store.Token, f 
 	aq.q.st.Retrier().Submit("queue_"+kind, kind, func(c context.Context) error {
 		code, err := f(c)
 		if err == nil && kind == "confirm" {
-			aq.q.gone.Settled("queue: confirm", tok.String(), code)
+			aq.q.confirmLog.Settled("queue: confirm", tok.String(), code)
 		}
 		return err
 	})
