@@ -634,9 +634,8 @@ func (s *Server) settled(kind, tok string, code lua.Code, err error) {
 	if err != nil {
 		result = "error"
 		s.log.Error(kind+" failed; the reconciler will settle it", zap.String("token", tok), zap.Error(err))
-	} else if kind == "confirm" && code == lua.Released {
-		s.log.Error("shop confirmed a reservation that was already released: the shop holds an order for stock back on sale",
-			zap.String("token", tok))
+	} else if kind == "confirm" {
+		s.confirmLog.Settled("confirm", tok, code)
 	}
 	s.m.Settlements.WithLabelValues(kind, result).Inc()
 }

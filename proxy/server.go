@@ -27,6 +27,7 @@ import (
 	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/seckill-proxy/seckill-proxy/identity"
 	"github.com/seckill-proxy/seckill-proxy/inflight"
+	"github.com/seckill-proxy/seckill-proxy/internal/settlelog"
 	"github.com/seckill-proxy/seckill-proxy/lua"
 	"github.com/seckill-proxy/seckill-proxy/metrics"
 	"github.com/seckill-proxy/seckill-proxy/store"
@@ -57,8 +58,11 @@ type Server struct {
 	book   Book
 	m      *metrics.Metrics
 	log    *zap.Logger
-	srv    *fasthttp.Server
-	ref    *handlerRef // srv's handler: Shutdown lets go of the Server
+	// confirmLog logs confirms that found their reservation released or its
+	// record gone (settlelog), at most one line a second each.
+	confirmLog *settlelog.Confirms
+	srv        *fasthttp.Server
+	ref        *handlerRef // srv's handler: Shutdown lets go of the Server
 	// maxConns and maxConnsPerIP are server.max_conns and
 	// max_conns_per_ip as started with, enforced by limitConns (connlimit.go).
 	maxConns, maxConnsPerIP int
@@ -111,7 +115,8 @@ type outcomeCounters struct {
 
 // New builds a Server for cfg.
 func New(cfg *config.Config, d Deciders, b Book, m *metrics.Metrics, log *zap.Logger) (*Server, error) {
-	s := &Server{decide: d, book: b, m: m, log: log, obs: newObservers(m), refused: newRouteRefusals(m), confirms: newConfirms(), shadow: newShadowLog()}
+	s := &Server{decide: d, book: b, m: m, log: log, obs: newObservers(m), refused: newRouteRefusals(m), confirms: newConfirms(), shadow: newShadowLog(),
+		confirmLog: settlelog.New(log)}
 	s.batcher, _ = b.(confirmer)
 	if is, ok := b.(inflight.Store); ok {
 		s.inflight = inflight.NewFleet(is, m.Inflight, m.InflightLimit, log.Named("inflight"), "")

@@ -23,6 +23,7 @@ import (
 	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/seckill-proxy/seckill-proxy/inflight"
 	"github.com/seckill-proxy/seckill-proxy/internal/jsonptr"
+	"github.com/seckill-proxy/seckill-proxy/internal/settlelog"
 	"github.com/seckill-proxy/seckill-proxy/internal/signing"
 	"github.com/seckill-proxy/seckill-proxy/lua"
 	"github.com/seckill-proxy/seckill-proxy/metrics"
@@ -64,6 +65,9 @@ type Queue struct {
 	m   *metrics.Metrics
 	log *zap.Logger
 	opt QueueOptions
+	// confirmLog logs confirms that found their reservation released or its
+	// record gone (settlelog), at most one line a second each.
+	confirmLog *settlelog.Confirms
 
 	mu   sync.Mutex
 	stop context.CancelFunc // stops reading; forwarders drain what they hold
@@ -87,7 +91,7 @@ func NewQueue(st *store.Store, m *metrics.Metrics, log *zap.Logger, opt QueueOpt
 	if opt.Poll <= 0 {
 		opt.Poll = 200 * time.Millisecond
 	}
-	return &Queue{st: st, m: m, log: log, opt: opt}
+	return &Queue{st: st, m: m, log: log, opt: opt, confirmLog: settlelog.New(log)}
 }
 
 // Start (re)starts the workers for cfg's queue-mode activities: a reload
@@ -795,7 +799,7 @@ func (aq *actQueue) handle(readCtx, ctx context.Context, j *job) {
 		// a buy the shop never took (red-team finding, TestRV15Queue...).
 		// Otherwise it is sent again, which the shop dedups by token.
 		if v, oid, _ := verifyOrder(ctx, aq.client, a.Verify.URL, j.e.Token); v == OrderExists && aq.verifyTrusted(ctx, a, tok) {
-			if aq.settle(ctx, "confirm", func(c context.Context) (lua.Code, error) { return st.Confirm(c, tok, j.shards, oid) }) {
+			if aq.settle(ctx, "confirm", tok, func(c context.Context) (lua.Code, error) { return st.Confirm(c, tok, j.shards, oid) }) {
 				ack()
 			}
 			return
@@ -831,7 +835,7 @@ func (aq *actQueue) handle(readCtx, ctx context.Context, j *job) {
 	case ctx.Err() != nil:
 		return // killed: the outcome is unknown, leave the entry for a takeover
 	case err == nil && status >= 200 && status < 300:
-		if !aq.settle(ctx, "confirm", func(c context.Context) (lua.Code, error) { return st.Confirm(c, tok, j.shards, oid) }) {
+		if !aq.settle(ctx, "confirm", tok, func(c context.Context) (lua.Code, error) { return st.Confirm(c, tok, j.shards, oid) }) {
 			return // not acked: redelivery verifies, then confirms
 		}
 	case (err == nil && (a.Verify.URL == "" || aq.cfg.Upstream.Releases(status))) || isDefiniteNo(err):
@@ -844,7 +848,7 @@ func (aq *actQueue) handle(readCtx, ctx context.Context, j *job) {
 		if err != nil {
 			reason = "shop_unreachable"
 		}
-		if !aq.settle(ctx, "release", func(c context.Context) (lua.Code, error) {
+		if !aq.settle(ctx, "release", tok, func(c context.Context) (lua.Code, error) {
 			// Only this send's: a takeover that re-claimed it after
 			// ClaimIdle (this worker being slow) has sent it again.
 			return st.ReleaseSent(c, tok, j.shards, reason, time.Now().UnixMilli(), sentMs)
@@ -918,15 +922,15 @@ func (aq *actQueue) verifyTrusted(ctx context.Context, a *config.Activity, tok s
 
 // settle runs one transition, retried briefly on Redis trouble; it reports
 // whether the reservation is settled (or was already).
-func (aq *actQueue) settle(ctx context.Context, kind string, f func(context.Context) (lua.Code, error)) bool {
+func (aq *actQueue) settle(ctx context.Context, kind string, tok store.Token, f func(context.Context) (lua.Code, error)) bool {
 	for attempt := 0; attempt < 3; attempt++ {
 		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		code, err := f(cctx)
 		cancel()
 		if err == nil {
 			aq.q.m.Settlements.WithLabelValues("queue_"+kind, code.String()).Inc()
-			if kind == "confirm" && code == lua.Released {
-				aq.q.log.Error("shop confirmed a reservation that was already released: the shop holds an order for stock back on sale")
+			if kind == "confirm" {
+				aq.q.confirmLog.Settled("queue: confirm", tok.String(), code)
 			}
 			return true
 		}
@@ -943,7 +947,10 @@ func (aq *actQueue) settle(ctx context.Context, kind string, f func(context.Cont
 	// and leave the entry unacknowledged so a crash meanwhile is covered by
 	// the takeover, whose claim then finds the reservation settled.
 	aq.q.st.Retrier().Submit("queue_"+kind, kind, func(c context.Context) error {
-		_, err := f(c)
+		code, err := f(c)
+		if err == nil && kind == "confirm" {
+			aq.q.confirmLog.Settled("queue: confirm", tok.String(), code)
+		}
 		return err
 	})
 	return false

@@ -95,7 +95,13 @@ func StartProxyClock(t testing.TB, cfg *config.Config, now func() time.Time) *Pr
 // clock for the clock guard, its check period).
 func StartProxyWith(t testing.TB, cfg *config.Config, now func() time.Time, opts ...admission.Option) *Proxy {
 	t.Helper()
-	log := zap.NewNop()
+	return StartProxyLog(t, cfg, zap.NewNop(), now, opts...)
+}
+
+// StartProxyLog is StartProxyWith logging to log (a test that reads what
+// an operator is told).
+func StartProxyLog(t testing.TB, cfg *config.Config, log *zap.Logger, now func() time.Time, opts ...admission.Option) *Proxy {
+	t.Helper()
 	st, err := store.Open(cfg.Redis, log)
 	if err != nil {
 		t.Fatalf("store.Open: %v", err)

@@ -15,7 +15,13 @@ import (
 // test ends, before p does.
 func (p *Proxy) StartQueue(t testing.TB) *reservation.Queue {
 	t.Helper()
-	q := reservation.NewQueue(p.Store, p.Metrics, zap.NewNop(), reservation.QueueOptions{
+	return p.StartQueueLog(t, zap.NewNop())
+}
+
+// StartQueueLog is StartQueue with the workers logging to log.
+func (p *Proxy) StartQueueLog(t testing.TB, log *zap.Logger) *reservation.Queue {
+	t.Helper()
+	q := reservation.NewQueue(p.Store, p.Metrics, log, reservation.QueueOptions{
 		Consumer: "e2e-" + p.Addr, Inflight: p.Server.Inflight(), Hold: p.Pipeline.ClockProblem,
 	})
 	q.Start(p.Cfg)
