@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +25,9 @@ type jwtUser struct {
 	cfg      config.JWT
 	canon    identity.Canon // the user source's case_fold / numeric
 	failures [identity.NumReasons]prometheus.Counter
+	// authorization: the token is read from the Authorization header
+	// itself (headerOnce already refuses a second line of it).
+	authorization bool
 }
 
 // userCheck vets a user id that a verified source (a JWT claim, the
@@ -41,7 +45,7 @@ func userCheck(canon identity.Canon) func(string) (string, bool) {
 }
 
 func newJWTUser(v *identity.JWT, c config.JWT, m *metrics.Metrics) *jwtUser {
-	j := &jwtUser{v: v, cfg: c}
+	j := &jwtUser{v: v, cfg: c, authorization: c.Cookie == "" && strings.EqualFold(c.Header, fasthttp.HeaderAuthorization)}
 	for r := identity.Reason(1); r < identity.NumReasons; r++ {
 		j.failures[r] = m.AuthFailures.WithLabelValues(r.String())
 	}
@@ -61,10 +65,13 @@ func (j *jwtUser) token(ctx *fasthttp.RequestCtx) ([]byte, identity.Reason) {
 		if err != nil {
 			return nil, identity.Malformed
 		}
-		if len(t) > 0 {
-			return t, identity.OK
+		if len(t) == 0 {
+			return nil, identity.Missing
 		}
-		return nil, identity.Missing
+		if otherBearer(&ctx.Request.Header, t) {
+			return nil, identity.Malformed
+		}
+		return t, identity.OK
 	}
 	h, err := headerOnce(&ctx.Request.Header, j.cfg.Header)
 	if err != nil {
@@ -76,7 +83,47 @@ func (j *jwtUser) token(ctx *fasthttp.RequestCtx) ([]byte, identity.Reason) {
 	if len(h) < len(bearer) || !bytes.EqualFold(h[:len(bearer)], bearer) {
 		return nil, identity.Malformed
 	}
-	return bytes.TrimSpace(h[len(bearer):]), identity.OK
+	t := bytes.TrimSpace(h[len(bearer):])
+	if !j.authorization && otherBearer(&ctx.Request.Header, t) {
+		return nil, identity.Malformed
+	}
+	return t, identity.OK
+}
+
+// otherBearer reports whether an Authorization line may carry another
+// bearer token than tok, the one the proxy verified from its configured
+// place (a cookie, another header). Shops that take a JWT from a cookie
+// commonly look in Authorization first (tymon/jwt-auth, Flask-JWT-Extended
+// with headers listed first), and tymon's parser takes whatever follows
+// the last "bearer" anywhere in the line (red team rtd: a throw-away
+// account's cookie beside the main account's header was judged as the
+// throw-away and booked for the main). So a line naming "bearer" in any
+// case anywhere must be exactly "Bearer <tok>"; other schemes (Basic) pass.
+func otherBearer(h *fasthttp.RequestHeader, tok []byte) bool {
+	for _, v := range h.PeekAll(fasthttp.HeaderAuthorization) {
+		if !containsFold(v, bearerWord) {
+			continue
+		}
+		if len(v) > len(bearerWord) && bytes.EqualFold(v[:len(bearerWord)], bearerWord) &&
+			(v[len(bearerWord)] == ' ' || v[len(bearerWord)] == '\t') && bytes.Equal(bytes.TrimSpace(v[len(bearerWord):]), tok) {
+			continue
+		}
+		return true
+	}
+	return false
+}
+
+var bearerWord = []byte("bearer")
+
+// containsFold reports whether b contains the lower-case ASCII word w in
+// any letter case.
+func containsFold(b, w []byte) bool {
+	for i := 0; i+len(w) <= len(b); i++ {
+		if b[i]|0x20 == w[0] && bytes.EqualFold(b[i:i+len(w)], w) {
+			return true
+		}
+	}
+	return false
 }
 
 // identify returns the verified user id, or the refusal's code. A token

@@ -52,3 +52,41 @@ func TestRTDCookieInsideAnotherCookie(t *testing.T) {
 		t.Fatalf("%v allocations, want 0", allocs)
 	}
 }
+
+// TestRTDOtherBearer: beside a token read from a cookie (or another
+// header), an Authorization line that a shop could read a bearer token
+// from must carry exactly that token; other schemes pass, and the check
+// allocates nothing.
+func TestRTDOtherBearer(t *testing.T) {
+	tok := []byte("aaa.bbb.ccc")
+	for _, tt := range []struct {
+		lines []string
+		want  bool
+	}{
+		{nil, false},
+		{[]string{"Bearer aaa.bbb.ccc"}, false},
+		{[]string{"bearer \t aaa.bbb.ccc "}, false},
+		{[]string{"Basic Zm9vOmJhcg=="}, false},
+		{[]string{"Basic Zm9vOmJhcg==", "Bearer aaa.bbb.ccc"}, false},
+		{[]string{"Bearer xxx.yyy.zzz"}, true},
+		{[]string{"Bearer aaa.bbb.ccc", "Bearer xxx.yyy.zzz"}, true},
+		{[]string{"Basic Zm9v, Bearer xxx.yyy.zzz"}, true}, // tymon: what follows the last "bearer"
+		{[]string{"Bearer aaa.bbb.ccc, Bearer xxx.yyy.zzz"}, true},
+		{[]string{"Token BEARERxxx.yyy.zzz"}, true},
+		{[]string{"Bearer"}, true},
+		{[]string{"Beareraaa.bbb.ccc"}, true},
+	} {
+		var h fasthttp.RequestHeader
+		for _, l := range tt.lines {
+			h.Add("Authorization", l)
+		}
+		if got := otherBearer(&h, tok); got != tt.want {
+			t.Errorf("%q: %v, want %v", tt.lines, got, tt.want)
+		}
+	}
+	var h fasthttp.RequestHeader
+	h.Set("Authorization", "Bearer aaa.bbb.ccc")
+	if n := testing.AllocsPerRun(200, func() { otherBearer(&h, tok) }); n != 0 {
+		t.Fatalf("%v allocations, want 0", n)
+	}
+}
