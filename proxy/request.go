@@ -258,6 +258,9 @@ func cookieOnce(h *fasthttp.RequestHeader, name string) ([]byte, error) {
 		if string(k) == name {
 			v = val
 			n++
+			if innerCookie(val, false, name, phpName, pk[:0]) {
+				other++ // "sid=a, sid=b": two to Tomcat's RFC 2109 reading
+			}
 			continue
 		}
 		if len(k) == 0 {

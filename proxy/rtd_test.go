@@ -21,6 +21,8 @@ func TestRTDCookieInsideAnotherCookie(t *testing.T) {
 		"sess_id=a; x=b sess.id=c",
 		"x, sess_id=c; sess_id=a",
 		"sess_id=a; x=b sess_id=",
+		"$Version=1; sess_id=a, sess_id=c",
+		"sess_id=a sess_id=c",
 	} {
 		var h fasthttp.RequestHeader
 		h.Set("Cookie", c)
