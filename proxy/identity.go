@@ -115,6 +115,80 @@ func otherBearer(h *fasthttp.RequestHeader, tok []byte) bool {
 
 var bearerWord = []byte("bearer")
 
+// tokenFieldNames are the fields shops' JWT parsers take a token from
+// besides headers and cookies: tymon/jwt-auth's "token" (the query, then
+// the input: form or JSON), RFC 6750's "access_token" (form, query; also
+// Flask-JWT-Extended's JSON key), Flask-JWT-Extended's "jwt" (query).
+var tokenFieldNames = [...]string{"token", "access_token", "jwt"}
+
+// tokenField reports whether the query, an urlencoded body or a JSON
+// body's top level holds, under a token field's name (in any letter case
+// or PHP spelling), a JWT other than tok, the one verified from a cookie
+// or another header than Authorization: tymon/jwt-auth reads the query's
+// and the input's "token" before its cookie (red team rtd). A field with
+// anything but a JWT (a captcha's token) is not judged. No cost to a buy
+// whose query and body are empty.
+func tokenField(ctx *fasthttp.RequestCtx, body *jsonBody, tok []byte) bool {
+	q, f := queryString(ctx), formBody(ctx)
+	raw := ctx.Request.Body()
+	js := len(raw) > 0 && jsonContentType(ctx.Request.Header.ContentType())
+	if len(q) == 0 && len(f) == 0 && !js {
+		return false
+	}
+	for _, name := range tokenFieldNames {
+		if otherJWTArg(q, name, tok) || otherJWTArg(f, name, tok) {
+			return true
+		}
+		if js && (body.done || !cannotName(raw, name)) {
+			if v, err := body.get(ctx); err == nil {
+				if m, ok := v.(map[string]any); ok {
+					for k, x := range m {
+						if s, ok := x.(string); ok && strings.EqualFold(k, name) && otherJWT([]byte(s), tok) {
+							return true
+						}
+					}
+				}
+			}
+		}
+	}
+	return false
+}
+
+// otherJWTArg reports whether a field of the urlencoded raw named name
+// (argKeyIs, folded; PHP's spellings) holds a JWT other than tok.
+func otherJWTArg(raw []byte, name string, tok []byte) bool {
+	var scratch [64]byte
+	for rest := raw; len(rest) > 0; {
+		var k, v []byte
+		k, v, rest = nextArg(rest, "&;")
+		if len(v) == 0 || !argKeyIs(k, name, true, scratch[:0]) && !argNameCopy(k, name, []byte(name), true, scratch[:0]) {
+			continue
+		}
+		if bytes.IndexByte(v, '%') >= 0 || bytes.IndexByte(v, '+') >= 0 {
+			v = fasthttp.AppendUnquotedArg(nil, v)
+		}
+		if otherJWT(v, tok) {
+			return true
+		}
+	}
+	return false
+}
+
+// otherJWT reports whether v looks like a JWT (three base64url segments,
+// as a parser would try it) and is not tok.
+func otherJWT(v, tok []byte) bool {
+	v = bytes.TrimSpace(v)
+	if bytes.Equal(v, tok) || bytes.Count(v, []byte(".")) != 2 || v[0] == '.' {
+		return false
+	}
+	for _, c := range v {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.' || c == '=') {
+			return false
+		}
+	}
+	return true
+}
+
 // containsFold reports whether b contains the lower-case ASCII word w in
 // any letter case.
 func containsFold(b, w []byte) bool {
@@ -131,8 +205,11 @@ func containsFold(b, w []byte) bool {
 // set; RATE_LIMITED with the wait when there is none), as a session
 // look-up does, so one address cannot buy signature checks faster than its
 // rate; spent says so, and the buy's per-IP stage then takes no second.
-func (j *jwtUser) identify(ctx *fasthttp.RequestCtx, il IPLimiter, ip netip.Addr, shadow bool) (user string, code admission.Code, wait time.Duration, spent bool) {
+func (j *jwtUser) identify(ctx *fasthttp.RequestCtx, body *jsonBody, il IPLimiter, ip netip.Addr, shadow bool) (user string, code admission.Code, wait time.Duration, spent bool) {
 	raw, r := j.token(ctx)
+	if r == identity.OK && !j.authorization && tokenField(ctx, body, raw) {
+		r = identity.Malformed
+	}
 	if r == identity.OK {
 		var hit bool
 		if user, hit = j.v.Cached(raw); hit {
