@@ -123,9 +123,11 @@ var tokenFieldNames = [...]string{"token", "access_token", "jwt"}
 
 // tokenField reports whether the query, an urlencoded body or a JSON
 // body's top level holds, under a token field's name (in any letter case
-// or PHP spelling), a JWT other than tok, the one verified from a cookie
-// or another header than Authorization: tymon/jwt-auth reads the query's
-// and the input's "token" before its cookie (red team rtd). A field with
+// or PHP spelling), a JWT other than tok, the verified one: tymon/jwt-auth
+// reads the query's and the input's "token" before its cookie, and
+// Flask-JWT-Extended reads its locations in the configured order, the
+// query's "jwt" or the JSON's "access_token" before the header when listed
+// so (red team rtd). A field with
 // anything but a JWT (a captcha's token) is not judged. No cost to a buy
 // whose query and body are empty.
 func tokenField(ctx *fasthttp.RequestCtx, body *jsonBody, tok []byte) bool {
@@ -207,7 +209,7 @@ func containsFold(b, w []byte) bool {
 // rate; spent says so, and the buy's per-IP stage then takes no second.
 func (j *jwtUser) identify(ctx *fasthttp.RequestCtx, body *jsonBody, il IPLimiter, ip netip.Addr, shadow bool) (user string, code admission.Code, wait time.Duration, spent bool) {
 	raw, r := j.token(ctx)
-	if r == identity.OK && !j.authorization && tokenField(ctx, body, raw) {
+	if r == identity.OK && tokenField(ctx, body, raw) {
 		r = identity.Malformed
 	}
 	if r == identity.OK {

@@ -133,3 +133,23 @@ func TestRTDJWTCookieBesideATokenField(t *testing.T) {
 		}
 	}
 }
+
+// TestRTDJWTHeaderBesideATokenField: the same with the token in
+// Authorization: Flask-JWT-Extended reads its JWT_TOKEN_LOCATION in the
+// order listed, so with ["query_string", "headers"] a "?jwt=<main>" beside
+// the throw-away account's header is the main account's buy there.
+func TestRTDJWTHeaderBesideATokenField(t *testing.T) {
+	k := jwttest.RSA(t, "k1")
+	f := newJWTFixture(t, k)
+	main := k.Sign(t, "RS256", jwtClaims("scalper-main"))
+	wantWin(t, f.buyAs(actOpen, main))
+	tw := k.Sign(t, "RS256", jwtClaims("throwaway"))
+	r := f.do(e2e.Req{URI: "/api/seckill/" + actOpen + "/" + e2e.SKU + "/buy?jwt=" + main, Header: [][2]string{{"Authorization", "Bearer " + tw}}})
+	if r.Status != 401 || r.Code != "UNAUTHENTICATED" {
+		t.Errorf("throw-away header beside ?jwt=<main>: %d %s, want 401 UNAUTHENTICATED", r.Status, r.Body)
+	}
+	both := k.Sign(t, "RS256", jwtClaims("both-places"))
+	if r := f.do(e2e.Req{URI: "/api/seckill/" + actOpen + "/" + e2e.SKU + "/buy?jwt=" + both, Header: [][2]string{{"Authorization", "Bearer " + both}}}); r.Code != "WIN" {
+		t.Errorf("the verified token in ?jwt= too: %d %s, want a win", r.Status, r.Body)
+	}
+}
