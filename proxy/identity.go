@@ -98,17 +98,28 @@ func (j *jwtUser) token(ctx *fasthttp.RequestCtx) ([]byte, identity.Reason) {
 // the last "bearer" anywhere in the line (red team rtd: a throw-away
 // account's cookie beside the main account's header was judged as the
 // throw-away and booked for the main). So a line naming "bearer" in any
-// case anywhere must be exactly "Bearer <tok>"; other schemes (Basic) pass.
+// case anywhere may hold no JWT-shaped run (base64url and '.') but tok;
+// other schemes (Basic), and a value no parser takes for a JWT ("Bearer
+// null", as scripts send it), pass.
 func otherBearer(h *fasthttp.RequestHeader, tok []byte) bool {
 	for _, v := range h.PeekAll(fasthttp.HeaderAuthorization) {
 		if !containsFold(v, bearerWord) {
 			continue
 		}
-		if len(v) > len(bearerWord) && bytes.EqualFold(v[:len(bearerWord)], bearerWord) &&
-			(v[len(bearerWord)] == ' ' || v[len(bearerWord)] == '\t') && bytes.Equal(bytes.TrimSpace(v[len(bearerWord):]), tok) {
-			continue
+		for len(v) > 0 {
+			i := 0
+			for i < len(v) && !jwtByte(v[i]) {
+				i++
+			}
+			e := i
+			for e < len(v) && jwtByte(v[e]) {
+				e++
+			}
+			if e > i && otherJWT(v[i:e], tok) {
+				return true
+			}
+			v = v[e:]
 		}
-		return true
 	}
 	return false
 }
@@ -184,11 +195,17 @@ func otherJWT(v, tok []byte) bool {
 		return false
 	}
 	for _, c := range v {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.' || c == '=') {
+		if !jwtByte(c) {
 			return false
 		}
 	}
 	return true
+}
+
+// jwtByte reports whether c may be in a JWT's compact form (base64url,
+// padding a lenient decoder takes, the dots).
+func jwtByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.' || c == '='
 }
 
 // containsFold reports whether b contains the lower-case ASCII word w in

@@ -75,8 +75,11 @@ func TestRTDOtherBearer(t *testing.T) {
 		{[]string{"Basic Zm9v, Bearer xxx.yyy.zzz"}, true}, // tymon: what follows the last "bearer"
 		{[]string{"Bearer aaa.bbb.ccc, Bearer xxx.yyy.zzz"}, true},
 		{[]string{"Token BEARERxxx.yyy.zzz"}, true},
-		{[]string{"Bearer"}, true},
+		{[]string{"Bearer"}, false},
+		{[]string{"Bearer null"}, false},
+		{[]string{"Bearer undefined", "Bearer aaa.bbb.ccc"}, false},
 		{[]string{"Beareraaa.bbb.ccc"}, true},
+		{[]string{"Bearer  xxx.yyy.zzz  "}, true},
 	} {
 		var h fasthttp.RequestHeader
 		for _, l := range tt.lines {
