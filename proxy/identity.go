@@ -12,6 +12,7 @@ import (
 	"github.com/seckill-proxy/seckill-proxy/admission"
 	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/seckill-proxy/seckill-proxy/identity"
+	"github.com/seckill-proxy/seckill-proxy/internal/jsonptr"
 	"github.com/seckill-proxy/seckill-proxy/metrics"
 )
 
@@ -103,23 +104,29 @@ func (j *jwtUser) token(ctx *fasthttp.RequestCtx) ([]byte, identity.Reason) {
 // null", as scripts send it), pass.
 func otherBearer(h *fasthttp.RequestHeader, tok []byte) bool {
 	for _, v := range h.PeekAll(fasthttp.HeaderAuthorization) {
-		if !containsFold(v, bearerWord) {
-			continue
+		if containsFold(v, bearerWord) && otherJWTRun(v, tok) {
+			return true
 		}
-		for len(v) > 0 {
-			i := 0
-			for i < len(v) && !jwtByte(v[i]) {
-				i++
-			}
-			e := i
-			for e < len(v) && jwtByte(v[e]) {
-				e++
-			}
-			if e > i && otherJWT(v[i:e], tok) {
-				return true
-			}
-			v = v[e:]
+	}
+	return false
+}
+
+// otherJWTRun reports whether b holds a JWT-shaped run of bytes (base64url
+// and '.', three segments) other than tok.
+func otherJWTRun(b, tok []byte) bool {
+	for len(b) > 0 {
+		i := 0
+		for i < len(b) && !jwtByte(b[i]) {
+			i++
 		}
+		e := i
+		for e < len(b) && jwtByte(b[e]) {
+			e++
+		}
+		if e > i && otherJWT(b[i:e], tok) {
+			return true
+		}
+		b = b[e:]
 	}
 	return false
 }
@@ -138,9 +145,10 @@ var tokenFieldNames = [...]string{"token", "access_token", "jwt"}
 // reads the query's and the input's "token" before its cookie, and
 // Flask-JWT-Extended reads its locations in the configured order, the
 // query's "jwt" or the JSON's "access_token" before the header when listed
-// so (red team rtd). A field with
-// anything but a JWT (a captcha's token) is not judged. No cost to a buy
-// whose query and body are empty.
+// so (red team rtd). A field with anything but a JWT (a captcha's token)
+// is not judged; a JSON key of the name held twice (PHP takes the last
+// copy) or a JSON body the proxy cannot decode that holds another JWT is.
+// No cost to a buy whose query and body are empty.
 func tokenField(ctx *fasthttp.RequestCtx, body *jsonBody, tok []byte) bool {
 	q, f := queryString(ctx), formBody(ctx)
 	raw := ctx.Request.Body()
@@ -152,15 +160,28 @@ func tokenField(ctx *fasthttp.RequestCtx, body *jsonBody, tok []byte) bool {
 		if otherJWTArg(q, name, tok) || otherJWTArg(f, name, tok) {
 			return true
 		}
-		if js && (body.done || !cannotName(raw, name)) {
-			if v, err := body.get(ctx); err == nil {
-				if m, ok := v.(map[string]any); ok {
-					for k, x := range m {
-						if s, ok := x.(string); ok && strings.EqualFold(k, name) && otherJWT([]byte(s), tok) {
-							return true
-						}
-					}
+		if !js || !body.done && cannotName(raw, name) {
+			continue
+		}
+		v, err := body.get(ctx)
+		if err != nil {
+			if otherJWTRun(raw, tok) {
+				return true
+			}
+			continue
+		}
+		m, _ := v.(map[string]any)
+		for k, x := range m {
+			if !strings.EqualFold(k, name) {
+				continue
+			}
+			switch x := x.(type) {
+			case string:
+				if otherJWT([]byte(x), tok) {
+					return true
 				}
+			case jsonptr.Twice:
+				return true
 			}
 		}
 	}

@@ -122,6 +122,9 @@ func TestRTDTokenField(t *testing.T) {
 		{"/buy", "application/json", `{"sku":"a","Token":"` + other + `"}`, true},
 		{"/buy", "application/json", `{"sku":"a","token":"` + string(tok) + `"}`, false},
 		{"/buy", "application/json", `{"sku":"a","note":{"token":"` + other + `"}}`, false},
+		{"/buy", "application/json", `{"sku":"a","token":"x","token":"y"}`, true},
+		{"/buy", "application/json", `{"sku":"a","token":"` + other + `"} {}`, true},
+		{"/buy", "application/json", `{"sku":"a","token":"` + string(tok) + `"} {}`, false},
 	} {
 		var ctx fasthttp.RequestCtx
 		ctx.Request.SetRequestURI(tt.uri)
