@@ -146,18 +146,21 @@ var tokenFieldNames = [...]string{"token", "access_token", "jwt"}
 // Flask-JWT-Extended reads its locations in the configured order, the
 // query's "jwt" or the JSON's "access_token" before the header when listed
 // so (red team rtd). A field with anything but a JWT (a captcha's token)
-// is not judged; a JSON key of the name held twice (PHP takes the last
+// is not judged; a multipart part of the name beside another JWT anywhere
+// in the body (parts are not decoded here), a JSON key of the name held twice (PHP takes the last
 // copy) or a JSON body the proxy cannot decode that holds another JWT is.
 // No cost to a buy whose query and body are empty.
 func tokenField(ctx *fasthttp.RequestCtx, body *jsonBody, tok []byte) bool {
 	q, f := queryString(ctx), formBody(ctx)
 	raw := ctx.Request.Body()
-	js := len(raw) > 0 && jsonContentType(ctx.Request.Header.ContentType())
-	if len(q) == 0 && len(f) == 0 && !js {
+	ct := ctx.Request.Header.ContentType()
+	js := len(raw) > 0 && jsonContentType(ct)
+	if len(q) == 0 && len(f) == 0 && !js && (len(raw) == 0 || len(ct) < len(multipartForm)) {
 		return false
 	}
 	for _, name := range tokenFieldNames {
-		if otherJWTArg(q, name, tok) || otherJWTArg(f, name, tok) {
+		if otherJWTArg(q, name, tok) || otherJWTArg(f, name, tok) ||
+			multipartHas(ctx, name) && otherJWTRun(raw, tok) {
 			return true
 		}
 		if !js || !body.done && cannotName(raw, name) {

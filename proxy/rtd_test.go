@@ -123,6 +123,9 @@ func TestRTDTokenField(t *testing.T) {
 		{"/buy", "application/json", `{"sku":"a","token":"` + string(tok) + `"}`, false},
 		{"/buy", "application/json", `{"sku":"a","note":{"token":"` + other + `"}}`, false},
 		{"/buy", "application/json", `{"sku":"a","token":"x","token":"y"}`, true},
+		{"/buy", "multipart/form-data; boundary=XX", "--XX\r\nContent-Disposition: form-data; name=\"token\"\r\n\r\n" + other + "\r\n--XX--\r\n", true},
+		{"/buy", "multipart/form-data; boundary=XX", "--XX\r\nContent-Disposition: form-data; name=\"token\"\r\n\r\n" + string(tok) + "\r\n--XX--\r\n", false},
+		{"/buy", "multipart/form-data; boundary=XX", "--XX\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\n" + other + "\r\n--XX--\r\n", false},
 		{"/buy", "application/json", `{"sku":"a","token":"` + other + `"} {}`, true},
 		{"/buy", "application/json", `{"sku":"a","token":"` + string(tok) + `"} {}`, false},
 	} {
