@@ -6,6 +6,7 @@ package identity
 
 import (
 	"context"
+	"crypto"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -474,23 +475,51 @@ func (v *JWT) load() time.Duration {
 	if v.fetchFailing.Swap(false) {
 		v.log.Info("jwks: loading again")
 	}
-	if old := v.keys.Swap(ks); old != nil {
-		for kid := range old.byKid {
-			if _, still := ks.byKid[kid]; !still {
-				// A withdrawn key: tokens it signed must not live on
-				// in the cache. Clear it; live tokens re-verify once.
-				// A first sight checked against the old set and not
-				// cached yet must not be cached after the clear: the
-				// generation tells it (verify).
-				v.cacheMu.Lock()
-				v.keyGen.Add(1)
-				v.cache.Clear()
-				v.cacheMu.Unlock()
-				break
-			}
-		}
+	if old := v.keys.Swap(ks); old != nil && withdrawn(old, ks) {
+		// A withdrawn key: tokens it signed must not live on in the
+		// cache. Clear it; live tokens re-verify once. A first sight
+		// checked against the old set and not cached yet must not be
+		// cached after the clear: the generation tells it (verify).
+		v.cacheMu.Lock()
+		v.keyGen.Add(1)
+		v.cache.Clear()
+		v.cacheMu.Unlock()
 	}
 	return next
+}
+
+// withdrawn reports whether a key of old is not in ks with the same kid,
+// alg and key material. Judged by kid alone (red team rtd), a key without
+// a kid and a kid published again over new material were never withdrawn,
+// and tokens of the old key verified from the cache for up to 10 minutes.
+func withdrawn(old, ks *keySet) bool {
+	for _, o := range old.all {
+		if !ks.holds(o) {
+			return true
+		}
+	}
+	return false
+}
+
+// holds reports whether ks has k: same kid, alg and public key.
+func (ks *keySet) holds(k *pubKey) bool {
+	if k.kid != "" {
+		n := ks.byKid[k.kid]
+		return n != nil && n.alg == k.alg && sameKey(n.key, k.key)
+	}
+	for _, n := range ks.all {
+		if n.kid == "" && n.alg == k.alg && sameKey(n.key, k.key) {
+			return true
+		}
+	}
+	return false
+}
+
+// sameKey compares public keys (*rsa.PublicKey, *ecdsa.PublicKey and
+// ed25519.PublicKey all have Equal).
+func sameKey(a, b crypto.PublicKey) bool {
+	e, ok := a.(interface{ Equal(crypto.PublicKey) bool })
+	return ok && e.Equal(b)
 }
 
 // fetch GETs jwks_url; next is the answer's max-age, bounded.

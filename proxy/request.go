@@ -268,6 +268,9 @@ func cookieOnce(h *fasthttp.RequestHeader, name string) ([]byte, error) {
 		if string(k) == name {
 			v = val
 			n++
+			if innerCookie(val, false, name, phpName, pk[:0]) {
+				other++ // "sid=a, sid=b": two to Tomcat's RFC 2109 reading
+			}
 			continue
 		}
 		if len(k) == 0 {
@@ -280,11 +283,52 @@ func cookieOnce(h *fasthttp.RequestHeader, name string) ([]byte, error) {
 				other++
 			}
 		}
+		if innerCookie(k, true, name, phpName, pk[:0]) || innerCookie(val, false, name, phpName, pk[:0]) {
+			other++
+		}
 	}
 	if n > 1 || other > 0 {
 		return nil, errTwice{}
 	}
 	return v, nil
+}
+
+// innerCookie reports whether a shop's cookie parser finds a cookie of
+// name inside the cookie name or value b that fasthttp (splitting on ';'
+// only) read as one: Python's SimpleCookie (Bottle, CherryPy) ends a pair
+// at white space, Tomcat reads a header that starts "$Version=1;" by RFC
+// 2109, where ',' ends a cookie as ';' does (red team rtd: "sid=alice;
+// a=b sid=bob" was alice to the proxy and bob to a Bottle shop). A token
+// after white space or ',' and before '=' counts (in a name, the last
+// token needs no '=': fasthttp cut it off). No cost to a value without
+// white space or ','.
+func innerCookie(b []byte, isName bool, name string, phpName, scratch []byte) bool {
+	if bytes.IndexByte(b, ',') < 0 && bytes.IndexByte(b, ' ') < 0 && bytes.IndexByte(b, '\t') < 0 {
+		return false
+	}
+	sep := func(c byte) bool { return c == ' ' || c == '\t' || c == ',' }
+	for i := 0; i < len(b); i++ {
+		if !sep(b[i]) {
+			continue
+		}
+		j := i + 1
+		for j < len(b) && sep(b[j]) {
+			j++
+		}
+		e := j
+		for e < len(b) && !sep(b[e]) && b[e] != '=' {
+			e++
+		}
+		tok := b[j:e]
+		for e < len(b) && (b[e] == ' ' || b[e] == '\t') {
+			e++
+		}
+		if len(tok) > 0 && (e < len(b) && b[e] == '=' || isName && e == len(b)) && argNameCopy(tok, name, phpName, true, scratch) {
+			return true
+		}
+		i = j - 1
+	}
+	return false
 }
 
 // jsonBodyHas returns errTwice when the request's body is declared JSON

@@ -520,7 +520,7 @@ func (s *Server) parseWait(ctx *fasthttp.RequestCtx, st *state, a *config.Activi
 		// The claim was canonicalised and checked once, before the
 		// verified token was cached (userCheck).
 		il, _ := s.decide.(IPLimiter)
-		u, code, wait, spent := st.jwt.identify(ctx, il, clientIP(ctx, st.trusted), a.IsShadow() || a.IsShadowCopy())
+		u, code, wait, spent := st.jwt.identify(ctx, &body, il, clientIP(ctx, st.trusted), a.IsShadow() || a.IsShadowCopy())
 		if code != admission.Admitted {
 			return admission.Request{}, code, wait
 		}
