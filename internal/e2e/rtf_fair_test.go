@@ -1,0 +1,106 @@
+package e2e_test
+
+import (
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/seckill-proxy/seckill-proxy/internal/e2e"
+)
+
+// TestRTFFairStartKeyRotationAtTheOpeningIsNoSecondTicket: the signing key
+// is rotated (README, step 3: the new key moved first, SIGHUP) while a
+// fair-start window is open. Each buyer's moment was a keyed hash with the
+// signing secret as key: a buyer held before the reload sends a copy after
+// it and holds a second, independent moment (and so does one who sends a
+// copy to each instance of a fleet half way through a rolling reload), the
+// earlier of two winning. Every copy of a buyer's buy must be let on in
+// one moment, across the reload: both copies answered in one clock step.
+func TestRTFFairStartKeyRotationAtTheOpeningIsNoSecondTicket(t *testing.T) {
+	os.Setenv("SECKILL_RTF_KEY_OLD", "rtf-old-secret")
+	os.Setenv("SECKILL_RTF_KEY_NEW", "rtf-new-secret")
+	const (
+		oldFirst = `[{id: "2026-11", secret_env: SECKILL_RTF_KEY_OLD}, {id: "2026-12", secret_env: SECKILL_RTF_KEY_NEW}]`
+		newFirst = `[{id: "2026-12", secret_env: SECKILL_RTF_KEY_NEW}, {id: "2026-11", secret_env: SECKILL_RTF_KEY_OLD}]`
+		act      = "rtfrot"
+		buyers   = 20
+		step     = 10 * time.Millisecond
+	)
+	t0 := time.Now().Add(time.Hour).Truncate(time.Second)
+	const fair, spread = 100 * time.Millisecond, 600 * time.Millisecond
+	r := e2e.StartRedis(t)
+	shop := e2e.StartShop(t)
+	opts := e2e.Options{Redis: r.Addrs, ShopURL: shop.URL, RedisTimeout: 2 * time.Second, SigningKeys: oldFirst,
+		Activities: []e2e.Activity{{ID: act, Stock: 100, Shards: 1, Start: t0, End: t0.Add(time.Hour),
+			FairStart: fair, FairStartSpread: spread}}}
+	cfg := opts.Config(t)
+	clock := &fakeClock{}
+	clock.at(t0, 10*time.Millisecond)
+	p := e2e.StartProxyClock(t, cfg, clock.now)
+	p.Preheat(t, act)
+	c := &fasthttp.Client{MaxConnsPerHost: 256}
+
+	var mu sync.Mutex
+	answeredAt := map[string][]int{} // user -> clock step of each copy's answer
+	codes := map[string][]string{}
+	curStep := 0
+	var wg sync.WaitGroup
+	send := func(u string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := e2e.Do(c, p.Addr, e2e.Req{URI: "/api/seckill/" + act + "/" + e2e.SKU + "/buy",
+				Header: [][2]string{{"X-User-Id", u}}, Timeout: 60 * time.Second})
+			mu.Lock()
+			answeredAt[u] = append(answeredAt[u], curStep)
+			codes[u] = append(codes[u], res.Code)
+			mu.Unlock()
+		}()
+	}
+	us := users("rtfrot", buyers)
+	held := func() int { return int(p.Gauge(p.Metrics.FairHeld)) }
+	for _, u := range us {
+		send(u)
+	}
+	e2e.Eventually(t, 10*time.Second, "first copies held", func() bool { return held() == buyers })
+
+	// Step 3 of the rotation, at the opening.
+	opts.SigningKeys = newFirst
+	next := opts.Config(t)
+	next.Listen, next.Admin.Listen = p.Cfg.Listen, p.Cfg.Admin.Listen
+	if err := p.Server.Apply(next); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	p.Pipeline.Apply(next) // as serve's reload does
+	clock.at(t0, 20*time.Millisecond)
+	for _, u := range us {
+		send(u)
+	}
+	e2e.Eventually(t, 10*time.Second, "second copies held", func() bool { return held() == 2*buyers })
+
+	for d := fair; d <= fair+spread+step; d += step {
+		mu.Lock()
+		curStep = int((d - fair) / step)
+		mu.Unlock()
+		clock.at(t0, d)
+		time.Sleep(40 * time.Millisecond)
+	}
+	wg.Wait()
+	apart := 0
+	for _, u := range us {
+		at := answeredAt[u]
+		if len(at) != 2 {
+			t.Fatalf("%s: %d answers", u, len(at))
+		}
+		if diff := at[0] - at[1]; diff > 1 || diff < -1 {
+			apart++
+			t.Logf("%s: copies let on %d ms apart (%v)", u, diff*int(step/time.Millisecond), codes[u])
+		}
+	}
+	if apart > 0 {
+		t.Errorf("%d of %d buyers' two copies were let on at different moments across a key rotation at the opening: two tickets each", apart, buyers)
+	}
+}
