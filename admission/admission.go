@@ -472,7 +472,7 @@ func (p *Pipeline) Decide(ctx context.Context, r *Request) Decision {
 	// needs no stock, before the admission rate and Redis) until a random
 	// moment after it. After the window: this one comparison.
 	if a.FairStart > 0 && now.Before(a.FairStartEnd().Add(a.FairStartSpread)) {
-		if d, done := p.holdFair(ctx, r); done {
+		if d, done := p.holdFair(ctx, r, flags.FairSeed); done {
 			return d
 		}
 		now = p.now()

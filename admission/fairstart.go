@@ -86,15 +86,21 @@ func (f *fairPen) setKey(secret string) {
 // releaseAt is the release moment of buyer who (their user id, or their
 // address when the route has no identity) for activity a, in Unix ms:
 // uniform over the spread after the window across buyers, the same for
-// every buy of one buyer on every instance.
-func (f *fairPen) releaseAt(a *config.Activity, who string) int64 {
+// every buy of one buyer on every instance. seed is the activity's
+// fair_start key from its preheat (store.Flags.FairSeed), the same on
+// every instance and across reloads; without one (a preheat by an older
+// build) the signing secret keys the moments, and a key rotation during
+// the window draws every buyer a second moment (red team rtf).
+func (f *fairPen) releaseAt(a *config.Activity, who, seed string) int64 {
 	end := a.FairStartEnd().UnixNano()
 	spread := int64(a.FairStartSpread)
 	if spread <= 0 {
 		spread = int64(time.Millisecond)
 	}
 	var key []byte
-	if k := f.key.Load(); k != nil {
+	if seed != "" {
+		key = []byte("seckill-proxy fair_start seed\x00" + seed)
+	} else if k := f.key.Load(); k != nil {
 		key = *k
 	}
 	mac := hmac.New(sha256.New, key)
@@ -232,7 +238,7 @@ func (p *Pipeline) Drain() { p.fair.drain() }
 // the answer when the buy is not to go on: the pen is full (BUSY, at
 // once), the instance is stopping (BUSY, at once or as the stop begins;
 // Drain) or the buyer disconnected while held (nothing reserved).
-func (p *Pipeline) holdFair(ctx context.Context, r *Request) (Decision, bool) {
+func (p *Pipeline) holdFair(ctx context.Context, r *Request, seed string) (Decision, bool) {
 	f := p.fair
 	if f.draining() {
 		return p.refuse(rFairDrain, retryAfterDefault), true
@@ -240,7 +246,7 @@ func (p *Pipeline) holdFair(ctx context.Context, r *Request) (Decision, bool) {
 	if !f.enter() {
 		return p.refuse(rFairFull, retryAfterDefault), true
 	}
-	ch := f.slot(f.releaseAt(r.Activity, fairBuyer(r, p.limits.Load())))
+	ch := f.slot(f.releaseAt(r.Activity, fairBuyer(r, p.limits.Load()), seed))
 	select {
 	case <-ch:
 	case <-f.stopping:

@@ -92,7 +92,7 @@ func TestFairPenSlots(t *testing.T) {
 	f.leave()
 	a := &config.Activity{Start: time.Unix(1000, 0), FairStart: 500 * time.Millisecond, FairStartSpread: 500 * time.Millisecond}
 	for i := range 10000 {
-		ms := f.releaseAt(a, strconv.Itoa(i))
+		ms := f.releaseAt(a, strconv.Itoa(i), "")
 		if ms < 1000_500 || ms > 1001_000 {
 			t.Fatalf("release at %d ms, want within [1000500, 1001000]", ms)
 		}
@@ -145,14 +145,14 @@ func TestFairMomentPerBuyer(t *testing.T) {
 	const buyers = 20000
 	for i := range buyers {
 		who := "u:" + strconv.Itoa(i)
-		ms := f1.releaseAt(a, who)
-		if ms2 := f2.releaseAt(a, who); ms2 != ms {
+		ms := f1.releaseAt(a, who, "")
+		if ms2 := f2.releaseAt(a, who, ""); ms2 != ms {
 			t.Fatalf("buyer %s: instance 1 lets on at %d, instance 2 at %d", who, ms, ms2)
 		}
-		if f1.releaseAt(a, who) != ms {
+		if f1.releaseAt(a, who, "") != ms {
 			t.Fatalf("buyer %s: two copies, two moments", who)
 		}
-		if other.releaseAt(a, who) != ms {
+		if other.releaseAt(a, who, "") != ms {
 			differ++
 		}
 		if ms < 1000_500 || ms > 1001_000 {
@@ -190,5 +190,34 @@ func TestFairBuyerCutsIPv6ToItsPrefix(t *testing.T) {
 	}
 	if v4 := fairBuyer(&Request{IP: netip.MustParseAddr("192.0.2.7")}, l); v4 != "a:192.0.2.7" {
 		t.Errorf("IPv4 at /32: %q", v4)
+	}
+}
+
+// TestRTFFairMomentKeyedBySeed: with the activity's preheat seed, pens
+// holding different signing keys (a rotation half done across a fleet,
+// or a reload inside the window) give a buyer one moment; another seed
+// gives other moments.
+func TestRTFFairMomentKeyedBySeed(t *testing.T) {
+	m := metrics.New()
+	clock := func() time.Time { return time.Unix(1000, 0) }
+	a := &config.Activity{ID: "act", Start: time.Unix(1000, 0), FairStart: 500 * time.Millisecond, FairStartSpread: 500 * time.Millisecond}
+	oldK, newK := newFairPen(clock, m.FairHeld, m.FairReleases), newFairPen(clock, m.FairHeld, m.FairReleases)
+	defer oldK.close()
+	defer newK.close()
+	oldK.setKey("old secret")
+	newK.setKey("new secret")
+	differ := 0
+	for i := range 1000 {
+		who := "u:" + strconv.Itoa(i)
+		ms := oldK.releaseAt(a, who, "seed-1")
+		if ms2 := newK.releaseAt(a, who, "seed-1"); ms2 != ms {
+			t.Fatalf("buyer %s: %d with the old signing key, %d with the new, one seed", who, ms, ms2)
+		}
+		if oldK.releaseAt(a, who, "seed-2") != ms {
+			differ++
+		}
+	}
+	if differ < 900 {
+		t.Errorf("another seed moved only %d of 1000 buyers' moments", differ)
 	}
 }

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
@@ -22,6 +24,13 @@ type Flags struct {
 	Paused bool  // kill switch is off
 	Shards int   // shards preheated
 	Ver    int64 // stock generation: the preheat time in ms, above every earlier preheat
+	// FairSeed keys the buyers' fair_start moments (admission/fairstart.go):
+	// drawn at random by the activity's first preheat and kept by every
+	// later one, so every instance holds the same key whatever its signing
+	// keys (a rotation at the opening drew every buyer a second moment:
+	// red team rtf), and no buyer can read it. "" before a preheat by this
+	// build: the moments are keyed by the signing secret, as before.
+	FairSeed string
 }
 
 // Flags reads the activity's meta hash through client-side caching, so a
@@ -56,11 +65,22 @@ func (s *Store) Flags(ctx context.Context, act string) (Flags, error) {
 	// invalidation of the meta): the shards' placement rides along.
 	s.learnPlacement(act, m)
 	f.Ver, _ = strconv.ParseInt(m["ver"], 10, 64)
+	f.FairSeed = m[metaFairSeed]
 	return f, nil
 }
 
 // flagFields are the meta's fields Flags reads.
-var flagFields = [...]string{"ready", "paused", "shards", "ver", placeField}
+var flagFields = [...]string{"ready", "paused", "shards", "ver", placeField, metaFairSeed}
+
+// metaFairSeed is the meta's field of Flags.FairSeed.
+const metaFairSeed = "fair_seed"
+
+// newFairSeed draws a FairSeed: 128 random bits, in hex.
+func newFairSeed() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)
+	return hex.EncodeToString(b[:])
+}
 
 // SetPaused flips an activity's kill switch.
 func (s *Store) SetPaused(ctx context.Context, act string, paused bool) error {
@@ -389,6 +409,14 @@ func (s *Store) PreheatLocked(ctx context.Context, a *config.Activity, force boo
 			if err := s.recordSale(cctx, c, a, meta, exp); err != nil {
 				return 0, err
 			}
+			if meta[metaFairSeed] == "" && now.Before(a.Start) {
+				// Preheated by an older build: the fair_start key now,
+				// never once the window may be open (a new key would
+				// draw the held buyers new moments).
+				if err := c.Do(cctx, c.B().Hsetnx().Key(s.MetaKey(a.ID)).Field(metaFairSeed).Value(newFairSeed()).Build()).Error(); err != nil {
+					return 0, wrap(err)
+				}
+			}
 			// Durable winners: an earlier preheat's stock and ready meta
 			// on the replicas too (it may have failed in its own wait).
 			if err := s.preheatDurable(cctx, c, a, oldPlace, false, exp); err != nil {
@@ -433,6 +461,10 @@ func (s *Store) PreheatLocked(ctx context.Context, a *config.Activity, force boo
 	// written, here and below: a pause landing meanwhile stays.
 	for _, r := range c.DoMulti(cctx,
 		c.B().Hset().Key(s.MetaKey(a.ID)).FieldValue().FieldValue("ready", "0").FieldValue(metaLoading, itoa(gen)).Build(),
+		// The fair_start key: drawn once, kept by every later preheat
+		// (a --force one in the window included: moments already drawn
+		// stay the buyers' moments).
+		c.B().Hsetnx().Key(s.MetaKey(a.ID)).Field(metaFairSeed).Value(newFairSeed()).Build(),
 		// A meta made here has no lifetime yet (NX: only then).
 		c.B().Pexpireat().Key(s.MetaKey(a.ID)).MillisecondsTimestamp(exp).Nx().Build(),
 	) {
