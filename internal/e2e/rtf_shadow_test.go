@@ -1,0 +1,49 @@
+package e2e_test
+
+import (
+	"testing"
+
+	"github.com/seckill-proxy/seckill-proxy/config"
+	"github.com/seckill-proxy/seckill-proxy/internal/e2e"
+)
+
+// TestRTFShadowBundlePathUnderAnotherSalesBundleRoute: activity "live"
+// (enforcing) sells bundles on /api/seckill/{activity}/bundle; activity
+// "sh" runs in shadow mode in front of a shop that sells sh's bundles on
+// the same path shape (shadow takes no bundle_route: the shop's bundles
+// are its own). A buyer of sh's bundle was answered 404 UNKNOWN_ITEM by
+// the proxy (the captured id names no activity of that route), so a shadow
+// run changed what sh's buyers see. The shop must answer it, as it
+// answers every other buy of a shadow activity; live's bundles, and an id
+// no activity has, are judged as before.
+func TestRTFShadowBundlePathUnderAnotherSalesBundleRoute(t *testing.T) {
+	r := e2e.StartRedis(t)
+	shop := e2e.StartShop(t)
+	p := e2e.StartProxy(t, e2e.Options{Redis: r.Addrs, ShopURL: shop.URL, Activities: []e2e.Activity{
+		{ID: "live", SKUs: []config.SKU{{ID: "a", Stock: 5}, {ID: "b", Stock: 5}}, PerUserLimit: 2,
+			BundleRoute: `{ method: POST, path: "/api/seckill/{activity}/bundle", items_from: "json:/items" }`},
+		{ID: "sh", Mode: config.ModeShadow, NoVerify: true, SKUs: []config.SKU{{ID: "a", Stock: 5}}},
+	}}.Config(t))
+	p.Preheat(t, "live")
+	p.Preheat(t, "sh")
+	body := []byte(`{"items":[{"sku":"a","qty":1},{"sku":"b","qty":1}]}`)
+	bundle := func(act, user string) e2e.Resp {
+		return e2e.Do(nil, p.Addr, e2e.Req{URI: "/api/seckill/" + act + "/bundle", Body: body,
+			Header: [][2]string{{"X-User-Id", user}, {"Content-Type", "application/json"}}})
+	}
+	for _, uri := range []string{"sh", "SH"} {
+		got := bundle(uri, "s1")
+		if uri == "sh" && (got.Err != nil || got.Header["X-Shop"] != "pass") {
+			t.Errorf("sh's bundle (shadow mode): %d %s (err %v), want the shop's own answer", got.Status, got.Body, got.Err)
+		}
+		if uri == "SH" && got.Code != "UNKNOWN_ITEM" {
+			t.Errorf("bundle of activity SH (none: ids match exactly): %d %s, want 404 UNKNOWN_ITEM", got.Status, got.Body)
+		}
+	}
+	if got := bundle("live", "l1"); got.Code != "WIN" {
+		t.Errorf("live's bundle: %d %s, want a winner", got.Status, got.Body)
+	}
+	if got := bundle("nosuch", "n1"); got.Code != "UNKNOWN_ITEM" {
+		t.Errorf("bundle of an activity no route knows: %d %s, want 404 UNKNOWN_ITEM", got.Status, got.Body)
+	}
+}
