@@ -60,6 +60,11 @@ type route struct {
 	// bundle marks an activity's bundle_route (issue 13 §3): its requests
 	// carry items, not one SKU.
 	bundle bool
+	// shadowIDs are the shadow activities this route does not hold (a
+	// shadow activity takes no bundle_route): their ids under its
+	// {activity} capture are the shop's to answer, not UNKNOWN_ITEM
+	// (red team rtf; passThroughShadows).
+	shadowIDs map[string]bool
 }
 
 // routeTable is every buy route of one config, with the prefixes under
@@ -91,6 +96,9 @@ type match struct {
 	// unknownActivity is set when the path has the route's shape but names
 	// no configured activity.
 	unknownActivity bool
+	// shadowPass is set with unknownActivity when the id names a shadow
+	// activity of the config (route.shadowIDs).
+	shadowPass bool
 	// path is the canonical path (loose for routeUnsafe); it may alias buf
 	// or the request.
 	path []byte
@@ -144,7 +152,39 @@ func compileRoutes(acts []config.Activity) routeTable {
 		}
 	}
 	t.addBundleRoutes(acts)
+	t.passThroughShadows(acts)
 	return t
+}
+
+// passThroughShadows gives every route with an {activity} capture the ids
+// of the shadow activities it does not hold. Shadow mode changes nothing a
+// buyer sees: a path of that shape naming one (its bundles, which shadow
+// mode does not take, on another sale's bundle_route) goes to the shop as
+// the activity's other buys do, rather than 404 UNKNOWN_ITEM. Not when the
+// id is the route's own activity's in another letter case: a shop that
+// reads ids in any case would sell that activity unadmitted.
+func (t *routeTable) passThroughShadows(acts []config.Activity) {
+	for _, r := range t.routes {
+		if !r.hasActivity() {
+			continue
+		}
+	next:
+		for i := range acts {
+			a := &acts[i]
+			if !a.IsShadow() || r.byID[a.ID] != nil {
+				continue
+			}
+			for id := range r.byID {
+				if strings.EqualFold(id, a.ID) {
+					continue next
+				}
+			}
+			if r.shadowIDs == nil {
+				r.shadowIDs = map[string]bool{}
+			}
+			r.shadowIDs[a.ID] = true
+		}
+	}
 }
 
 func compilePath(p string, caseSensitive bool) []segment {
@@ -265,7 +305,7 @@ func (t *routeTable) resolve(method, raw []byte) (match, routeKind) {
 	// where nothing is refused: the request is the shop's to answer.
 	shadowOther, knownOther := true, false
 	var unknown match
-	found := false
+	found, shadowPass := false, false
 	for _, r := range t.routes {
 		got, ok := r.matchPath(c)
 		if !ok {
@@ -285,12 +325,17 @@ func (t *routeTable) resolve(method, raw []byte) (match, routeKind) {
 		if !got.unknownActivity {
 			return got, routeBuy
 		}
+		shadowPass = shadowPass || got.shadowPass
 		if !found {
 			// Another route of the same shape may know the activity.
 			unknown, found = got, true
 		}
 	}
 	switch {
+	case shadowPass:
+		// A shadow activity's path no route of it holds: the shop's.
+		m.release()
+		return match{}, routePass
 	case found:
 		return unknown, routeBuy
 	case other != nil && knownOther && shadowOther:
@@ -383,6 +428,7 @@ func (r *route) matchPath(c []byte) (match, bool) {
 	if actID != nil {
 		m.act = r.byID[string(actID)]
 		m.unknownActivity = m.act == nil
+		m.shadowPass = m.act == nil && r.shadowIDs[string(actID)]
 	} else {
 		m.act = r.single
 	}
