@@ -47,3 +47,38 @@ func TestRTFShadowBundlePathUnderAnotherSalesBundleRoute(t *testing.T) {
 		t.Errorf("bundle of an activity no route knows: %d %s, want 404 UNKNOWN_ITEM", got.Status, got.Body)
 	}
 }
+
+// TestRTFBundleSameSKUInOtherSpellings: a bundle naming one SKU twice, in
+// spellings a shop's JSON decoder reads as the same key or value (a \u
+// escape, a qty as a string, a key in another case, the key held twice in
+// one item, the items array held twice in another case), is refused before
+// Redis and reserves nothing; a SKU in another case is no SKU of the sale.
+func TestRTFBundleSameSKUInOtherSpellings(t *testing.T) {
+	r := e2e.StartRedis(t)
+	shop := e2e.StartShop(t)
+	p := e2e.StartProxy(t, e2e.Options{Redis: r.Addrs, ShopURL: shop.URL, Activities: []e2e.Activity{
+		{ID: "bs", SKUs: []config.SKU{{ID: "a", Stock: 3}, {ID: "b", Stock: 3}}, PerUserLimit: 3, Shards: 1,
+			BundleRoute: `{ method: POST, path: "/api/seckill/{activity}/bundle", items_from: "json:/items" }`},
+	}}.Config(t))
+	p.Preheat(t, "bs")
+	for i, tc := range []struct{ body, want string }{
+		{`{"items":[{"sku":"a","qty":1},{"sku":"\u0061","qty":1}]}`, "BAD_REQUEST"},
+		{`{"items":[{"sku":"a","qty":1},{"sku":"a","qty":"1"}]}`, "BAD_REQUEST"},
+		{`{"items":[{"sku":"a","qty":1},{"SKU":"a","qty":1}]}`, "BAD_REQUEST"},
+		{`{"items":[{"sku":"b","sku":"a","qty":1},{"sku":"a"}]}`, "BAD_REQUEST"},
+		{`{"items":[{"sku":"a"}],"Items":[{"sku":"a"},{"sku":"a"}]}`, "BAD_REQUEST"},
+		{`{"items":[{"sku":"a","qty":1},{"sku":"A","qty":1}]}`, "UNKNOWN_ITEM"},
+		{`{"items":[{"sku":"a","qty":1},{"sku":"a ","qty":1}]}`, "UNKNOWN_ITEM"},
+	} {
+		got := e2e.Do(nil, p.Addr, e2e.Req{URI: "/api/seckill/bs/bundle", Body: []byte(tc.body),
+			Header: [][2]string{{"X-User-Id", "u" + string(rune('0'+i))}, {"Content-Type", "application/json"}}})
+		if got.Code != tc.want {
+			t.Errorf("%s: %d %s, want %s", tc.body, got.Status, got.Body, tc.want)
+		}
+	}
+	for _, k := range p.Status(t, "bs").SKUs {
+		if k.Remaining != 3 || k.Pending != 0 || k.Confirmed != 0 {
+			t.Errorf("sku %s: %+v, want untouched", k.ID, k)
+		}
+	}
+}
