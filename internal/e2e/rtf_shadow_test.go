@@ -1,10 +1,17 @@
 package e2e_test
 
 import (
+	"context"
+	"strings"
 	"testing"
+	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/seckill-proxy/seckill-proxy/internal/e2e"
+	"github.com/seckill-proxy/seckill-proxy/metrics"
+	"github.com/seckill-proxy/seckill-proxy/reservation"
 )
 
 // TestRTFShadowBundlePathUnderAnotherSalesBundleRoute: activity "live"
@@ -80,5 +87,52 @@ func TestRTFBundleSameSKUInOtherSpellings(t *testing.T) {
 		if k.Remaining != 3 || k.Pending != 0 || k.Confirmed != 0 {
 			t.Errorf("sku %s: %+v, want untouched", k.ID, k)
 		}
+	}
+}
+
+// TestRTFGoingLiveMidDayPreheatSeesTheShadowRunsSales: activity "mid" ran
+// in shadow mode since its start and the shop sold 3 units of sku a to
+// shadowed buyers (no token: the shop took them itself). The operator
+// switches it to mode: sync by a reload, and preheats: the lost-sale check
+// (verify.count_url counts *tokened* orders, none) let the full configured
+// stock load, and the shop would sell those 3 units again. The preheat
+// must refuse, saying what the shadow run sold (--force loads anyway).
+func TestRTFGoingLiveMidDayPreheatSeesTheShadowRunsSales(t *testing.T) {
+	r := e2e.StartRedis(t)
+	shop := e2e.StartShop(t)
+	opts := e2e.Options{Redis: r.Addrs, ShopURL: shop.URL, Activities: []e2e.Activity{
+		{ID: "mid", Mode: config.ModeShadow, NoVerify: true, SKUs: []config.SKU{{ID: "a", Stock: 10}, {ID: "b", Stock: 10}}},
+	}}
+	p := e2e.StartProxy(t, opts.Config(t))
+	p.Preheat(t, "mid") // the shadow copy
+	for i := 0; i < 3; i++ {
+		got := e2e.Do(nil, p.Addr, e2e.Req{URI: "/api/seckill/mid/a/buy", Header: [][2]string{{"X-User-Id", "m" + string(rune('0'+i))}}})
+		if got.Status != 200 {
+			t.Fatalf("shadowed buy: %d %s", got.Status, got.Body)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Server.WaitShadow(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	opts.Activities[0].Mode = config.ModeSync
+	next := opts.Config(t)
+	next.Listen, next.Admin.Listen = p.Cfg.Listen, p.Cfg.Admin.Listen
+	if err := p.Server.Apply(next); err != nil {
+		t.Fatalf("reload to sync: %v", err)
+	}
+	p.Pipeline.Apply(next)
+	live := next.Activity("mid")
+	why, err := reservation.NewReconciler(p.Store, metrics.New(), zap.NewNop()).PreheatRefusal(ctx, live, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(why, "3 unit(s) of sku a") {
+		t.Errorf("preheat of mid, live after a shadow run whose shop sold 3 units of a: refusal %q, want one naming them", why)
+	}
+	if why, _ := reservation.NewReconciler(p.Store, metrics.New(), zap.NewNop()).PreheatRefusal(ctx, live, live.Start.Add(-time.Second)); why != "" {
+		t.Errorf("before the window: refusal %q", why)
 	}
 }
