@@ -1202,14 +1202,38 @@ func verifyOrder(ctx context.Context, client *http.Client, tmpl, token string) (
 // were due to expire (end + key_ttl_after_end), for a shadow activity's
 // copy (the shop takes a shadow run's orders itself), and without
 // count_url: nothing tells a lost sale from a late first preheat then.
+// Also, count_url or not, what a shadow run of a recorded the shop selling
+// (its 2xx units by SKU): an activity gone live mid-day after one would
+// otherwise load its configured stock beside those sales (red team rtf).
 func (r *Reconciler) LostSale(ctx context.Context, a *config.Activity, now time.Time) (string, error) {
-	if a.Verify.CountURL == "" || now.Before(a.Start) || now.UnixMilli() >= store.ExpireAt(a) ||
+	if now.Before(a.Start) || now.UnixMilli() >= store.ExpireAt(a) ||
 		a.IsShadowCopy() || a.IsShadow() || strings.HasSuffix(a.ID, config.ShadowSuffix) {
 		return "", nil
 	}
 	rec, err := r.st.PreheatRecord(ctx, a.ID)
 	if err != nil || rec.Ready || rec.Loading {
 		return "", err
+	}
+	// Gone live mid-day after a shadow run: the shop sold units to the
+	// shadowed buyers itself (no token, so count_url counts none), and
+	// the configured stock loaded now would sell them again (red team rtf).
+	sold, err := r.st.ShadowShopUnits(ctx, a.ID)
+	if err != nil {
+		return "", err
+	}
+	var shadowed []string
+	for _, k := range a.SKUs {
+		if n := sold[k.ID]; n > 0 {
+			shadowed = append(shadowed, fmt.Sprintf("%d unit(s) of sku %s", n, k.ID))
+		}
+	}
+	if len(shadowed) > 0 {
+		return fmt.Sprintf("%s ran in shadow mode in this window and the shop answered 2xx for %s (seckill-proxy shadow-report): "+
+			"set each SKU's stock to what is left to sell, then preheat --force",
+			a.ID, strings.Join(shadowed, ", ")), nil
+	}
+	if a.Verify.CountURL == "" {
+		return "", nil
 	}
 	var held []string
 	for _, k := range a.SKUs {

@@ -272,3 +272,28 @@ func (s *Store) ShadowReport(ctx context.Context, a *config.Activity) (ShadowRep
 	}
 	return rep, nil
 }
+
+// ShadowShopUnits is what a shadow run of activity id (the activity's own
+// id: its copy's keys are read) recorded the shop selling: 2xx units by
+// SKU, none when no shadow run was recorded. One HGETALL of the counters
+// hash (a few fields per code, status, SKU and latency bucket).
+func (s *Store) ShadowShopUnits(ctx context.Context, id string) (map[string]int64, error) {
+	c, err := s.Client()
+	if err != nil {
+		return nil, err
+	}
+	counts, _, _ := shadowKeys(s.prefix, config.ShadowID(id))
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	m, err := c.Do(cctx, c.B().Hgetall().Key(counts).Build()).AsIntMap()
+	if err != nil {
+		return nil, wrap(err)
+	}
+	out := map[string]int64{}
+	for f, n := range m {
+		if sku, ok := strings.CutPrefix(f, "ok:"); ok && n > 0 {
+			out[sku] += n
+		}
+	}
+	return out, nil
+}
