@@ -65,13 +65,29 @@ type fairPen struct {
 	slots          map[int64]chan struct{} // release ms → closed then
 	due            msHeap                  // the slots' ms, earliest first
 	key            atomic.Pointer[[]byte]  // the moments' hash key (setKey)
+	// reslot is closed (and replaced) when a reload changes the timing of
+	// a fair_start window: every held buy takes its moment again by the
+	// running config (holdFair).
+	reslot atomic.Pointer[chan struct{}]
 }
 
 func newFairPen(now func() time.Time, held prometheus.Gauge, releases *prometheus.CounterVec) *fairPen {
 	f := &fairPen{now: now, heldG: held, released: releases.WithLabelValues("released"), gone: releases.WithLabelValues("gone"),
 		done: make(chan struct{}), stopping: make(chan struct{}), wake: make(chan struct{}, 1), slots: map[int64]chan struct{}{}}
 	f.max.Store(config.DefaultFairStartMaxHeld)
+	ch := make(chan struct{})
+	f.reslot.Store(&ch)
 	return f
+}
+
+// reslotC is closed when a reload next changes a window's timing.
+func (f *fairPen) reslotC() <-chan struct{} { return *f.reslot.Load() }
+
+// wakeToReslot wakes every held buy to take its moment again (Apply, after
+// the running config is stored).
+func (f *fairPen) wakeToReslot() {
+	ch := make(chan struct{})
+	close(*f.reslot.Swap(&ch))
 }
 
 // setKey sets the key of the buyers' moments: the fleet's current signing
@@ -246,11 +262,31 @@ func (p *Pipeline) holdFair(ctx context.Context, r *Request, seed string) (Decis
 	if !f.enter() {
 		return p.refuse(rFairFull, retryAfterDefault), true
 	}
-	ch := f.slot(f.releaseAt(r.Activity, fairBuyer(r, p.limits.Load()), seed))
-	select {
-	case <-ch:
-	case <-f.stopping:
-	case <-ctx.Done():
+	who, a := fairBuyer(r, p.limits.Load()), r.Activity
+hold:
+	for {
+		rs := f.reslotC()
+		select {
+		case <-f.slot(f.releaseAt(a, who, seed)):
+		case <-f.stopping:
+		case <-ctx.Done():
+		case <-rs:
+			// A reload changed a window's timing (lengthened the spread,
+			// say): a buy of the same sale, still fair-started, waits for
+			// its moment by the running config, as its copies sent now
+			// do (red team rtf: two moments per buyer, and a spread
+			// lengthened to meter Redis metered none of the held buys).
+			// Otherwise (moved, dropped, fair start off) it goes on now,
+			// judged by the running config (Decide).
+			switch cur := p.current(r.Activity); {
+			case cur == a:
+				continue hold // another activity's window
+			case cur != nil && cur.FairStart > 0 && cur.Start.Equal(r.Activity.Start):
+				a = cur
+				continue hold
+			}
+		}
+		break
 	}
 	f.leave()
 	if f.draining() {

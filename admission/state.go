@@ -297,7 +297,15 @@ func (p *Pipeline) Apply(cfg *config.Config) {
 		byID[c.ID] = c
 		p.stateFor(c).used.Store(time.Now().Unix())
 	}
-	p.byID.Store(&byID)
+	prev := p.byID.Swap(&byID)
+	if prev != nil && p.fair.held.Load() > 0 {
+		for id, a := range byID {
+			if o := (*prev)[id]; o != nil && (!o.Start.Equal(a.Start) || o.FairStart != a.FairStart || o.FairStartSpread != a.FairStartSpread) {
+				p.fair.wakeToReslot() // after the store: the woken read the new config
+				break
+			}
+		}
+	}
 	// The states of the activities this config replaced go now: each
 	// reload parses new *config.Activity values, and a replaced one's
 	// state was refreshed on every pass until unused for 600 s (red-team
