@@ -297,14 +297,8 @@ func (p *Pipeline) Apply(cfg *config.Config) {
 		byID[c.ID] = c
 		p.stateFor(c).used.Store(time.Now().Unix())
 	}
-	prev := p.byID.Swap(&byID)
-	if prev != nil && p.fair.held.Load() > 0 {
-		for id, a := range byID {
-			if o := (*prev)[id]; o != nil && (!o.Start.Equal(a.Start) || o.FairStart != a.FairStart || o.FairStartSpread != a.FairStartSpread) {
-				p.fair.wakeToReslot() // after the store: the woken read the new config
-				break
-			}
-		}
+	if prev := p.byID.Swap(&byID); prev != nil && p.fair.held.Load() > 0 && fairTimingChanged(*prev, byID) {
+		p.fair.wakeToReslot() // after the store: the woken read the new config
 	}
 	// The states of the activities this config replaced go now: each
 	// reload parses new *config.Activity values, and a replaced one's
@@ -322,6 +316,21 @@ func (p *Pipeline) Apply(cfg *config.Config) {
 		p.acts.Store(&next)
 	}
 	p.actsMu.Unlock()
+}
+
+// fairTimingChanged reports whether a fair-started activity of prev is gone
+// from next or has another start, fair_start or spread there.
+func fairTimingChanged(prev, next map[string]*config.Activity) bool {
+	for id, o := range prev {
+		if o.FairStart <= 0 {
+			continue
+		}
+		a := next[id]
+		if a == nil || !o.Start.Equal(a.Start) || o.FairStart != a.FairStart || o.FairStartSpread != a.FairStartSpread {
+			return true
+		}
+	}
+	return false
 }
 
 // limiters are the three local limiters of one config.
