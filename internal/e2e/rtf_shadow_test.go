@@ -136,3 +136,25 @@ func TestRTFGoingLiveMidDayPreheatSeesTheShadowRunsSales(t *testing.T) {
 		t.Errorf("before the window: refusal %q", why)
 	}
 }
+
+// TestRTFShadowCopyNotAddressable: a client naming the shadow copy's id
+// (`sh~shadow`, plain or percent-encoded) on the buy route does not get the
+// copy's enforcing decision, a token or a forwarded winner: it is no
+// activity of the config (404), and the copy's stock is untouched.
+func TestRTFShadowCopyNotAddressable(t *testing.T) {
+	shop, p := rmShadowFixture(t, "", func(a *e2e.Activity) { a.SKUs = []config.SKU{{ID: "a", Stock: 5}} })
+	for _, uri := range []string{"/api/seckill/sh~shadow/a/buy", "/api/seckill/sh%7Eshadow/a/buy", "/api/seckill/sh%7eshadow/a/buy"} {
+		got := e2e.Do(nil, p.Addr, e2e.Req{URI: uri, Header: [][2]string{{"X-User-Id", "c1"}}})
+		if got.Code != "UNKNOWN_ITEM" || got.Token() != "" {
+			t.Errorf("%s: %d %s (token %q), want 404 UNKNOWN_ITEM", uri, got.Status, got.Body, got.Token())
+		}
+	}
+	if shop.SeenBuy("c1") {
+		t.Errorf("the shop got a buy naming the shadow copy")
+	}
+	for _, k := range p.Status(t, "sh").SKUs {
+		if k.Remaining != 5 || k.Pending != 0 || k.Confirmed != 0 {
+			t.Errorf("shadow copy's sku %s: %+v, want untouched", k.ID, k)
+		}
+	}
+}
