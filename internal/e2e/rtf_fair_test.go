@@ -134,3 +134,76 @@ func rtfOneMomentAcrossReload(t *testing.T, spread time.Duration, base, edit fun
 		t.Errorf("%d of %d buyers' two copies were let on at different moments across a reload at the opening (%s): two tickets each", apart, buyers, what)
 	}
 }
+
+// TestRTFFairStartTwoInstancesMidRotationOneMoment: two instances half way
+// through a rolling key rotation (one signs with the new key, one still
+// with the old) during a fair-start window; each buyer sends a copy to
+// each. Both copies must be let on in one moment (the preheat's seed keys
+// the moments, not the signing secret).
+func TestRTFFairStartTwoInstancesMidRotationOneMoment(t *testing.T) {
+	os.Setenv("SECKILL_RTF_KEY_OLD", "rtf-old-secret")
+	os.Setenv("SECKILL_RTF_KEY_NEW", "rtf-new-secret")
+	const (
+		oldFirst = `[{id: "2026-11", secret_env: SECKILL_RTF_KEY_OLD}, {id: "2026-12", secret_env: SECKILL_RTF_KEY_NEW}]`
+		newFirst = `[{id: "2026-12", secret_env: SECKILL_RTF_KEY_NEW}, {id: "2026-11", secret_env: SECKILL_RTF_KEY_OLD}]`
+		act      = "rtf2i"
+		buyers   = 20
+		step     = 10 * time.Millisecond
+		fair     = 100 * time.Millisecond
+		spread   = 600 * time.Millisecond
+	)
+	t0 := time.Now().Add(time.Hour).Truncate(time.Second)
+	r := e2e.StartRedis(t)
+	shop := e2e.StartShop(t)
+	opts := e2e.Options{Redis: r.Addrs, ShopURL: shop.URL, RedisTimeout: 2 * time.Second, SigningKeys: oldFirst,
+		Activities: []e2e.Activity{{ID: act, Stock: 100, Shards: 1, Start: t0, End: t0.Add(time.Hour),
+			FairStart: fair, FairStartSpread: spread}}}
+	clock := &fakeClock{}
+	clock.at(t0, 10*time.Millisecond)
+	pa := e2e.StartProxyClock(t, opts.Config(t), clock.now)
+	opts.SigningKeys = newFirst
+	pb := e2e.StartProxyClock(t, opts.Config(t), clock.now)
+	pa.Preheat(t, act)
+	pb.WaitPreheated(t, act)
+	c := &fasthttp.Client{MaxConnsPerHost: 256}
+	var mu sync.Mutex
+	answeredAt := map[string][]int{}
+	curStep := 0
+	var wg sync.WaitGroup
+	for _, u := range users("rtf2i", buyers) {
+		for _, p := range []*e2e.Proxy{pa, pb} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				e2e.Do(c, p.Addr, e2e.Req{URI: "/api/seckill/" + act + "/" + e2e.SKU + "/buy",
+					Header: [][2]string{{"X-User-Id", u}}, Timeout: 60 * time.Second})
+				mu.Lock()
+				answeredAt[u] = append(answeredAt[u], curStep)
+				mu.Unlock()
+			}()
+		}
+	}
+	e2e.Eventually(t, 10*time.Second, "copies held", func() bool {
+		return int(pa.Gauge(pa.Metrics.FairHeld)) == buyers && int(pb.Gauge(pb.Metrics.FairHeld)) == buyers
+	})
+	for d := fair; d <= fair+spread+step; d += step {
+		mu.Lock()
+		curStep = int((d - fair) / step)
+		mu.Unlock()
+		clock.at(t0, d)
+		time.Sleep(40 * time.Millisecond)
+	}
+	wg.Wait()
+	apart := 0
+	for u, at := range answeredAt {
+		if len(at) != 2 {
+			t.Fatalf("%s: %d answers", u, len(at))
+		}
+		if diff := at[0] - at[1]; diff > 1 || diff < -1 {
+			apart++
+		}
+	}
+	if apart > 0 {
+		t.Errorf("%d of %d buyers' copies on two instances mid-rotation were let on at different moments", apart, buyers)
+	}
+}
