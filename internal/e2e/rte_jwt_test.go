@@ -31,8 +31,8 @@ func TestRTEKidlessTokensPayPerKeyTried(t *testing.T) {
 	r := e2e.StartRedis(t)
 	shop := e2e.StartShop(t)
 	p := e2e.StartProxy(t, e2e.Options{Redis: r.Addrs, ShopURL: shop.URL,
-		Limits: fmt.Sprintf("{ per_ip: { rate: 0.001, burst: %d }, per_device: { rate: 1000, burst: 1000 }, per_user: { rate: 1000, burst: 1000 } }", burst),
-		User:   fmt.Sprintf("{ jwt: { jwks_url: %q, issuer: %q, audience: %q } }", srv.URL, jwtIss, jwtAud),
+		Limits:     fmt.Sprintf("{ per_ip: { rate: 0.001, burst: %d }, per_device: { rate: 1000, burst: 1000 }, per_user: { rate: 1000, burst: 1000 } }", burst),
+		User:       fmt.Sprintf("{ jwt: { jwks_url: %q, issuer: %q, audience: %q } }", srv.URL, jwtIss, jwtAud),
 		Activities: []e2e.Activity{{ID: "act", Stock: 100}}}.Config(t))
 	p.Preheat(t, "act")
 	buy := func(tok string) e2e.Resp {
