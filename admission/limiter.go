@@ -128,7 +128,7 @@ func (l *Limiter) AllowString(key string, now int64) (ok bool, wait time.Duratio
 	if l == nil {
 		return true, 0
 	}
-	return l.allow(maphash.String(l.seed, key), now)
+	return l.allow(maphash.String(l.seed, key), now, 1)
 }
 
 // AllowAddr is AllowString for an IP address, with no allocation.
@@ -137,10 +137,22 @@ func (l *Limiter) AllowAddr(a netip.Addr, now int64) (ok bool, wait time.Duratio
 		return true, 0
 	}
 	b := a.As16()
-	return l.allow(maphash.Bytes(l.seed, b[:]), now)
+	return l.allow(maphash.Bytes(l.seed, b[:]), now, 1)
 }
 
-func (l *Limiter) allow(h uint64, now int64) (bool, time.Duration) {
+// AllowAddrN takes n tokens (n >= 1) for a at once, or none: work that
+// costs n times a request's (a kid-less bearer token checked against n
+// keys). n is capped at the burst, so work a bucket could never pay for at
+// once is still possible at its rate.
+func (l *Limiter) AllowAddrN(a netip.Addr, now int64, n int) (ok bool, wait time.Duration) {
+	if l == nil {
+		return true, 0
+	}
+	b := a.As16()
+	return l.allow(maphash.Bytes(l.seed, b[:]), now, int64(max(n, 1)))
+}
+
+func (l *Limiter) allow(h uint64, now int64, n int64) (bool, time.Duration) {
 	if h == 0 {
 		h = 1 // 0 marks an empty way
 	}
@@ -172,7 +184,12 @@ func (l *Limiter) allow(h uint64, now int64) (bool, time.Duration) {
 	if tat > now+p.tau {
 		tat, e.tat = now+p.tau, now+p.tau
 	}
-	next := tat + p.interval
+	cost := p.interval
+	if n > 1 {
+		// Capped at the burst (tau/interval tokens): never overflows.
+		cost = min(n, max(p.tau/p.interval, 1)) * p.interval
+	}
+	next := tat + cost
 	if next-now > p.tau {
 		mu.Unlock()
 		// From own, not hi: after a step back under limLag the token

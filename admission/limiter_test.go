@@ -267,3 +267,35 @@ func TestLimiterExtremeRates(t *testing.T) {
 		})
 	}
 }
+
+// TestRTELimiterAllowAddrN: n tokens are taken at once or not at all, with
+// the wait until all n are there; n beyond the burst costs the whole burst
+// (a century's interval times n must not overflow).
+func TestRTELimiterAllowAddrN(t *testing.T) {
+	a := netip.MustParseAddr("192.0.2.1")
+	now := time.Unix(1000, 0).UnixNano()
+	l := admission.NewLimiter(10, 5, 1024)
+	if ok, _ := l.AllowAddrN(a, now, 4); !ok {
+		t.Fatal("4 of a burst of 5 refused")
+	}
+	if ok, wait := l.AllowAddrN(a, now, 2); ok || wait != 100*time.Millisecond {
+		t.Fatalf("2 with 1 left: %v wait %v, want refused, wait 100ms", ok, wait)
+	}
+	if ok, _ := l.AllowAddrN(a, now, 1); !ok {
+		t.Fatal("the last token was taken by a refused request")
+	}
+	b := netip.MustParseAddr("192.0.2.2")
+	if ok, _ := l.AllowAddrN(b, now, 50); !ok {
+		t.Fatal("n beyond the burst on a full bucket refused: it costs the whole burst")
+	}
+	if ok, _ := l.AllowAddr(b, now); ok {
+		t.Fatal("n beyond the burst left tokens")
+	}
+	slow := admission.NewLimiter(1e-12, 2, 1024) // an interval capped at a century
+	if ok, _ := slow.AllowAddrN(a, now, 4); !ok {
+		t.Fatal("n beyond the burst of a century's interval refused (overflow?)")
+	}
+	if ok, _ := slow.AllowAddrN(a, now, 4); ok {
+		t.Fatal("a drained century bucket allowed")
+	}
+}

@@ -357,12 +357,14 @@ func (p *Pipeline) AllowPublic(ip netip.Addr, nowNs int64) (bool, time.Duration)
 	return l.public.AllowAddr(l.client(ip), nowNs)
 }
 
-// AllowIP takes a token of the buys' per-IP limit for ip at nowNs (of the
-// shadow activities' buckets with shadow), before
-// admission (which takes its own): the proxy spends one on a bearer token
-// it has not verified yet, as a session look-up does, so one address cannot
-// buy signature checks faster than its rate.
-func (p *Pipeline) AllowIP(ip netip.Addr, nowNs int64, shadow bool) (bool, time.Duration) {
+// AllowIP takes n tokens (at most the burst) of the buys' per-IP limit for
+// ip at nowNs (of the shadow activities' buckets with shadow), before
+// admission (which takes its own): the proxy spends one per signature check
+// on a bearer token it has not verified yet (a kid-less token is checked
+// against every key of its family: red team rte), as a session look-up
+// spends one, so one address cannot buy signature checks faster than its
+// rate.
+func (p *Pipeline) AllowIP(ip netip.Addr, nowNs int64, shadow bool, n int) (bool, time.Duration) {
 	l := p.limits.Load()
 	if l == nil {
 		return true, 0
@@ -370,7 +372,7 @@ func (p *Pipeline) AllowIP(ip netip.Addr, nowNs int64, shadow bool) (bool, time.
 	if shadow {
 		l = l.shadow // a shadowed buy never spends a real one's budget
 	}
-	return l.ip.AllowAddr(l.client(ip), nowNs)
+	return l.ip.AllowAddrN(l.client(ip), nowNs, n)
 }
 
 // client is the per-IP limiter's key for a: the address cut to the

@@ -5,8 +5,10 @@
 package identity
 
 import (
+	"bytes"
 	"context"
 	"crypto"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -246,6 +248,43 @@ func (v *JWT) Cached(raw []byte) (string, bool) {
 		return e.user, true
 	}
 	return "", false
+}
+
+// Checks is how many signature checks verifying raw can cost: one for a
+// token naming a kid (or of an HMAC alg, or one the parser refuses before
+// any check), the number of keys of its alg's family for a kid-less one
+// (keyFor tries them all). The proxy spends a per-IP token per check (red
+// team rte: a made-up kid-less token bought as many RSA checks as the
+// issuer's set has keys, for one token). It decodes the header only.
+func (v *JWT) Checks(raw []byte) int {
+	dot := bytes.IndexByte(raw, '.')
+	if dot <= 0 {
+		return 1
+	}
+	seg, err := v.parser.DecodeSegment(string(raw[:dot]))
+	if err != nil {
+		return 1
+	}
+	var hdr map[string]any
+	if json.Unmarshal(seg, &hdr) != nil {
+		return 1
+	}
+	if kid, _ := hdr["kid"].(string); kid != "" {
+		return 1
+	}
+	alg, _ := hdr["alg"].(string)
+	fam := algFamily(alg)
+	ks := v.keys.Load()
+	if !v.algs[alg] || fam == "" || fam == famHMAC || ks == nil {
+		return 1
+	}
+	n := 0
+	for _, k := range ks.all {
+		if k.family == fam && (k.alg == "" || k.alg == alg) {
+			n++
+		}
+	}
+	return max(n, 1)
 }
 
 func (v *JWT) verify(s string, h uint64, raw []byte) (string, Reason) {

@@ -245,9 +245,9 @@ func containsFold(b, w []byte) bool {
 
 // identify returns the verified user id, or the refusal's code. A token
 // not verified before takes the request's per_ip token first (il, when
-// set; RATE_LIMITED with the wait when there is none), as a session
-// look-up does, so one address cannot buy signature checks faster than its
-// rate; spent says so, and the buy's per-IP stage then takes no second.
+// set; RATE_LIMITED with the wait when there is none), one per signature
+// check it can cost, as a session look-up takes one, so one address cannot
+// buy signature checks faster than its rate; spent says so, and the buy's per-IP stage then takes no second.
 func (j *jwtUser) identify(ctx *fasthttp.RequestCtx, body *buyInput, il IPLimiter, ip netip.Addr, shadow bool) (user string, code admission.Code, wait time.Duration, spent bool) {
 	raw, r := j.token(ctx)
 	if r == identity.OK && tokenField(ctx, body, raw) {
@@ -259,11 +259,20 @@ func (j *jwtUser) identify(ctx *fasthttp.RequestCtx, body *buyInput, il IPLimite
 			return user, admission.Admitted, 0, false
 		}
 		if il != nil {
-			ok, wait := il.AllowIP(ip, time.Now().UnixNano(), shadow)
+			ok, wait := il.AllowIP(ip, time.Now().UnixNano(), shadow, 1)
 			if !ok {
 				return "", admission.RateLimited, wait, false
 			}
 			spent = true
+			// One token more per further signature check the token can
+			// cost: a kid-less one is tried against every key of its
+			// family (red team rte). Its header is read only once the
+			// first token is paid.
+			if n := j.v.Checks(raw); n > 1 {
+				if ok, wait := il.AllowIP(ip, time.Now().UnixNano(), shadow, n-1); !ok {
+					return "", admission.RateLimited, wait, true
+				}
+			}
 		}
 		user, r = j.v.Verify(raw)
 	}

@@ -50,9 +50,10 @@ type PublicLimiter interface {
 var _ PublicLimiter = (*admission.Pipeline)(nil)
 
 // IPLimiter is what the proxy needs to gate first sights of bearer tokens
-// on the buyer's per-IP limit; *admission.Pipeline implements it.
+// on the buyer's per-IP limit, n tokens for n signature checks;
+// *admission.Pipeline implements it.
 type IPLimiter interface {
-	AllowIP(ip netip.Addr, nowNs int64, shadow bool) (bool, time.Duration)
+	AllowIP(ip netip.Addr, nowNs int64, shadow bool, n int) (bool, time.Duration)
 }
 
 var _ IPLimiter = (*admission.Pipeline)(nil)

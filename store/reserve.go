@@ -551,13 +551,19 @@ func (s *Store) ridSeen(ctx context.Context, c rueidis.Client, k *SKUKeys, i int
 	return s.bitSeen(ctx, c, &k.ridbits[i], k.Shards[i].RidBits, k, h)
 }
 
-// MayHold reports whether the reserve took units of act's SKU for user on
-// their home shard (its holders bitset, from local memory after the first
-// read; false when it cannot be read): a buyer of a sold-out SKU it says so
-// of is answered by the reserve script, not SOLD_OUT from memory (see
-// soldOutAnswer). It is asked before every such SOLD_OUT without a request
-// id: for a buyer whose bit is clear (nearly all), the bitset's snapshot
-// answers with no context and no call into the client.
+// MayHold reports whether the reserve may have taken units of act's SKU
+// for user on their home shard: their bit in its holders bitset, from local
+// memory after the first read (not readable: true). A buyer of a sold-out
+// SKU it says so of is answered by the reserve path (soldOutAnswer, after
+// the rate limits), not SOLD_OUT from memory. It is asked before every such
+// SOLD_OUT without a request id, before any rate limit: for a buyer whose
+// bit is clear (nearly all), the bitset's snapshot answers with no context
+// and no call into the client. It reads the bit only: the users field that
+// tells a holder from another buyer sharing the bit (about one made-up id
+// in 64 on a SKU sold out to one-unit buyers) is read by soldOutAnswer,
+// once the buy has paid its rate limits. Read here, it cost an HGET (and a
+// client-side cache entry kept until the connection's cache is full) per
+// such id, bought with no token (red team rte).
 func (s *Store) MayHold(ctx context.Context, act, sku string, shards int, user string) bool {
 	if shards < 1 {
 		return false
@@ -574,8 +580,8 @@ func (s *Store) MayHold(ctx context.Context, act, sku string, shards int, user s
 		return false
 	}
 	home, h := HomeShard(user, shards), holderHash(user)
-	if held, ok := s.bitSnapped(&k.holders[home], k, h); ok && !held {
-		return false
+	if held, ok := s.bitSnapped(&k.holders[home], k, h); ok {
+		return held
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		// A read from memory needs no deadline; a miss must not wait on
@@ -584,7 +590,7 @@ func (s *Store) MayHold(ctx context.Context, act, sku string, shards int, user s
 		ctx, cancel = s.ctx(ctx)
 		defer cancel()
 	}
-	held, err := s.holdsHash(ctx, c, k, home, user, h)
+	held, err := s.bitRead(ctx, c, &k.holders[home], k.Shards[home].Holders, k, h)
 	// Not readable is "may hold": the store's own sold-out answer reads
 	// again and says STORE_UNAVAILABLE if it still cannot tell.
 	return held || err != nil
