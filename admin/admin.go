@@ -7,7 +7,6 @@ import (
 	"crypto/subtle"
 	"errors"
 	"net/http"
-	"net/http/pprof"
 	"strings"
 	"time"
 
@@ -64,11 +63,7 @@ func New(m *metrics.Metrics, ready Checker, token string, log *zap.Logger) *Serv
 		}
 		w.Write([]byte("ready\n"))
 	})
-	s.mux.HandleFunc("/debug/pprof/", pprof.Index)
-	s.mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	s.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	s.mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	s.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	registerPprof(s.mux)
 	return s
 }
 
