@@ -18,7 +18,7 @@ const MaxProfileSeconds = 300
 // them, so a reader that stalls would otherwise hold the process's events
 // in memory (and the tracer, which only one may have) for as long as it
 // liked.
-const profileStall = 5 * time.Second
+const profileStall = 2 * time.Second
 
 // pprofHandler wraps a net/http/pprof handler: seconds above
 // MaxProfileSeconds (or not a number) is 400, and every write waits at
