@@ -59,7 +59,7 @@ func (v *validator) bundleRoute(a *Activity, name string) {
 	if v.ok(&b.Path) {
 		if msg := routePath(b.Path); msg != "" {
 			v.errorf(at(&b.Path), "%s: bundle_route.path %s", name, msg)
-		} else if hasSegment(b.Path, "{sku}") {
+		} else if HasSegment(b.Path, "{sku}") {
 			v.errorf(at(&b.Path), "%s: bundle_route.path cannot capture {sku}: the items name the SKUs", name)
 		} else if v.ok(&a.Route.Path) && v.ok(&a.Route.Method) && b.Method == a.Route.Method && strings.EqualFold(b.Path, a.Route.Path) {
 			v.errorf(at(&b.Path), "%s: bundle_route is the same as route (%s %s); give bundles their own path", name, b.Method, b.Path)

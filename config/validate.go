@@ -467,9 +467,9 @@ func (v *validator) route(a *Activity, name string) {
 	if v.ok(&r.Path) {
 		if msg := routePath(r.Path); msg != "" {
 			v.errorf(at(&r.Path), "%s: route.path %s", name, msg)
-		} else if r.SkuFrom == "path" && !hasSegment(r.Path, "{sku}") {
+		} else if r.SkuFrom == "path" && !HasSegment(r.Path, "{sku}") {
 			v.errorf(at(&r.Path), "%s: route.path must contain a {sku} segment when sku_from is path", name)
-		} else if v.ok(&r.SkuFrom) && r.SkuFrom != "path" && hasSegment(r.Path, "{sku}") {
+		} else if v.ok(&r.SkuFrom) && r.SkuFrom != "path" && HasSegment(r.Path, "{sku}") {
 			// Two SKUs in one request: the proxy would reserve sku_from's
 			// while the shop sells the path's.
 			v.errorf(at(&r.Path), "%s: route.path captures {sku} but sku_from is %q: the proxy would reserve the SKU named there while the shop reads the path's; drop {sku} from the path, or set sku_from: path", name, r.SkuFrom)
@@ -980,7 +980,9 @@ func notPathChar(r rune) bool {
 	return !strings.ContainsRune("-._~!$&'()*+,=:@", r)
 }
 
-func hasSegment(p, seg string) bool {
+// HasSegment reports whether route path p has the segment seg (a capture
+// such as "{activity}", or a literal).
+func HasSegment(p, seg string) bool {
 	return slices.Contains(strings.Split(p, "/"), seg)
 }
 

@@ -248,10 +248,10 @@ func (v *validator) buyRoutes(c *Config) []buyRoute {
 		ids[a.ID] = true
 		// Routes whose {sku} does not fit sku_from are reported already.
 		r := &a.Route
-		if v.ok(&r.Method) && v.ok(&r.SkuFrom) && (r.SkuFrom == "path") == hasSegment(r.Path, "{sku}") {
+		if v.ok(&r.Method) && v.ok(&r.SkuFrom) && (r.SkuFrom == "path") == HasSegment(r.Path, "{sku}") {
 			add(a, "route", r.Method, r.Path, r.CaseSensitive, &r.Path, r, a)
 		}
-		if b := &a.BundleRoute; v.m.has(&b.Path) && v.ok(&b.Method) && !hasSegment(b.Path, "{sku}") {
+		if b := &a.BundleRoute; v.m.has(&b.Path) && v.ok(&b.Method) && !HasSegment(b.Path, "{sku}") {
 			add(a, "bundle_route", b.Method, b.Path, b.CaseSensitive, &b.Path, b, a)
 		}
 	}

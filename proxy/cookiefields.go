@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"slices"
-	"strings"
 
 	"github.com/seckill-proxy/seckill-proxy/config"
 	"github.com/valyala/fasthttp"
@@ -51,10 +49,10 @@ func (st *state) cookieFieldsOf(a *config.Activity) *cookieFields {
 	if a.Route.QtyFrom != "" {
 		f.buy = addMerged(f.buy, newFromExtractor(a.Route.QtyFrom), add)
 	}
-	if hasCapture(a.Route.Path, "{activity}") {
+	if config.HasSegment(a.Route.Path, "{activity}") {
 		f.buy = add(f.buy, "activity")
 	}
-	if b := &a.BundleRoute; b.Enabled() && hasCapture(b.Path, "{activity}") {
+	if b := &a.BundleRoute; b.Enabled() && config.HasSegment(b.Path, "{activity}") {
 		f.bundle = add(f.bundle, "activity")
 	}
 	if len(f.buy) == 0 && len(f.bundle) == 0 {
@@ -73,9 +71,6 @@ func addMerged(list [][]byte, e extractor, add func([][]byte, string) [][]byte) 
 	}
 	return list
 }
-
-// hasCapture reports whether route path p has the segment seg.
-func hasCapture(p, seg string) bool { return slices.Contains(strings.Split(p, "/"), seg) }
 
 // copied reports whether a cookie of h is, to PHP, one of f's fields (of
 // the bundle route's when bundle): its name as sent or percent-decoded
